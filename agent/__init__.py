@@ -1,0 +1,1 @@
+"""Fault-injection agent daemon (`maestro-agent`): handler sources, user commands, built-in actions."""

@@ -1,0 +1,115 @@
+"""The coordinator's view of the peers: who is there, in what role and state, and their clocks."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from protocol.codes import Role
+
+__all__ = ["ClockSample", "PeerInfo", "PeerRegistry", "PeerState", "estimate_clock"]
+
+
+class PeerState(StrEnum):
+    READY = "ready"
+    RUNNING = "running"
+    MISSING = "missing"  # its last will arrived, or it stopped answering
+
+
+@dataclass(frozen=True)
+class ClockSample:
+    """One PING exchange: the peer's clock against the midpoint of our send and receive."""
+
+    rtt_us: float
+    offset_us: float  # peer clock minus coordinator clock
+
+    @property
+    def uncertainty_us(self) -> float:
+        # The peer read its clock somewhere inside the round trip.
+        return self.rtt_us / 2
+
+
+def estimate_clock(sent_wall_ns: int, rtt_ns: int, peer_wall_ns: int) -> ClockSample:
+    midpoint_ns = sent_wall_ns + rtt_ns / 2
+    return ClockSample(rtt_us=rtt_ns / 1000, offset_us=(peer_wall_ns - midpoint_ns) / 1000)
+
+
+@dataclass
+class PeerInfo:
+    peer_id: str
+    name: str
+    host: str
+    role: Role
+    state: PeerState = PeerState.READY
+    version: str = ""
+    pid: int = 0
+    clock: ClockSample | None = None  # the sample with the smallest round trip so far
+
+    def record_clock(self, sample: ClockSample) -> None:
+        if self.clock is None or sample.rtt_us < self.clock.rtt_us:
+            self.clock = sample
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}@{self.host} ({self.role.value})"
+
+
+class PeerRegistry:
+    """Thread-safe: the MQTT thread updates it, the test script's thread reads and waits on it."""
+
+    def __init__(self) -> None:
+        self._peers: dict[str, PeerInfo] = {}
+        self._cond = threading.Condition()
+
+    def upsert(self, peer_id: str, name: str, host: str, role: str) -> PeerInfo:
+        with self._cond:
+            peer = self._peers.get(peer_id)
+            if peer is None:
+                peer = PeerInfo(peer_id, name, host, _role(role))
+                self._peers[peer_id] = peer
+            else:
+                peer.role = _role(role)
+                if peer.state == PeerState.MISSING:
+                    peer.state = PeerState.READY
+            self._cond.notify_all()
+            return peer
+
+    def mark_missing(self, peer_id: str) -> PeerInfo | None:
+        with self._cond:
+            peer = self._peers.get(peer_id)
+            if peer is not None:
+                peer.state = PeerState.MISSING
+            self._cond.notify_all()
+            return peer
+
+    def get(self, peer_id: str) -> PeerInfo | None:
+        with self._cond:
+            return self._peers.get(peer_id)
+
+    def live(self, where: Callable[[PeerInfo], bool] = lambda _p: True) -> list[PeerInfo]:
+        with self._cond:
+            return sorted(
+                (p for p in self._peers.values() if p.state != PeerState.MISSING and where(p)),
+                key=lambda p: (p.role.value, p.host, p.name),
+            )
+
+    def wait_until(self, ready: Callable[[list[PeerInfo]], bool], timeout_s: float) -> list[PeerInfo]:
+        """Wait until `ready(live peers)` holds; returns the live peers either way."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while not ready(self.live()):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            return self.live()
+
+
+def _role(role: str) -> Role:
+    try:
+        return Role(role)
+    except ValueError:
+        return Role.OTHER

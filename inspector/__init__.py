@@ -1,0 +1,1 @@
+"""Inspector daemon (`maestro-inspector`): reads a SUT's management interface on an interval."""

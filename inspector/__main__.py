@@ -1,0 +1,3 @@
+from inspector.main import main
+
+raise SystemExit(main())

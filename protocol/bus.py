@@ -1,0 +1,261 @@
+"""The control bus: notes over MQTT through paho-mqtt.
+
+It stamps every outgoing note's header, decodes every incoming one, re-subscribes after a
+reconnect, sets the ABNORMAL_DISCONNECT last will, and matches responses to requests.
+Callbacks run on paho's network thread; asyncio users hand them over with
+`protocol.concurrency.call_in_loop`.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+
+from protocol.broker_url import BrokerUrl
+from protocol.codec import DEFAULT_MAX_NOTE_BYTES, ProtocolError, decode, encode
+from protocol.codes import NoteType
+from protocol.correlation import Correlator, Replies
+from protocol.notes import AbnormalDisconnect, Header, Note
+from protocol.topics import Topics
+
+__all__ = ["BusError", "ConnectFailedError", "ControlBus", "Identity", "NoteHandler"]
+
+log = logging.getLogger(__name__)
+
+NoteHandler = Callable[[str, Note], None]
+BadNoteHandler = Callable[[str, ProtocolError], None]
+
+# Seconds between MQTT keep-alive pings; a peer that dies without closing its socket is
+# declared gone by the broker after 1.5 times this.
+_KEEPALIVE_S = 10
+_RECONNECT_MIN_S = 1
+_RECONNECT_MAX_S = 30
+
+
+class BusError(Exception):
+    """The control bus failed. `retry` says whether trying again may help."""
+
+    retry = False
+
+
+class ConnectFailedError(BusError):
+    retry = True
+
+
+@dataclass
+class Identity:
+    """Who this end of the bus is; stamped into every note it sends."""
+
+    peer_id: str
+    name: str
+    host: str
+    role: str
+
+    @classmethod
+    def new(cls, name: str, host: str, role: str) -> Identity:
+        return cls(peer_id=uuid.uuid4().hex, name=name, host=host, role=role)
+
+
+class ControlBus:
+    def __init__(
+        self,
+        url: BrokerUrl,
+        identity: Identity,
+        topics: Topics,
+        *,
+        on_note: NoteHandler | None = None,
+        on_bad_note: BadNoteHandler | None = None,
+        on_connected: Callable[[], None] | None = None,
+        last_will: bool = True,
+        max_note_bytes: int = DEFAULT_MAX_NOTE_BYTES,
+    ) -> None:
+        self.url = url
+        self.identity = identity
+        self.topics = topics
+        self.on_note = on_note
+        self.on_bad_note = on_bad_note
+        self.on_connected = on_connected
+        self.max_note_bytes = max_note_bytes
+        self.correlator = Correlator()
+        self._subscriptions: set[str] = set()
+        self._lock = threading.Lock()
+        self._connected = threading.Event()
+        self._last_error = "no answer yet"
+        self._client = self._make_client(last_will)
+
+    # --- connection ---------------------------------------------------------------------------
+
+    def _make_client(self, last_will: bool) -> mqtt.Client:
+        client = mqtt.Client(
+            callback_api_version=CallbackAPIVersion.VERSION2,
+            client_id=self.identity.peer_id,
+            clean_session=True,
+            protocol=mqtt.MQTTv311,
+        )
+        if self.url.username:
+            client.username_pw_set(self.url.username, self.url.password)
+        if self.url.tls:
+            client.tls_set(
+                ca_certs=self.url.ca_file,
+                certfile=self.url.cert_file,
+                keyfile=self.url.key_file,
+                cert_reqs=ssl.CERT_NONE if self.url.insecure else ssl.CERT_REQUIRED,
+            )
+            client.tls_insecure_set(self.url.insecure)
+        if last_will:
+            # The broker publishes this if the peer vanishes without a clean disconnect.
+            client.will_set(self.topics.notifications, encode(self._stamp(AbnormalDisconnect())), qos=1)
+        client.reconnect_delay_set(_RECONNECT_MIN_S, _RECONNECT_MAX_S)
+        client.on_connect = self._on_connect
+        client.on_connect_fail = self._on_connect_fail
+        client.on_disconnect = self._on_disconnect
+        client.on_message = self._on_message
+        return client
+
+    def connect(self, timeout_s: float = 10.0) -> None:
+        """Connect, retrying with backoff until `timeout_s`; raises ConnectFailedError."""
+        try:
+            self._client.connect_async(self.url.host, self.url.port, keepalive=_KEEPALIVE_S)
+        except (OSError, ValueError) as exc:
+            raise ConnectFailedError(f"cannot reach the control broker at {self.url}: {exc}") from exc
+        self._client.loop_start()
+        if not self._connected.wait(timeout_s):
+            self._client.loop_stop()
+            raise ConnectFailedError(
+                f"no connection to the control broker at {self.url} within {timeout_s:g} s ({self._last_error})"
+            )
+
+    def close(self) -> None:
+        """Disconnect cleanly: the broker discards the last will."""
+        self._client.disconnect()
+        self._client.loop_stop()
+        self._connected.clear()
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    def subscribe(self, topics: Iterable[str]) -> None:
+        new = set(topics)
+        with self._lock:
+            self._subscriptions |= new
+        if self.connected:
+            self._client.subscribe([(t, 1) for t in sorted(new)])
+
+    def unsubscribe(self, topic: str) -> None:
+        with self._lock:
+            self._subscriptions.discard(topic)
+        if self.connected:
+            self._client.unsubscribe(topic)
+
+    # --- sending ------------------------------------------------------------------------------
+
+    def _stamp(self, note: Note, reply_to: Note | None = None) -> Note:
+        who = self.identity
+        header = Header(
+            message_id=uuid.uuid4().hex,
+            sender_id=who.peer_id,
+            sender_name=who.name,
+            sender_host=who.host,
+            sender_role=who.role,
+            timestamp_ns=time.time_ns(),
+            correlation_id=reply_to.header.message_id if reply_to is not None else None,
+        )
+        return note.with_header(header)
+
+    def publish(self, topic: str, note: Note, *, reply_to: Note | None = None, qos: int = 1) -> Note:
+        """Stamp and send a note; returns it as sent (with its header)."""
+        stamped = self._stamp(note, reply_to)
+        self._publish_raw(topic, encode(stamped), qos)
+        return stamped
+
+    def reply(self, request: Note, response: Note) -> Note:
+        return self.publish(self.topics.maestro, response, reply_to=request)
+
+    def reply_to_id(self, correlation_id: str | None, response: Note) -> Note:
+        """Answer a request we could not decode, correlated by the id we could read (if any)."""
+        stamped = self._stamp(response)
+        stamped = stamped.with_header(replace(stamped.header, correlation_id=correlation_id))
+        self._publish_raw(self.topics.maestro, encode(stamped), 1)
+        return stamped
+
+    def request(self, topic: str, note: Note, expect: Iterable[str] | None, timeout_s: float) -> tuple[Note, Replies]:
+        """Send a request and wait for the responses of exactly `expect` (peer ids).
+
+        With `expect=None` it collects whoever answers until the timeout: only discovery does that.
+        """
+        stamped = self._stamp(note)
+        replies = self.correlator.expect(stamped.header.message_id, expect)
+        if replies.expected == frozenset():
+            self.correlator.wait(stamped.header.message_id, 0)
+            return stamped, replies
+        self._publish_raw(topic, encode(stamped), 1)
+        return stamped, self.correlator.wait(stamped.header.message_id, timeout_s)
+
+    def _publish_raw(self, topic: str, payload: bytes, qos: int) -> None:
+        info = self._client.publish(topic, payload, qos=qos)
+        if info.rc not in (mqtt.MQTT_ERR_SUCCESS, mqtt.MQTT_ERR_NO_CONN):
+            raise BusError(f"publish to {topic} failed: {mqtt.error_string(info.rc)}")
+        if info.rc == mqtt.MQTT_ERR_NO_CONN:
+            log.warning("not connected to the control broker: a note to %s is queued until reconnect", topic)
+
+    # --- paho callbacks (network thread) --------------------------------------------------------
+
+    def _on_connect(self, client: mqtt.Client, _userdata: Any, _flags: Any, reason: Any, _props: Any) -> None:
+        if reason.is_failure:
+            self._last_error = f"broker refused: {reason}"
+            log.error("control broker %s refused the connection: %s", self.url, reason)
+            return
+        _no_delay(client)
+        with self._lock:
+            topics = sorted(self._subscriptions)
+        if topics:
+            client.subscribe([(t, 1) for t in topics])
+        was_connected = self._connected.is_set()
+        self._connected.set()
+        log.info("%s to the control broker %s", "connected" if not was_connected else "reconnected", self.url)
+        if self.on_connected is not None:
+            self.on_connected()
+
+    def _on_connect_fail(self, _client: mqtt.Client, _userdata: Any) -> None:
+        self._last_error = "connection refused or unreachable"
+
+    def _on_disconnect(self, _client: mqtt.Client, _userdata: Any, _flags: Any, reason: Any, _props: Any) -> None:
+        if self._connected.is_set() and reason.is_failure:
+            log.warning("lost the control broker %s (%s); reconnecting", self.url, reason)
+        self._connected.clear()
+
+    def _on_message(self, _client: mqtt.Client, _userdata: Any, message: mqtt.MQTTMessage) -> None:
+        try:
+            note = decode(message.payload, self.max_note_bytes)
+        except ProtocolError as exc:
+            if self.on_bad_note is not None:
+                self.on_bad_note(message.topic, exc)
+            else:
+                log.warning("undecodable note on %s: %s", message.topic, exc.reason)
+            return
+        if note.TYPE == NoteType.RESPONSE and self.correlator.deliver(note):
+            return
+        if self.on_note is not None:
+            try:
+                self.on_note(message.topic, note)
+            except Exception:
+                # A handler bug must not kill paho's network thread (and with it the bus).
+                log.exception("note handler failed on %s", type(note).__name__)
+
+
+def _no_delay(client: mqtt.Client) -> None:
+    """Notes are small and latency matters: without this, Nagle and delayed ACKs add ~40 ms."""
+    sock = client.socket()
+    if isinstance(sock, socket.socket):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -1,0 +1,70 @@
+"""The command line every daemon shares: --broker, --name, --data-dir, logging, exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from protocol.broker_url import BrokerUrlError, default_broker_url
+from protocol.codes import Role
+from protocol.runtime import Peer, PeerConfig
+from protocol.topics import DEFAULT_PREFIX
+from protocol.version import VERSION
+
+__all__ = ["configure_logging", "daemon_parser", "run_daemon"]
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=level.upper(),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+    )
+
+
+def daemon_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument(
+        "--broker",
+        default=default_broker_url(),
+        help="control broker URL, mqtt://[user:pw@]host[:port] or mqtts://... "
+        "(default: $MAESTRO_BROKER or %(default)s)",
+    )
+    parser.add_argument("--name", help="peer name, unique on this host (default: ROLE-PID)")
+    parser.add_argument(
+        "--data-dir", type=Path, default=Path("maestro-data"), help="where test files go (default: %(default)s)"
+    )
+    parser.add_argument("--topic-prefix", default=DEFAULT_PREFIX, help="MQTT topic prefix (default: %(default)s)")
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="(default: %(default)s)"
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
+    return parser
+
+
+def run_daemon(
+    make_peer: Callable[[PeerConfig], Peer],
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    role_of: Callable[[argparse.Namespace], Role],
+) -> int:
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level)
+    role = role_of(args)
+    try:
+        config = PeerConfig(
+            broker_url=args.broker,
+            name=args.name or f"{role.value if role != Role.OTHER else 'worker'}-{os.getpid()}",
+            role=role,
+            data_dir=args.data_dir,
+            topic_prefix=args.topic_prefix,
+        )
+        peer = make_peer(config)
+    except (BrokerUrlError, ValueError) as exc:
+        parser.error(str(exc))
+    return asyncio.run(peer.run())

@@ -1,0 +1,73 @@
+"""An amqtt control broker on a free loopback port, for commands run without --broker."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from types import TracebackType
+from typing import Any
+
+from protocol.concurrency import BackgroundLoop
+
+__all__ = ["EmbeddedBroker", "free_port"]
+
+log = logging.getLogger(__name__)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class EmbeddedBroker:
+    """Start with `with EmbeddedBroker() as broker:`; `broker.url` is what peers connect to."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int | None = None) -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        self._loop: BackgroundLoop | None = None
+        self._broker: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"mqtt://{self.host}:{self.port}"
+
+    def start(self, timeout_s: float = 15.0) -> None:
+        self._loop = BackgroundLoop("embedded-mqtt-broker")
+        try:
+            self._loop.run(self._start(), timeout_s)
+        except Exception:
+            self._loop.close()
+            raise
+        log.info("embedded control broker listening on %s", self.url)
+
+    async def _start(self) -> None:
+        from amqtt.broker import Broker  # noqa: PLC0415 - late: only local runs pay for it
+
+        config = {
+            "listeners": {"default": {"type": "tcp", "bind": f"{self.host}:{self.port}"}},
+            # Loopback only, so no credentials; no $SYS chatter, no packet logging.
+            "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}},
+        }
+        self._broker = Broker(config, loop=asyncio.get_running_loop())
+        await self._broker.start()
+
+    def stop(self) -> None:
+        if self._loop is None:
+            return
+        try:
+            if self._broker is not None:
+                self._loop.run(self._broker.shutdown(), 10)
+        finally:
+            self._loop.close()
+            self._loop = None
+
+    def __enter__(self) -> EmbeddedBroker:
+        self.start()
+        return self
+
+    def __exit__(self, _t: type[BaseException] | None, _e: BaseException | None, _tb: TracebackType | None) -> None:
+        self.stop()

@@ -1,0 +1,251 @@
+"""Test options carried by SET: one table of names, each with the parser that checks it.
+
+A SET names options by key; the peer parses every value before storing any, so a bad option
+is refused as a whole with a message naming it, before any load starts. Roles add their own
+checks on top (a driver knows its URL options).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+__all__ = [
+    "OPTIONS",
+    "Duration",
+    "MessageSize",
+    "OptionError",
+    "parse_duration",
+    "parse_message_size",
+    "parse_options",
+    "parse_seconds",
+]
+
+
+class OptionError(ValueError):
+    """An option's name or value is wrong; the message names it."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        super().__init__(f"option {name!r}: {problem}")
+        self.name = name
+
+
+@dataclass(frozen=True)
+class Duration:
+    """How long a run lasts: a time or a message count (exactly one is set)."""
+
+    seconds: float | None = None
+    messages: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.seconds:g}s" if self.seconds is not None else f"{self.messages} messages"
+
+
+@dataclass(frozen=True)
+class MessageSize:
+    """Bytes per message: fixed (`256`), around a value (`~256`, +-5% as Maestro), or a range."""
+
+    min_bytes: int
+    max_bytes: int
+
+    @property
+    def fixed(self) -> bool:
+        return self.min_bytes == self.max_bytes
+
+
+_UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_TIME_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_SIZE = re.compile(r"^(\d+)\s*(b|kb|kib|mb|mib)?$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 1000_000, "mib": 1024 * 1024}
+MAX_MESSAGE_BYTES = 100 * 1024 * 1024
+_URL_SCHEMES = {"amqp", "amqps", "amqp10", "amqp10s", "kafka", "kafkas", "mqtt", "mqtts"}
+
+
+def parse_seconds(value: Any) -> float:
+    """`90`, `1.5`, `"120s"`, `"10m"`, `"1h30m"`, `"250ms"` -> seconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a time such as 120s, 10m or 1h30m")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        text = str(value).strip().lower()
+        if re.fullmatch(r"\d+(\.\d+)?", text):
+            seconds = float(text)
+        elif text and _TIME_PART.sub("", text) == "":
+            seconds = sum(float(n) * _UNITS_S[u] for n, u in _TIME_PART.findall(text))
+        else:
+            raise ValueError(f"{value!r} is not a time such as 120s, 10m or 1h30m")
+    if seconds < 0:
+        raise ValueError(f"{value!r} is negative")
+    return seconds
+
+
+def parse_duration(value: Any) -> Duration:
+    """A time (`120s`, `10m`) or a message count (`1000`, `"1000 messages"`)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value <= 0:
+            raise ValueError("a message count must be positive")
+        return Duration(messages=value)
+    text = str(value).strip().lower()
+    count = re.fullmatch(r"(\d+)\s*(msgs?|messages?)?", text)
+    if count:
+        return Duration(messages=_positive(int(count.group(1)), "a message count"))
+    return Duration(seconds=_positive(parse_seconds(text), "a duration"))
+
+
+def parse_message_size(value: Any) -> MessageSize:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _size_range(value, value)
+    text = str(value).strip()
+    if text.startswith("~"):
+        middle = _bytes(text[1:])
+        spread = max(1, middle * 5 // 100) if middle > 1 else 0
+        return _size_range(middle - spread, middle + spread)
+    if "-" in text:
+        low, high = text.split("-", 1)
+        return _size_range(_bytes(low), _bytes(high))
+    size = _bytes(text)
+    return _size_range(size, size)
+
+
+def _bytes(text: str) -> int:
+    match = _SIZE.match(text.strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a size such as 256, 1kb or 2MiB")
+    return int(match.group(1)) * _SIZE_UNITS[(match.group(2) or "").lower()]
+
+
+def _size_range(low: int, high: int) -> MessageSize:
+    if low < 1 or high > MAX_MESSAGE_BYTES or low > high:
+        raise ValueError(f"sizes must lie within 1 byte and {MAX_MESSAGE_BYTES} bytes, lowest first")
+    return MessageSize(low, high)
+
+
+_N = TypeVar("_N", int, float)
+
+
+def _positive(value: _N, what: str) -> _N:
+    if value <= 0:
+        raise ValueError(f"{what} must be positive")
+    return value
+
+
+def _number(low: float, high: float | None = None, integer: bool = False) -> Callable[[Any], float | int]:
+    def parse(value: Any) -> float | int:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise ValueError(f"expected a number, got {value!r}")
+        number = float(value)
+        if integer:
+            if number != int(number):
+                raise ValueError(f"expected a whole number, got {value!r}")
+            number = int(number)
+        if number < low or (high is not None and number > high):
+            bound = f"from {low:g} to {high:g}" if high is not None else f"at least {low:g}"
+            raise ValueError(f"{value!r} is out of range ({bound})")
+        return number
+
+    return parse
+
+
+def _boolean(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _choice(*choices: str) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
+        return str(value)
+
+    return parse
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ValueError("expected a map with string keys")
+    return dict(value)
+
+
+def _sut_urls(value: Any) -> list[str]:
+    """One URL, a comma-separated list (cluster nodes, round robin), or a list of URLs."""
+    urls = [u.strip() for u in value.split(",")] if isinstance(value, str) else value
+    if not isinstance(urls, list) or not urls or not all(isinstance(u, str) and u for u in urls):
+        raise ValueError("expected a URL or a list of URLs")
+    for url in urls:
+        parts = urlsplit(url)
+        if parts.scheme not in _URL_SCHEMES:
+            raise ValueError(f"{url!r}: the scheme must be one of {', '.join(sorted(_URL_SCHEMES))}")
+        if not parts.hostname:
+            raise ValueError(f"{url!r} names no host")
+    return urls
+
+
+def _http_url(value: Any) -> str:
+    text = _text(value)
+    if urlsplit(text).scheme not in ("http", "https"):
+        raise ValueError(f"{text!r} is not an http:// or https:// URL")
+    return text
+
+
+# name -> parser. Names say their unit; see DESIGN.md "Test options".
+OPTIONS: dict[str, Callable[[Any], Any]] = {
+    "test_id": _text,
+    "duration": parse_duration,
+    "warm_up_s": parse_seconds,
+    "rate_per_s": _number(0),  # per client; 0 = as fast as the SUT takes it
+    "arrivals": _choice("uniform", "poisson"),
+    "parallel_count": _number(1, 100_000, integer=True),
+    "message_size": parse_message_size,
+    "send_url": _sut_urls,
+    "receive_url": _sut_urls,
+    "durable": _boolean,
+    "ack_mode": _choice("auto", "manual", "none"),
+    "confirm_window": _number(0, 1_000_000, integer=True),
+    "qos": _number(0, 2, integer=True),
+    "prefetch": _number(0, 1_000_000, integer=True),
+    "queue_arguments": _mapping,
+    "kafka": _mapping,
+    "processing_delay_ms": _number(0),
+    "start_jitter_s": parse_seconds,
+    "fail_latency_ms": _number(0),  # 0 = no latency bound
+    "fail_latency_policy": _choice("soft", "hard"),
+    "fail_latency_percentile": _number(0, 100),
+    "fail_min_rate_ratio": _number(0, 1),
+    "fail_max_loss_ratio": _number(0, 1),
+    "fail_stall_s": parse_seconds,
+    "management_url": _text,
+    "inspector": _text,
+    "inspector_interval_s": _number(1),
+    "data_server_url": _http_url,
+    "labels": _mapping,
+}
+
+
+def parse_options(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Parse every option or none: raises OptionError naming the first bad one."""
+    parsed: dict[str, Any] = {}
+    for name in sorted(raw):
+        parser = OPTIONS.get(name)
+        if parser is None:
+            raise OptionError(name, f"unknown option (known: {', '.join(sorted(OPTIONS))})")
+        try:
+            parsed[name] = parser(raw[name])
+        except (ValueError, TypeError) as exc:
+            raise OptionError(name, str(exc)) from exc
+    return parsed

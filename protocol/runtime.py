@@ -1,0 +1,315 @@
+"""The peer runtime: the daemon skeleton every role shares.
+
+It connects to the control broker, subscribes to the peer's topics, decodes notes, dispatches
+them to handlers one at a time in arrival order (so SET lands before START), and answers
+OK / INTERNAL_ERROR / PROTOCOL_ERROR. A role subclasses `Peer` and handles its own commands in
+`handle_role_note`; long work is started as a task there, never awaited, so PING and HALT are
+answered while it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from protocol.broker_url import BrokerUrl
+from protocol.bus import ConnectFailedError, ControlBus, Identity
+from protocol.codec import DEFAULT_MAX_NOTE_BYTES, ProtocolError
+from protocol.codes import ErrorCode, NoteType, Role
+from protocol.concurrency import call_in_loop
+from protocol.notes import (
+    GetRequest,
+    GetResponse,
+    Halt,
+    InternalErrorResponse,
+    Note,
+    OkResponse,
+    PeerOnline,
+    PingRequest,
+    PingResponse,
+    ProtocolErrorResponse,
+    RoleAssign,
+    RoleUnassign,
+    SetRequest,
+    StatsRequest,
+    StatsResponse,
+)
+from protocol.options import OptionError, parse_options
+from protocol.topics import DEFAULT_PREFIX, Topics, check_topic_word
+from protocol.version import VERSION
+
+__all__ = ["Peer", "PeerConfig", "PeerError", "UnsupportedError"]
+
+log = logging.getLogger(__name__)
+
+# Remembered request ids, so a QoS 1 redelivery is not acted on twice.
+_SEEN_REQUESTS = 1024
+
+
+class PeerError(Exception):
+    """A request cannot be done; answered as INTERNAL_ERROR with `code`."""
+
+    code = ErrorCode.FAILED
+
+
+class UnsupportedError(PeerError):
+    code = ErrorCode.UNSUPPORTED
+
+
+@dataclass
+class PeerConfig:
+    broker_url: str
+    name: str
+    role: Role
+    data_dir: Path = field(default_factory=lambda: Path("maestro-data"))
+    host: str = field(default_factory=socket.gethostname)
+    topic_prefix: str = DEFAULT_PREFIX
+    max_note_bytes: int = DEFAULT_MAX_NOTE_BYTES
+    connect_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        check_topic_word(self.name, "peer name")
+        check_topic_word(self.host, "host name")
+
+
+class Peer:
+    """One daemon on the control bus. Subclasses set the class attributes and role handlers."""
+
+    # Roles a coordinator may give this daemon with ROLE_ASSIGN (workers only).
+    ASSIGNABLE_ROLES: ClassVar[frozenset[Role]] = frozenset()
+    # Inspectors and agents follow the test's notifications; workers need not.
+    LISTENS_TO_NOTIFICATIONS: ClassVar[bool] = False
+
+    def __init__(self, config: PeerConfig) -> None:
+        self.config = config
+        self.role = config.role
+        self.state = "idle"
+        self.options: dict[str, Any] = {}
+        self.raw_options: dict[str, Any] = {}
+        self.topics = Topics(config.topic_prefix)
+        self.bus = ControlBus(
+            BrokerUrl.parse(config.broker_url),
+            Identity.new(config.name, config.host, config.role.value),
+            self.topics,
+            max_note_bytes=config.max_note_bytes,
+        )
+        self._inbox: asyncio.Queue[tuple[str, Note | ProtocolError]] = asyncio.Queue()
+        self._stopping = asyncio.Event()
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self.protocol_errors = 0
+
+    @property
+    def peer_id(self) -> str:
+        return self.bus.identity.peer_id
+
+    # --- life cycle ---------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Serve until HALT or SIGTERM; the exit code for the process."""
+        loop = asyncio.get_running_loop()
+        self.bus.on_note = lambda topic, note: call_in_loop(loop, self._inbox.put_nowait, (topic, note))
+        self.bus.on_bad_note = lambda topic, err: call_in_loop(loop, self._inbox.put_nowait, (topic, err))
+        self.bus.on_connected = self._announce
+        self.bus.subscribe(self._subscriptions())
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop, sig.name)
+        try:
+            await asyncio.to_thread(self.bus.connect, self.config.connect_timeout_s)
+        except ConnectFailedError as exc:
+            log.error("%s", exc)
+            return 1
+        log.info("%s %s (%s) is up on %s", self.role.value, self.config.name, self.peer_id, self.bus.url)
+        dispatcher = asyncio.create_task(self._dispatch_forever())
+        await self._stopping.wait()
+        dispatcher.cancel()
+        await self.shutdown()
+        self.bus.close()
+        log.info("%s %s stopped", self.role.value, self.config.name)
+        return 0
+
+    def stop(self, why: str = "") -> None:
+        if not self._stopping.is_set():
+            log.info("stopping%s", f" ({why})" if why else "")
+            self._stopping.set()
+
+    async def shutdown(self) -> None:
+        """Undo what the role started (runs before the clean disconnect)."""
+
+    def _subscriptions(self) -> list[str]:
+        t = self.topics
+        topics = [t.everyone, t.by_id(self.peer_id), t.by_name(self.config.host, self.config.name)]
+        if self.role.is_worker:
+            topics.append(t.workers)
+        if self.role not in (Role.OTHER,):
+            topics.append(t.by_role(self.role))
+        if self.LISTENS_TO_NOTIFICATIONS:
+            topics.append(t.notifications)
+        return topics
+
+    def _announce(self) -> None:
+        # Runs on the MQTT thread after every (re)connect: the coordinator learns of us at once.
+        self.bus.publish(self.topics.notifications, PeerOnline(version=VERSION))
+
+    # --- dispatch -----------------------------------------------------------------------------
+
+    async def _dispatch_forever(self) -> None:
+        while True:
+            topic, item = await self._inbox.get()
+            try:
+                await self._dispatch(topic, item)
+            except Exception:
+                log.exception("failed to answer a note on %s", topic)
+
+    async def _dispatch(self, topic: str, item: Note | ProtocolError) -> None:
+        from_notifications = topic == self.topics.notifications
+        if isinstance(item, ProtocolError):
+            self.protocol_errors += 1
+            log.warning("bad note on %s: %s", topic, item.reason)
+            if not from_notifications:
+                self.bus.reply_to_id(item.correlation_id, ProtocolErrorResponse(reason=item.reason))
+            return
+        note = item
+        if from_notifications:
+            if note.header.sender_id != self.peer_id:
+                await self.handle_notification(note)
+            return
+        if note.TYPE != NoteType.REQUEST:
+            self.protocol_errors += 1
+            reason = f"{type(note).__name__} is a {note.TYPE.name.lower()}, not a request"
+            self.bus.reply(note, ProtocolErrorResponse(reason=reason))
+            return
+        if self._already_seen(note.header.message_id):
+            return
+        response = await self._answer(note)
+        if response is not None:
+            self.bus.reply(note, response)
+        if isinstance(note, Halt):
+            self.stop("HALT")
+
+    def _already_seen(self, message_id: str) -> bool:
+        if message_id in self._seen:
+            return True
+        self._seen[message_id] = None
+        if len(self._seen) > _SEEN_REQUESTS:
+            self._seen.popitem(last=False)
+        return False
+
+    async def _answer(self, note: Note) -> Note | None:
+        try:
+            return await self.handle(note)
+        except OptionError as exc:
+            return InternalErrorResponse(code=ErrorCode.INVALID_OPTION, message=str(exc))
+        except PeerError as exc:
+            return InternalErrorResponse(code=exc.code, message=str(exc))
+        except Exception as exc:
+            log.exception("%s failed", type(note).__name__)
+            return InternalErrorResponse(code=ErrorCode.FAILED, message=f"{type(exc).__name__}: {exc}")
+
+    async def handle(self, note: Note) -> Note | None:
+        match note:
+            case PingRequest():
+                return self._on_ping(note)
+            case SetRequest():
+                return self._on_set(note)
+            case StatsRequest():
+                return self._on_stats()
+            case GetRequest():
+                return self._on_get(note)
+            case Halt():
+                return OkResponse()
+            case RoleAssign():
+                return self._on_role_assign(note)
+            case RoleUnassign():
+                return self._on_role_unassign()
+            case _:
+                return await self.handle_role_note(note)
+
+    # --- role hooks ---------------------------------------------------------------------------
+
+    async def handle_role_note(self, note: Note) -> Note | None:
+        raise UnsupportedError(f"a {self.role.value} does not handle {type(note).__name__}")
+
+    async def handle_notification(self, note: Note) -> None:
+        """Another peer's notification (only with LISTENS_TO_NOTIFICATIONS)."""
+
+    def check_options(self, options: dict[str, Any]) -> None:
+        """Role-specific checks of parsed options; raise OptionError to refuse the SET."""
+
+    def counters(self) -> dict[str, Any]:
+        return {"protocol_errors": self.protocol_errors}
+
+    # --- shared handlers ----------------------------------------------------------------------
+
+    def _on_ping(self, note: PingRequest) -> PingResponse:
+        return PingResponse(
+            coordinator_time_ns=note.coordinator_time_ns,
+            peer_time_ns=time.time_ns(),
+            version=VERSION,
+            pid=os.getpid(),
+        )
+
+    def _on_set(self, note: SetRequest) -> OkResponse:
+        parsed = parse_options(note.options)
+        self.check_options({**self.options, **parsed})
+        self.options.update(parsed)
+        self.raw_options.update(note.options)
+        log.info("options set: %s", ", ".join(sorted(note.options)))
+        return OkResponse()
+
+    def _on_stats(self) -> StatsResponse:
+        return StatsResponse(
+            state=self.state,
+            test_id=str(self.options.get("test_id", "")),
+            counters=self.counters(),
+            options=self.raw_options,
+        )
+
+    def _on_get(self, note: GetRequest) -> GetResponse:
+        answers: dict[str, Any] = {
+            "version": VERSION,
+            "options": self.raw_options,
+            "data_dir": str(self.config.data_dir),
+            "role": self.role.value,
+        }
+        if note.what not in answers:
+            raise PeerError(f"GET knows {', '.join(sorted(answers))}; not {note.what!r}")
+        return GetResponse(what=note.what, value=answers[note.what])
+
+    def _on_role_assign(self, note: RoleAssign) -> OkResponse:
+        try:
+            role = Role(note.role)
+        except ValueError as exc:
+            raise PeerError(f"unknown role {note.role!r}") from exc
+        if role not in self.ASSIGNABLE_ROLES:
+            raise UnsupportedError(f"a {self.config.role.value} daemon cannot take the role {role.value}")
+        if self.state != "idle":
+            raise PeerError(
+                f"cannot change role while {self.state}",
+            )
+        self._set_role(role)
+        return OkResponse()
+
+    def _on_role_unassign(self) -> OkResponse:
+        if not self.ASSIGNABLE_ROLES:
+            raise UnsupportedError(f"a {self.role.value} keeps its role")
+        if self.state != "idle":
+            raise PeerError(f"cannot drop the role while {self.state}")
+        self._set_role(Role.OTHER)
+        return OkResponse()
+
+    def _set_role(self, role: Role) -> None:
+        if self.role != Role.OTHER:
+            self.bus.unsubscribe(self.topics.by_role(self.role))
+        self.role = role
+        self.bus.identity.role = role.value
+        if role != Role.OTHER:
+            self.bus.subscribe([self.topics.by_role(role)])
+        log.info("role is now %s", role.value)

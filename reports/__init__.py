@@ -1,0 +1,1 @@
+"""Data server, report browser, PySpark reporter and HTML rendering (the reports issue)."""

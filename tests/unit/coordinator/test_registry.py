@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import threading
+
+from coordinator.cli import format_peers
+from coordinator.registry import ClockSample, PeerRegistry, PeerState, estimate_clock
+from protocol.codes import Role
+
+
+def test_clock_offset_is_measured_against_the_midpoint_of_the_round_trip() -> None:
+    # Sent at t=1.000 s, answered 2 ms later; the peer's clock read 1.006 s, so at the
+    # midpoint (1.001 s) it was 5 ms ahead, give or take half the round trip.
+    sample = estimate_clock(sent_wall_ns=1_000_000_000, rtt_ns=2_000_000, peer_wall_ns=1_006_000_000)
+    assert sample.rtt_us == 2000.0
+    assert sample.offset_us == 5000.0
+    assert sample.uncertainty_us == 1000.0
+
+
+def test_a_peer_behind_has_a_negative_offset() -> None:
+    sample = estimate_clock(sent_wall_ns=10_000_000, rtt_ns=400_000, peer_wall_ns=9_000_000)
+    assert sample.offset_us == -1200.0
+
+
+def test_the_registry_keeps_the_tightest_clock_sample() -> None:
+    peer = PeerRegistry().upsert("id1", "w1", "h", "sender")
+    peer.record_clock(ClockSample(rtt_us=900, offset_us=50))
+    peer.record_clock(ClockSample(rtt_us=300, offset_us=10))
+    peer.record_clock(ClockSample(rtt_us=600, offset_us=-70))
+    assert peer.clock == ClockSample(rtt_us=300, offset_us=10)
+
+
+def test_missing_peers_are_not_live_until_they_come_back() -> None:
+    registry = PeerRegistry()
+    registry.upsert("a", "w1", "h", "sender")
+    registry.upsert("b", "w2", "h", "nonsense-role")
+    registry.mark_missing("a")
+    assert [p.peer_id for p in registry.live()] == ["b"]
+    assert registry.get("b") is not None and registry.get("b").role == Role.OTHER  # type: ignore[union-attr]
+    registry.upsert("a", "w1", "h", "sender")
+    assert registry.get("a").state == PeerState.READY  # type: ignore[union-attr]
+
+
+def test_wait_until_wakes_on_a_new_peer() -> None:
+    registry = PeerRegistry()
+    threading.Timer(0.05, registry.upsert, ["a", "w1", "h", "receiver"]).start()
+    peers = registry.wait_until(lambda ps: len(ps) == 1, timeout_s=10)
+    assert [p.name for p in peers] == ["w1"]
+
+
+def test_peer_table() -> None:
+    registry = PeerRegistry()
+    peer = registry.upsert("0123abcd", "w1", "node1", "sender")
+    peer.version, peer.pid = "0.1.0", 4242
+    peer.record_clock(ClockSample(rtt_us=1500, offset_us=-250))
+    registry.upsert("99", "i1", "node2", "inspector")
+    lines = format_peers(registry.live()).splitlines()
+    assert lines[0].split() == [
+        "NAME",
+        "ROLE",
+        "HOST",
+        "STATE",
+        "VERSION",
+        "PID",
+        "RTT",
+        "ms",
+        "CLOCK",
+        "OFFSET",
+        "ms",
+        "ID",
+    ]
+    assert lines[1].split() == ["i1", "inspector", "node2", "ready", "-", "-", "-", "-", "99"]
+    assert lines[2].split() == ["w1", "sender", "node1", "ready", "0.1.0", "4242", "1.50", "-0.25", "±0.75", "0123abcd"]

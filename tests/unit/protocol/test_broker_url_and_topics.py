@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import pytest
+
+from protocol.broker_url import BrokerUrl, BrokerUrlError
+from protocol.codes import Role
+from protocol.topics import Topics
+
+
+def test_plain_url_defaults_the_port() -> None:
+    url = BrokerUrl.parse("mqtt://lab-broker")
+    assert (url.host, url.port, url.tls, url.username) == ("lab-broker", 1883, False, None)
+
+
+def test_credentials_and_tls_come_from_the_url() -> None:
+    url = BrokerUrl.parse("mqtts://maestro:s%40cret@broker.lab:9883?ca=/etc/ca.pem&insecure=true")
+    assert (url.host, url.port, url.tls) == ("broker.lab", 9883, True)
+    assert (url.username, url.password) == ("maestro", "s@cret")
+    assert url.ca_file == "/etc/ca.pem"
+    assert url.insecure
+    assert BrokerUrl.parse("mqtts://h").port == 8883
+
+
+def test_the_password_never_shows() -> None:
+    url = BrokerUrl.parse("mqtt://u:hunter2@h:1883")
+    assert "hunter2" not in str(url)
+    assert "hunter2" not in repr(url)
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("http://h:1883", "scheme must be mqtt:// or mqtts://"),
+        ("mqtt://:1883", "names no host"),
+        ("mqtt://h:99999", "out of range"),
+        ("mqtt://h/x", "path is not allowed"),
+        ("mqtt://h?ca=/x", "need mqtts://"),
+        ("mqtts://h?colour=red", "unknown option 'colour'"),
+        ("mqtt://u:hunter2@h:x", "***"),
+    ],
+)
+def test_bad_urls(text: str, fragment: str) -> None:
+    with pytest.raises(BrokerUrlError) as caught:
+        BrokerUrl.parse(text)
+    assert fragment in str(caught.value)
+    assert "hunter2" not in str(caught.value)
+
+
+def test_topics_follow_maestro_1_5() -> None:
+    t = Topics()
+    assert t.maestro == "/mpt/maestro"
+    assert t.notifications == "/mpt/notifications"
+    assert t.everyone == "/mpt/peer"
+    assert t.workers == "/mpt/peer/worker"
+    assert t.by_id("abc") == "/mpt/peer/by-id/abc"
+    assert t.by_name("node1", "w1") == "/mpt/peer/by-name/node1/w1"
+    assert t.by_role(Role.SENDER) == "/mpt/peer/by-role/sender"
+    assert Topics("/lab2").by_role(Role.AGENT) == "/lab2/peer/by-role/agent"
+
+
+@pytest.mark.parametrize("name", ["w/1", "w+", "#", "", "a b"])
+def test_names_cannot_change_the_topic_shape(name: str) -> None:
+    with pytest.raises(ValueError):
+        Topics().by_name("host", name)
+
+
+@pytest.mark.parametrize("prefix", ["", "/mpt/", "/mpt/#", "/a+b"])
+def test_bad_prefixes(prefix: str) -> None:
+    with pytest.raises(ValueError):
+        Topics(prefix)

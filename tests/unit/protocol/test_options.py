@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import pytest
+
+from protocol.options import (
+    Duration,
+    MessageSize,
+    OptionError,
+    parse_duration,
+    parse_message_size,
+    parse_options,
+    parse_seconds,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("120s", 120.0),
+        ("10m", 600.0),
+        ("1h30m", 5400.0),
+        ("250ms", 0.25),
+        ("1d1h1m1s", 90061.0),
+        (90, 90.0),
+        ("2.5", 2.5),
+        ("1.5m", 90.0),
+    ],
+)
+def test_times(text: object, seconds: float) -> None:
+    assert parse_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["10 minutes", "m", "", "-5s", "1x", True])
+def test_bad_times(bad: object) -> None:
+    with pytest.raises(ValueError):
+        parse_seconds(bad)
+
+
+def test_durations_are_a_time_or_a_count() -> None:
+    assert parse_duration("10m") == Duration(seconds=600.0)
+    assert parse_duration(1000) == Duration(messages=1000)
+    assert parse_duration("1000") == Duration(messages=1000)
+    assert parse_duration("5000 messages") == Duration(messages=5000)
+    with pytest.raises(ValueError, match="positive"):
+        parse_duration(0)
+
+
+def test_message_sizes() -> None:
+    assert parse_message_size(256) == MessageSize(256, 256)
+    assert parse_message_size("1kb") == MessageSize(1000, 1000)
+    assert parse_message_size("2MiB") == MessageSize(2 * 1024 * 1024, 2 * 1024 * 1024)
+    # Maestro's "~N" is N +- 5 %.
+    assert parse_message_size("~200") == MessageSize(190, 210)
+    assert parse_message_size("100-1000") == MessageSize(100, 1000)
+    assert parse_message_size(12).fixed
+    for bad in ["0", "1000-100", "lots", "200MiB"]:
+        with pytest.raises(ValueError):
+            parse_message_size(bad)
+
+
+def test_parse_options_normalises_every_value() -> None:
+    parsed = parse_options(
+        {
+            "rate_per_s": "1000",
+            "parallel_count": 5,
+            "duration": "10s",
+            "durable": "true",
+            "send_url": "amqp://a:5672/q,amqp://b:5672/q",
+        }
+    )
+    assert parsed == {
+        "rate_per_s": 1000.0,
+        "parallel_count": 5,
+        "duration": Duration(seconds=10.0),
+        "durable": True,
+        "send_url": ["amqp://a:5672/q", "amqp://b:5672/q"],
+    }
+
+
+@pytest.mark.parametrize(
+    ("raw", "name", "fragment"),
+    [
+        ({"rate": 5}, "rate", "unknown option"),
+        ({"rate_per_s": -1}, "rate_per_s", "out of range"),
+        ({"parallel_count": 2.5}, "parallel_count", "whole number"),
+        ({"send_url": "http://x/q"}, "send_url", "scheme must be one of"),
+        ({"send_url": "amqp:///q"}, "send_url", "names no host"),
+        ({"qos": 3}, "qos", "out of range"),
+        ({"ack_mode": "sometimes"}, "ack_mode", "expected one of"),
+        ({"data_server_url": "ftp://x"}, "data_server_url", "http"),
+    ],
+)
+def test_a_bad_option_is_named(raw: dict[str, object], name: str, fragment: str) -> None:
+    with pytest.raises(OptionError) as caught:
+        parse_options(raw)
+    assert caught.value.name == name
+    assert f"option {name!r}" in str(caught.value)
+    assert fragment in str(caught.value)

@@ -1,0 +1,1 @@
+"""Messaging clients behind one interface, chosen by URL scheme (the load-generation issue)."""
