@@ -40,16 +40,21 @@ BadNoteHandler = Callable[[str, ProtocolError], None]
 _KEEPALIVE_S = 10
 _RECONNECT_MIN_S = 1
 _RECONNECT_MAX_S = 30
+# CONNACK codes (MQTT 3.1.1 and their MQTT 5 twins) after which a retry cannot succeed.
+_REFUSALS = {2, 4, 5, 0x85, 0x86, 0x87, 0x8C}
 
 
 class BusError(Exception):
     """The control bus failed. `retry` says whether trying again may help."""
 
-    retry = False
+    def __init__(self, message: str, *, retry: bool = False) -> None:
+        super().__init__(message)
+        self.retry = retry
 
 
 class ConnectFailedError(BusError):
-    retry = True
+    def __init__(self, message: str, *, retry: bool = True) -> None:
+        super().__init__(message, retry=retry)
 
 
 @dataclass
@@ -90,6 +95,7 @@ class ControlBus:
         self._subscriptions: set[str] = set()
         self._lock = threading.Lock()
         self._connected = threading.Event()
+        self._refused = threading.Event()  # credentials or client id refused: retrying cannot help
         self._last_error = "no answer yet"
         self._client = self._make_client(last_will)
 
@@ -129,11 +135,19 @@ class ControlBus:
         except (OSError, ValueError) as exc:
             raise ConnectFailedError(f"cannot reach the control broker at {self.url}: {exc}") from exc
         self._client.loop_start()
-        if not self._connected.wait(timeout_s):
-            self._client.loop_stop()
-            raise ConnectFailedError(
-                f"no connection to the control broker at {self.url} within {timeout_s:g} s ({self._last_error})"
-            )
+        deadline = time.monotonic() + timeout_s
+        while not self._connected.wait(0.05):
+            if self._refused.is_set():
+                self._client.disconnect()
+                self._client.loop_stop()
+                raise ConnectFailedError(
+                    f"the control broker at {self.url} refused us: {self._last_error}", retry=False
+                )
+            if time.monotonic() > deadline:
+                self._client.loop_stop()
+                raise ConnectFailedError(
+                    f"no connection to the control broker at {self.url} within {timeout_s:g} s ({self._last_error})"
+                )
 
     def close(self) -> None:
         """Disconnect cleanly: the broker discards the last will."""
@@ -213,7 +227,9 @@ class ControlBus:
 
     def _on_connect(self, client: mqtt.Client, _userdata: Any, _flags: Any, reason: Any, _props: Any) -> None:
         if reason.is_failure:
-            self._last_error = f"broker refused: {reason}"
+            self._last_error = str(reason)
+            if reason.value in _REFUSALS:
+                self._refused.set()
             log.error("control broker %s refused the connection: %s", self.url, reason)
             return
         _no_delay(client)

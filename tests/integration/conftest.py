@@ -1,0 +1,45 @@
+"""Real servers and real daemon processes for the integration tests.
+
+Every test gets its own topic prefix, so tests sharing the lab Mosquitto never see each
+other's peers (nor a developer's daemons on the default /mpt).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.processes import Daemons, wait_for_port
+
+from coordinator import Maestro
+
+MOSQUITTO_URL = "mqtt://127.0.0.1:1883"
+
+
+@pytest.fixture(scope="session")
+def mosquitto_url() -> str:
+    try:
+        wait_for_port(1883, timeout_s=2)
+    except TimeoutError:
+        pytest.fail("Mosquitto does not answer on 127.0.0.1:1883: start it (.ci/run does) before the integration tests")
+    return MOSQUITTO_URL
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"/mpt-test-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def daemons(mosquitto_url: str, prefix: str, tmp_path: Path) -> Iterator[Daemons]:
+    started = Daemons(mosquitto_url, prefix, tmp_path)
+    yield started
+    started.kill_all()
+
+
+@pytest.fixture
+def maestro(mosquitto_url: str, prefix: str) -> Iterator[Maestro]:
+    with Maestro.connect(mosquitto_url, topic_prefix=prefix, discover_s=0) as client:
+        yield client

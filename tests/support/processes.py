@@ -1,0 +1,83 @@
+"""Daemon processes and private brokers for the integration tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from protocol.embedded_broker import free_port
+
+BIN = Path(sys.executable).parent
+
+
+def wait_for_port(port: int, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout_s:g} s")
+
+
+@dataclass
+class Daemons:
+    """Daemon processes started from the installed console scripts; all killed at teardown."""
+
+    broker_url: str
+    prefix: str
+    log_dir: Path
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, command: str, name: str, *extra: str, broker_url: str | None = None) -> subprocess.Popen[bytes]:
+        argv = [str(BIN / command), "--broker", broker_url or self.broker_url, "--name", name]
+        argv += ["--topic-prefix", self.prefix, "--data-dir", str(self.log_dir / name), *extra]
+        with (self.log_dir / f"{name}.log").open("ab") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        self.procs[name] = proc
+        return proc
+
+    def log(self, name: str) -> str:
+        return (self.log_dir / f"{name}.log").read_text(errors="replace")
+
+    def kill_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(10)
+
+
+@dataclass
+class PrivateMosquitto:
+    """A Mosquitto of a test's own, on a free port, that the test may stop and restart."""
+
+    config: Path
+    port: int
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with (self.config.parent / "mosquitto.log").open("ab") as log:
+            self.proc = subprocess.Popen(["mosquitto", "-c", str(self.config)], stdout=log, stderr=subprocess.STDOUT)
+        wait_for_port(self.port)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+
+def private_mosquitto(directory: Path, extra_config: str = "", port: int | None = None) -> PrivateMosquitto:
+    port = port or free_port()
+    config = directory / "mosquitto.conf"
+    # Run as root so the broker can read the test's 0700 temp files; nodelay for honest round trips.
+    config.write_text(
+        f"user root\nset_tcp_nodelay true\nlistener {port} 127.0.0.1\n" + (extra_config or "allow_anonymous true\n")
+    )
+    os.chmod(directory, 0o755)
+    return PrivateMosquitto(config, port)
