@@ -95,6 +95,7 @@ class ControlBus:
         self._subscriptions: set[str] = set()
         self._lock = threading.Lock()
         self._connected = threading.Event()
+        self._connections = 0
         self._refused = threading.Event()  # credentials or client id refused: retrying cannot help
         self._last_error = "no answer yet"
         self._client = self._make_client(last_will)
@@ -237,9 +238,9 @@ class ControlBus:
             topics = sorted(self._subscriptions)
         if topics:
             client.subscribe([(t, 1) for t in topics])
-        was_connected = self._connected.is_set()
+        self._connections += 1
         self._connected.set()
-        log.info("%s to the control broker %s", "connected" if not was_connected else "reconnected", self.url)
+        log.info("%s to the control broker %s", "reconnected" if self._connections > 1 else "connected", self.url)
         if self.on_connected is not None:
             self.on_connected()
 

@@ -1,0 +1,14 @@
+"""Rules for the whole suite."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A skipped test proves nothing: a run with skips fails, as one that ran no test does."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = len(reporter.stats.get("skipped", [])) if reporter is not None else 0
+    if skipped and exitstatus == pytest.ExitCode.OK:
+        reporter.write_line(f"{skipped} test(s) skipped: failing the run (a skipped test proves nothing)", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
