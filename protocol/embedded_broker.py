@@ -52,7 +52,17 @@ class EmbeddedBroker:
             # Loopback only, so no credentials; no $SYS chatter, no packet logging.
             "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}},
         }
-        self._broker = Broker(config, loop=asyncio.get_running_loop())
+
+        class _ClosingBroker(Broker):
+            # amqtt 0.12 can leave a client's socket open after the session ended; the session
+            # handler returns only when the client is gone, so closing here is always right.
+            async def stream_connected(self, reader: Any, writer: asyncio.StreamWriter, listener_name: str) -> None:
+                try:
+                    await super().stream_connected(reader, writer, listener_name)
+                finally:
+                    writer.close()
+
+        self._broker = _ClosingBroker(config, loop=asyncio.get_running_loop())
         await self._broker.start()
 
     def stop(self) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+
 import pytest
 
 
@@ -12,3 +15,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if skipped and exitstatus == pytest.ExitCode.OK:
         reporter.write_line(f"{skipped} test(s) skipped: failing the run (a skipped test proves nothing)", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage_after_each_test() -> Iterator[None]:
+    """Leaked sockets surface at garbage collection: collect here, so the test that leaked is the one that fails."""
+    yield
+    gc.collect()
