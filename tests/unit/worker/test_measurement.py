@@ -1,0 +1,182 @@
+"""Payload header, schedule, sequence accounting, rate files, latency logs: against known answers."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import itertools
+from pathlib import Path
+
+import pytest
+from hdrh.log import HistogramLogReader
+
+from worker.latency import HIGHEST_US, LatencyRecorder, _histogram
+from worker.payload import HEADER_BYTES, ForeignPayloadError, MessageHeader, key_of, make_body, read_header
+from worker.ratefile import RateFileWriter, read_rate_file
+from worker.schedule import Schedule
+from worker.sequences import SequenceTracker
+
+# --- payload header ------------------------------------------------------------------------------
+
+
+def test_header_round_trip_and_size() -> None:
+    header = MessageHeader(key_of("t-1"), key_of("s1:0"), 41, 1_700_000_000_123_456_789, 1_700_000_000_123_999_000)
+    body = make_body(header, 256, b"x" * 1000)
+    assert len(body) == 256
+    assert HEADER_BYTES == 44
+    assert body[:4] == b"MPY\x01"
+    assert read_header(body) == header
+    # A size below the header still carries the whole header.
+    assert len(make_body(header, 12, b"x" * 1000)) == HEADER_BYTES
+
+
+def test_keys_are_stable_across_processes() -> None:
+    # blake2b-64 of "t-1", fixed by the algorithm, not by this run.
+    assert key_of("t-1") == int.from_bytes(hashlib.blake2b(b"t-1", digest_size=8).digest(), "big")
+    assert key_of("a") != key_of("b")
+
+
+@pytest.mark.parametrize("body", [b"", b"hello", b"MPY\x01" + b"\0" * 10, b"XXXX" + b"\0" * 60])
+def test_foreign_payloads_are_named(body: bytes) -> None:
+    with pytest.raises(ForeignPayloadError):
+        read_header(body)
+
+
+# --- schedule -------------------------------------------------------------------------------------
+
+
+def test_uniform_schedule_is_exact_and_does_not_drift() -> None:
+    schedule = Schedule(rate_per_s=3, start_ns=1_000)
+    times = [schedule.next_intended(now_ns=0) for _ in range(3_000_001)]
+    assert times[:4] == [1_000, 333_334_333, 666_667_666, 1_000_001_000]
+    # After a million seconds at 3/s the schedule is still on the exact second.
+    assert times[3_000_000] == 1_000 + 1_000_000 * 10**9
+
+
+def test_a_late_sender_gets_intended_times_in_the_past() -> None:
+    schedule = Schedule(rate_per_s=1000, start_ns=0)
+    # The sender wakes up 5 ms late: the next five messages were all due already.
+    assert [schedule.next_intended(now_ns=5_000_000) for _ in range(6)] == [
+        0,
+        1_000_000,
+        2_000_000,
+        3_000_000,
+        4_000_000,
+        5_000_000,
+    ]
+
+
+def test_unbounded_schedule_is_now() -> None:
+    schedule = Schedule(rate_per_s=0, start_ns=0)
+    assert schedule.next_intended(now_ns=123) == 123
+    assert schedule.unbounded
+
+
+def test_poisson_arrivals_have_the_asked_mean_rate_and_are_repeatable() -> None:
+    a = Schedule(rate_per_s=500, start_ns=0, poisson=True, seed=7)
+    b = Schedule(rate_per_s=500, start_ns=0, poisson=True, seed=7)
+    times_a = [a.next_intended(0) for _ in range(200_001)]
+    assert times_a[:50] == [b.next_intended(0) for _ in range(50)]
+    mean_rate = 200_000 / (times_a[-1] / 1e9)
+    assert mean_rate == pytest.approx(500, rel=0.01)
+    gaps = [y - x for x, y in itertools.pairwise(times_a)]
+    # Exponential gaps: the standard deviation equals the mean.
+    mean = sum(gaps) / len(gaps)
+    std = (sum((g - mean) ** 2 for g in gaps) / len(gaps)) ** 0.5
+    assert std / mean == pytest.approx(1.0, rel=0.02)
+
+
+# --- sequences ------------------------------------------------------------------------------------
+
+
+def test_loss_duplicates_and_reordering_counted_exactly() -> None:
+    tracker = SequenceTracker()
+    for seq in [0, 1, 2, 5, 3, 3, 9, 1, 10]:
+        tracker.record(seq)
+    counts = tracker.counts()
+    assert counts.received == 7  # 0 1 2 3 5 9 10
+    assert counts.duplicates == 2  # 3 and 1 again
+    assert counts.out_of_order == 1  # 3 after 5
+    assert counts.highest == 10
+    assert counts.missing() == 4  # 4 6 7 8
+    assert counts.missing(sent=13) == 6  # and 11 12, which never arrived
+
+
+def test_large_sequence_numbers() -> None:
+    tracker = SequenceTracker()
+    assert tracker.record(10_000_000)
+    assert not tracker.record(10_000_000)
+    assert tracker.counts().missing() == 10_000_000
+
+
+# --- rate files -----------------------------------------------------------------------------------
+
+
+def test_rate_file_round_trip_with_rotation(tmp_path: Path) -> None:
+    rows = [(1_700_000_000_000_000 + i * 1000, 1_700_000_000_000_000 + i * 1000 + 50 + i % 7) for i in range(2500)]
+    writer = RateFileWriter(tmp_path, "sender", {"role": "sender", "peer": "s1"}, rows_per_file=1000)
+    for eta, ata in rows:
+        writer.write(eta, ata)
+    writer.close()
+    assert [p.name for p in writer.paths] == ["sender-0000.csv.gz", "sender-0001.csv.gz", "sender-0002.csv.gz"]
+    back = [row for path in writer.paths for row in read_rate_file(path)]
+    assert back == rows
+    text = gzip.decompress(writer.paths[1].read_bytes()).decode().splitlines()
+    assert text[0] == "# maestro-rate v1 base_us=1700000001000000 role=sender peer=s1 part=1"
+    # Row 1000 sits at base with ata 56 µs later (50 + 1000 % 7); row 1001 is 1000 µs on, and its
+    # ata 50 µs after its eta (1001 % 7 == 0), so 1000 - 6 = 994 µs after row 1000's ata.
+    assert text[1:4] == ["eta,ata", "0,56", "1000,994"]
+
+
+def test_a_rate_file_cut_by_a_crash_reads_up_to_its_last_flush(tmp_path: Path) -> None:
+    writer = RateFileWriter(tmp_path, "receiver", {}, flush_every_s=0)
+    for i in range(5000):
+        writer.write(i * 10, i * 10 + 3)
+    writer.flush()  # sync-flushed: everything so far is readable
+    for i in range(5000, 5100):
+        writer.write(i * 10, i * 10 + 3)
+    # Simulate kill -9: the file is never closed; copy what is on disk now.
+    assert writer._file is not None
+    writer._file.fileobj.flush()  # type: ignore[attr-defined]
+    crashed = tmp_path / "crashed.csv.gz"
+    crashed.write_bytes(writer.paths[0].read_bytes())
+    rows = list(read_rate_file(crashed))
+    assert len(rows) >= 5000
+    assert rows[:5000] == [(i * 10, i * 10 + 3) for i in range(5000)]
+    writer.close()
+
+
+# --- latency --------------------------------------------------------------------------------------
+
+
+def test_latency_logs_are_standard_interval_logs_with_exact_percentiles(tmp_path: Path) -> None:
+    recorder = LatencyRecorder(tmp_path)
+    for value in range(1, 1001):  # 1..1000 µs corrected, service a tenth of it
+        recorder.record(value, max(1, value // 10))
+    recorder.roll(now_s=recorder.current.start_s + 1)
+    recorder.record(5_000, 400)
+    recorder.close()
+    assert recorder.total_corrected.get_total_count() == 1001
+    # 1001 samples (1..1000, then 5000): the median is the 501st, 501; HDR with 3 digits is exact here.
+    assert recorder.total_corrected.get_value_at_percentile(50) == 501
+    # 5000 falls in a 4-µs-wide bucket at 3 digits; HDR reports its top, 5003.
+    assert recorder.total_corrected.values_are_equivalent(recorder.total_corrected.get_max_value(), 5_000)
+    reader = HistogramLogReader(str(tmp_path / "receiver-latency.hlog"), _histogram())
+    first = reader.get_next_interval_histogram()
+    second = reader.get_next_interval_histogram()
+    assert first.get_total_count() == 1000 and first.get_value_at_percentile(99) == 990
+    assert second.get_total_count() == 1 and second.values_are_equivalent(second.get_max_value(), 5_000)
+    assert reader.get_next_interval_histogram() is None
+    reader.close()
+    service = HistogramLogReader(str(tmp_path / "receiver-service-latency.hlog"), _histogram())
+    assert service.get_next_interval_histogram().get_max_value() == 100
+    service.close()
+
+
+def test_out_of_range_samples_are_clamped_and_counted(tmp_path: Path) -> None:
+    recorder = LatencyRecorder(tmp_path)
+    recorder.record(-50, 0)  # a receiver clock behind the sender's
+    recorder.record(HIGHEST_US * 2, 10)
+    assert recorder.clamped == 3
+    assert recorder.current.corrected.get_min_value() == 1
+    recorder.close()

@@ -1,0 +1,62 @@
+"""The measurement header at the start of every message body.
+
+It travels in the body, not in protocol headers, so a path that crosses protocols (publish
+over MQTT, consume over AMQP 0-9-1 from RabbitMQ's MQTT plugin) still carries it. Layout, big
+endian, 44 bytes:
+
+    magic      4 bytes  b"MPY" + format version
+    test_key   u64      which test sent it (a hash of the test id)
+    sender_key u64      which sender client sent it (a hash of peer id and client number)
+    sequence   u64      0, 1, 2, ... per sender client
+    intended   i64      wall-clock ns when the schedule meant to send it
+    sent       i64      wall-clock ns when it was actually handed to the client library
+
+Anything after the header is filler up to the message size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+
+__all__ = ["HEADER_BYTES", "MAGIC", "ForeignPayloadError", "MessageHeader", "key_of", "make_body", "read_header"]
+
+MAGIC = b"MPY\x01"
+_LAYOUT = struct.Struct("!4sQQQqq")
+HEADER_BYTES = _LAYOUT.size
+
+
+class ForeignPayloadError(ValueError):
+    """A message that is not ours (no header, a short one, another test's)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MessageHeader:
+    test_key: int
+    sender_key: int
+    sequence: int
+    intended_ns: int
+    sent_ns: int
+
+
+def key_of(text: str) -> int:
+    """A stable 64-bit key for a test id or a sender name (the same on every host and run)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
+def make_body(header: MessageHeader, size_bytes: int, filler: bytes) -> bytes:
+    """The header, then `filler` cut to make `size_bytes` in all (never less than the header)."""
+    packed = _LAYOUT.pack(
+        MAGIC, header.test_key, header.sender_key, header.sequence, header.intended_ns, header.sent_ns
+    )
+    return packed + filler[: max(0, size_bytes - HEADER_BYTES)]
+
+
+def read_header(body: bytes | bytearray | memoryview) -> MessageHeader:
+    if len(body) < HEADER_BYTES:
+        raise ForeignPayloadError(f"{len(body)} bytes: shorter than the {HEADER_BYTES}-byte header")
+    magic, test_key, sender_key, sequence, intended_ns, sent_ns = _LAYOUT.unpack_from(body)
+    if magic != MAGIC:
+        raise ForeignPayloadError(f"no Maestro header (starts with {bytes(magic)!r})")
+    return MessageHeader(test_key, sender_key, sequence, intended_ns, sent_ns)

@@ -1,0 +1,113 @@
+"""Rate files: one `eta,ata` row per message, delta-encoded integer microseconds, gzip, rotated.
+
+Each file stands alone (Spark reads the rotated files in parallel):
+
+    # maestro-rate v1 base_us=1700000000000000 role=sender peer=s1 test=t-1 part=0
+    eta,ata
+    120,161        <- row 0: microseconds after base_us
+    1000,998       <- later rows: microseconds after the previous row's eta and ata
+
+For a sender eta is the intended send time and ata the actual one; for a receiver eta is the
+sender's intended time (from the message header) and ata the arrival. Files are flushed every
+few seconds with a sync flush, so a killed worker leaves everything up to its last flush
+readable (`read_rate_file` reads a file that was cut off).
+"""
+
+from __future__ import annotations
+
+import gzip
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["RateFileWriter", "read_rate_file"]
+
+_HEADER = "# maestro-rate v1 "
+
+
+class RateFileWriter:
+    def __init__(
+        self,
+        directory: Path,
+        stem: str,
+        labels: dict[str, str],
+        rows_per_file: int = 1_000_000,
+        flush_every_s: float = 2.0,
+    ) -> None:
+        self.directory = directory
+        self.stem = stem
+        self.labels = labels
+        self.rows_per_file = rows_per_file
+        self.flush_every_s = flush_every_s
+        self.paths: list[Path] = []
+        self.rows = 0
+        self._file: gzip.GzipFile | None = None
+        self._rows_in_file = 0
+        self._pending: list[str] = []
+        self._prev_eta = self._prev_ata = 0
+        self._last_flush = time.monotonic()
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def write(self, eta_us: int, ata_us: int) -> None:
+        if self._file is None or self._rows_in_file >= self.rows_per_file:
+            self._rotate(eta_us)
+        self._pending.append(f"{eta_us - self._prev_eta},{ata_us - self._prev_ata}\n")
+        self._prev_eta, self._prev_ata = eta_us, ata_us
+        self._rows_in_file += 1
+        self.rows += 1
+        if len(self._pending) >= 4096 or time.monotonic() - self._last_flush >= self.flush_every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._file is None:
+            return
+        if self._pending:
+            self._file.write("".join(self._pending).encode())
+            self._pending.clear()
+        if time.monotonic() - self._last_flush >= self.flush_every_s:
+            self._sync()
+
+    def _sync(self) -> None:
+        assert self._file is not None
+        self._file.flush(zlib.Z_SYNC_FLUSH)
+        self._last_flush = time.monotonic()
+
+    def _rotate(self, base_us: int) -> None:
+        self.close()
+        path = self.directory / f"{self.stem}-{len(self.paths):04d}.csv.gz"
+        # Open across many writes and closed by close(): a with-block cannot span that.
+        self._file = gzip.GzipFile(path, "wb", compresslevel=6)
+        labels = " ".join(f"{k}={v}" for k, v in self.labels.items())
+        self._file.write(f"{_HEADER}base_us={base_us} {labels} part={len(self.paths)}\neta,ata\n".encode())
+        self.paths.append(path)
+        self._rows_in_file = 0
+        self._prev_eta = self._prev_ata = base_us
+
+    def close(self) -> None:
+        if self._file is not None:
+            self.flush()
+            self._file.close()
+            self._file = None
+
+
+def read_rate_file(path: Path) -> Iterator[tuple[int, int]]:
+    """Absolute (eta_us, ata_us) rows; a file cut off by a crash yields what was flushed."""
+    text = _gunzip_tolerant(path.read_bytes()).decode()
+    lines = text.split("\n")
+    if not lines[0].startswith(_HEADER):
+        raise ValueError(f"{path}: not a Maestro rate file")
+    fields = dict(part.split("=", 1) for part in lines[0][len(_HEADER) :].split() if "=" in part)
+    eta = ata = int(fields["base_us"])
+    # The last piece has no newline: empty, or a row cut in half by a crash. Either way, not a row.
+    for line in lines[2:-1]:
+        d_eta, d_ata = line.split(",", 1)
+        eta += int(d_eta)
+        ata += int(d_ata)
+        yield eta, ata
+
+
+def _gunzip_tolerant(data: bytes) -> bytes:
+    # Unlike gzip.decompress, a decompress object returns what it has when the stream stops short.
+    inflated: bytes = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data)
+    return inflated

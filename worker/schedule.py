@@ -1,0 +1,67 @@
+"""The open-model send schedule: when each message is meant to go, whatever the SUT does.
+
+Latency is measured from these intended times, so a sender held up by a slow SUT cannot hide
+the queueing it causes (coordinated omission). How far the actual send falls behind is the
+generator lag: when it grows, the generator, not the SUT, was the limit.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+__all__ = ["Schedule"]
+
+
+@dataclass
+class Schedule:
+    """Intended send times, in ns on the caller's clock, starting at `start_ns`.
+
+    `rate_per_s` 0 means unbounded: every message is intended "now" (the caller passes it in).
+    Poisson arrivals draw exponential gaps with the given mean rate from a seeded generator, so
+    a run is repeatable.
+    """
+
+    rate_per_s: float
+    start_ns: int
+    poisson: bool = False
+    seed: int = 0
+    _sent: int = 0
+    _next_ns: float = field(init=False)
+    _rng: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.rate_per_s < 0:
+            raise ValueError("rate_per_s must be >= 0")
+        self._next_ns = float(self.start_ns)
+        self._rng = random.Random(self.seed)
+
+    @property
+    def unbounded(self) -> bool:
+        return self.rate_per_s == 0
+
+    @property
+    def interval_ns(self) -> float:
+        return 0.0 if self.unbounded else 1e9 / self.rate_per_s
+
+    def next_intended(self, now_ns: int) -> int:
+        """The intended time of the next message; the schedule moves on by one message.
+
+        A late sender gets intended times in the past: it sends at once to catch up, and the
+        latency of those messages counts from when they should have gone.
+        """
+        if self.unbounded:
+            self._sent += 1
+            return now_ns
+        if self.poisson:
+            intended = self._next_ns
+            self._next_ns += self._rng.expovariate(self.rate_per_s) * 1e9
+        else:
+            # From the start time, not by adding intervals, so rounding never drifts.
+            intended = self.start_ns + self._sent * self.interval_ns
+        self._sent += 1
+        return int(intended)
+
+    @property
+    def scheduled(self) -> int:
+        return self._sent
