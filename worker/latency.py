@@ -48,7 +48,9 @@ class LatencyRecorder:
         self.total_service = _histogram()
         self._files: list[IO[str]] = []
         self._writers = {}
-        start = time.time()
+        # Whole milliseconds, as interval stamps are: a StartTime rounded above the first
+        # interval's start makes readers skip that interval.
+        start = int(time.time() * 1000) / 1000
         for series, name in (("corrected", "receiver-latency.hlog"), ("service", "receiver-service-latency.hlog")):
             f = (directory / name).open("w")
             self._files.append(f)
@@ -74,7 +76,8 @@ class LatencyRecorder:
 
     def roll(self, now_s: float | None = None) -> IntervalLatency:
         """Close the current interval: write it, add it to the totals, start the next one."""
-        now_s = time.time() if now_s is None else now_s
+        # The wall clock may step back (NTP); an interval never ends before it began.
+        now_s = max(time.time() if now_s is None else now_s, self.current.start_s)
         done = self.current
         for series, histogram in (("corrected", done.corrected), ("service", done.service)):
             histogram.set_start_time_stamp(int(done.start_s * 1000))
