@@ -42,6 +42,7 @@ class IntervalLatency:
 class LatencyRecorder:
     def __init__(self, directory: Path, interval_s: float = 1.0) -> None:
         directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
         self.interval_s = interval_s
         self.clamped = 0  # samples outside [1 µs, 1 h]: clock skew or a stuck message
         self.total_corrected = _histogram()

@@ -2,18 +2,261 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
+import os
+import platform
+import time
 from collections.abc import Sequence
-from typing import ClassVar
+from pathlib import Path
+from typing import Any, ClassVar
 
 from protocol.codes import Role
 from protocol.daemon_cli import daemon_parser, run_daemon
-from protocol.runtime import Peer
+from protocol.notes import (
+    DrainComplete,
+    DrainRequest,
+    Note,
+    OkResponse,
+    StartTest,
+    StartWorker,
+    StatsReport,
+    StopTest,
+    StopWorker,
+    TestFailed,
+    TestStarted,
+    TestSucceeded,
+)
+from protocol.options import Duration, MessageSize, OptionError
+from protocol.runtime import Peer, PeerError
+from protocol.version import VERSION
+from worker.drivers import parse_endpoint
+from worker.latency import LatencyRecorder
+from worker.ratefile import RateFileWriter
+from worker.receiver import ReceiverPlan, ReceiverRun
+from worker.sender import SenderPlan, SenderRun
 
 __all__ = ["Worker", "main"]
+
+log = logging.getLogger(__name__)
+
+_STATS_INTERVAL_S = 1.0
 
 
 class Worker(Peer):
     ASSIGNABLE_ROLES: ClassVar[frozenset[Role]] = frozenset({Role.SENDER, Role.RECEIVER})
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.test_id = ""
+        self._run: SenderRun | ReceiverRun | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._started_wall_ns = 0
+
+    # --- options --------------------------------------------------------------------------------
+
+    def check_options(self, options: dict[str, Any]) -> None:
+        """A bad SUT URL or driver option is refused at SET, before any load starts."""
+        for name in ("send_url", "receive_url"):
+            for url in options.get(name, []):
+                parse_endpoint(url, name)
+
+    # --- notes ----------------------------------------------------------------------------------
+
+    async def handle_role_note(self, note: Note) -> Note | None:
+        match note:
+            case StartTest():
+                return self._on_start_test(note)
+            case StartWorker():
+                return await self._on_start_worker()
+            case StopWorker() | StopTest():
+                return self._on_stop()
+            case DrainRequest():
+                return self._on_drain(note)
+            case _:
+                return await super().handle_role_note(note)
+
+    def _on_start_test(self, note: StartTest) -> OkResponse:
+        if self.state == "running":
+            raise PeerError(f"busy with test {self.test_id}")
+        self.test_id = note.test_id
+        self.bus.publish(self.topics.notifications, TestStarted(test_id=note.test_id))
+        return OkResponse()
+
+    async def _on_start_worker(self) -> OkResponse:
+        if self.role not in (Role.SENDER, Role.RECEIVER):
+            raise PeerError("no role yet: a coordinator must send ROLE_ASSIGN first")
+        if self.state == "running":
+            raise PeerError(f"already running test {self.test_id}")
+        test_id = self.test_id or self.options.get("test_id", "")
+        if not test_id:
+            raise PeerError("no test id: send START_TEST or SET test_id first")
+        self.test_id = test_id
+        directory = self.config.data_dir / test_id / self.role.value / self.config.name
+        self._started_wall_ns = time.time_ns()
+        if self.role == Role.SENDER:
+            run: SenderRun | ReceiverRun = self._sender(directory)
+        else:
+            run = self._receiver(directory)
+            await run.start()  # consuming before OK: senders started after us lose nothing
+        self._run = run
+        self.state = "running"
+        self._spawn(self._drive(run, directory))
+        self._spawn(self._stream_stats(run))
+        return OkResponse()
+
+    def _urls(self, name: str) -> list[str]:
+        urls: list[str] = self.options.get(name, [])
+        if not urls:
+            raise OptionError(name, f"a {self.role.value} needs it")
+        return urls
+
+    def _labels(self) -> dict[str, str]:
+        return {"role": self.role.value, "peer": self.config.name, "host": self.config.host, "test": self.test_id}
+
+    def _sender(self, directory: Path) -> SenderRun:
+        o = self.options
+        plan = SenderPlan(
+            test_id=self.test_id,
+            peer=f"{self.config.name}@{self.config.host}",
+            urls=self._urls("send_url"),
+            rate_per_s=o.get("rate_per_s", 0.0),
+            parallel_count=o.get("parallel_count", 1),
+            duration=o.get("duration", Duration(seconds=60.0)),
+            size=o.get("message_size", MessageSize(256, 256)),
+            poisson=o.get("arrivals") == "poisson",
+            warm_up_s=o.get("warm_up_s", 0.0),
+            start_jitter_s=o.get("start_jitter_s", 0.0),
+            confirm_window=o.get("confirm_window", 1),
+        )
+        return SenderRun(plan, RateFileWriter(directory, "sender", self._labels()))
+
+    def _receiver(self, directory: Path) -> ReceiverRun:
+        o = self.options
+        duration: Duration | None = o.get("duration")
+        plan = ReceiverPlan(
+            test_id=self.test_id,
+            urls=self._urls("receive_url"),
+            parallel_count=o.get("parallel_count", 1),
+            processing_delay_s=o.get("processing_delay_ms", 0.0) / 1000,
+            duration_s=duration.seconds if duration else None,
+        )
+        return ReceiverRun(plan, RateFileWriter(directory, "receiver", self._labels()), LatencyRecorder(directory))
+
+    def _on_stop(self) -> OkResponse:
+        if self._run is not None:
+            self._run.stop()
+        return OkResponse()
+
+    def _on_drain(self, note: DrainRequest) -> OkResponse:
+        run = self._run
+        if not isinstance(run, ReceiverRun):
+            raise PeerError("DRAIN is for a running receiver")
+
+        async def drain() -> None:
+            drained = await run.drain(idle_s=run.plan.drain_idle_s, timeout_s=note.timeout_s)
+            message = "drained" if drained else f"still receiving after {note.timeout_s:g} s"
+            self.bus.publish(self.topics.notifications, DrainComplete(success=drained, message=message))
+            run.stop()
+
+        self._spawn(drain())
+        return OkResponse()
+
+    # --- the run --------------------------------------------------------------------------------
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _drive(self, run: SenderRun | ReceiverRun, directory: Path) -> None:
+        failure: str | None = None
+        try:
+            await run.run()
+            failure = run.failure
+        except Exception as exc:  # the notification below must go out whatever broke
+            log.exception("run failed")
+            failure = f"{type(exc).__name__}: {exc}"
+        finally:
+            if isinstance(run, ReceiverRun):
+                await run.close()
+            else:
+                run.rate_file.close()
+            self._write_peer_json(run, directory, failure)
+            self.state = "idle"
+        if failure:
+            self.bus.publish(self.topics.notifications, TestFailed(test_id=self.test_id, message=failure))
+        else:
+            done = f"sent {run.stats.sent}" if isinstance(run, SenderRun) else f"received {run.stats.received}"
+            self.bus.publish(self.topics.notifications, TestSucceeded(test_id=self.test_id, message=done))
+
+    async def _stream_stats(self, run: SenderRun | ReceiverRun) -> None:
+        started = time.monotonic()
+        while self._run is run and self.state == "running":
+            await asyncio.sleep(_STATS_INTERVAL_S)
+            if self.state != "running":
+                break
+            report = StatsReport(
+                test_id=self.test_id, elapsed_s=time.monotonic() - started, counters=run.interval_report()
+            )
+            self.bus.publish(self.topics.maestro, report, qos=0)
+
+    def _write_peer_json(self, run: SenderRun | ReceiverRun, directory: Path, failure: str | None) -> None:
+        info: dict[str, Any] = {
+            "name": self.config.name,
+            "host": self.config.host,
+            "peer_id": self.peer_id,
+            "role": self.role.value,
+            "test_id": self.test_id,
+            "version": VERSION,
+            "python": platform.python_version(),
+            "pid": os.getpid(),
+            "options": self.raw_options,
+            "started_ns": self._started_wall_ns,
+            "ended_ns": time.time_ns(),
+            "failure": failure,
+        }
+        if isinstance(run, SenderRun):
+            info["sent"] = run.stats.sent
+            info["errors"] = dict(run.stats.errors)
+            info["retries"] = run.stats.retries
+            info["senders"] = {
+                f"{key:016x}": {"client": client, "sent": run.stats.sent_per_client[client]}
+                for client, key in run.keys.items()
+            }
+            lag = run.stats.lag_us
+            info["schedule_lag_us"] = {p: lag.get_value_at_percentile(float(p)) for p in ("50", "99", "99.9")}
+            info["schedule_lag_us"]["max"] = lag.get_max_value()
+            info["files"] = [p.name for p in run.rate_file.paths]
+        else:
+            info["received"] = run.stats.received
+            info["foreign"] = dict(run.stats.foreign)
+            info["latency_clamped"] = run.latency.clamped
+            info["per_sender"] = run.per_sender()
+            info["files"] = [p.name for p in run.rate_file.paths] + [
+                "receiver-latency.hlog",
+                "receiver-service-latency.hlog",
+            ]
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = directory / "peer.json.tmp"
+        tmp.write_text(json.dumps(info, indent=2, sort_keys=True))
+        tmp.replace(directory / "peer.json")  # never a half-written peer.json
+
+    def counters(self) -> dict[str, Any]:
+        counters = super().counters()
+        run = self._run
+        if isinstance(run, SenderRun):
+            counters.update(sent=run.stats.sent, errors=dict(run.stats.errors))
+        elif isinstance(run, ReceiverRun):
+            counters.update(received=run.stats.received, foreign=dict(run.stats.foreign))
+        return counters
+
+    async def shutdown(self) -> None:
+        if self._run is not None:
+            self._run.stop()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=10)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

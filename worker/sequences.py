@@ -1,10 +1,18 @@
-"""Per-sender sequence accounting on the receiving side: what arrived once, twice, late."""
+"""Per-sender sequence accounting on the receiving side: what arrived once, twice, late.
+
+Several receivers sharing one stream each see part of every sender's sequence; their bitsets,
+saved with `dump_bitsets`, merge into the exact count of lost and duplicated messages
+(`merge_bitsets`).
+"""
 
 from __future__ import annotations
 
+import base64
+import zlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["SequenceCounts", "SequenceTracker"]
+__all__ = ["MergedCounts", "SequenceCounts", "SequenceTracker", "dump_bitsets", "load_bitset", "merge_bitsets"]
 
 
 @dataclass(frozen=True)
@@ -49,3 +57,38 @@ class SequenceTracker:
 
     def counts(self) -> SequenceCounts:
         return SequenceCounts(self._received, self._duplicates, self._out_of_order, self._highest)
+
+    @property
+    def bitset(self) -> bytes:
+        return bytes(self._seen)
+
+
+def dump_bitsets(trackers: Mapping[int, SequenceTracker]) -> dict[str, str]:
+    """Sender key (hex) -> the bitset, zlib-compressed and base64-encoded, for a JSON file."""
+    return {f"{key:016x}": base64.b64encode(zlib.compress(t.bitset)).decode() for key, t in trackers.items()}
+
+
+def load_bitset(text: str) -> bytes:
+    return zlib.decompress(base64.b64decode(text))
+
+
+@dataclass(frozen=True)
+class MergedCounts:
+    distinct: int  # sequence numbers received by at least one receiver
+    duplicates: int  # deliveries beyond the first, within and across receivers
+
+    def lost(self, sent: int) -> int:
+        return sent - self.distinct
+
+
+def merge_bitsets(bitsets: Iterable[bytes], deliveries: int) -> MergedCounts:
+    """Merge one sender's bitsets from several receivers; `deliveries` is the sum of what they
+    received including their own duplicates."""
+    merged = bytearray()
+    for bits in bitsets:
+        if len(bits) > len(merged):
+            merged.extend(bytes(len(bits) - len(merged)))
+        for i, byte in enumerate(bits):
+            merged[i] |= byte
+    distinct = sum(bin(b).count("1") for b in merged)
+    return MergedCounts(distinct=distinct, duplicates=deliveries - distinct)

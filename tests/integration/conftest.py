@@ -27,6 +27,14 @@ def mosquitto_url() -> str:
     return MOSQUITTO_URL
 
 
+@pytest.fixture(scope="session")
+def rabbitmq() -> None:
+    try:
+        wait_for_port(5672, timeout_s=2)
+    except TimeoutError:
+        pytest.fail("RabbitMQ does not answer on 127.0.0.1:5672: start it (.ci/run does) before the integration tests")
+
+
 @pytest.fixture
 def prefix() -> str:
     return f"/mpt-test-{uuid.uuid4().hex[:10]}"

@@ -1,1 +1,42 @@
-"""Messaging clients behind one interface, chosen by URL scheme (the load-generation issue)."""
+"""Messaging clients behind one interface (`base.Driver`), chosen by URL scheme.
+
+Drivers import their client library only when chosen, so a worker that sends over MQTT never
+loads librdkafka or proton.
+"""
+
+from __future__ import annotations
+
+import importlib
+from urllib.parse import urlsplit
+
+from protocol.options import OptionError
+from worker.drivers.base import Driver, Endpoint
+
+__all__ = ["driver_class", "parse_endpoint"]
+
+_BY_SCHEME = {
+    "amqp": "worker.drivers.amqp:AmqpDriver",
+    "amqps": "worker.drivers.amqp:AmqpDriver",
+    "mqtt": "worker.drivers.mqtt:MqttDriver",
+    "mqtts": "worker.drivers.mqtt:MqttDriver",
+}
+_NOT_YET = {"amqp10", "amqp10s", "kafka", "kafkas"}
+
+
+def driver_class(url: str, option_name: str = "url") -> type[Driver]:
+    scheme = urlsplit(url).scheme
+    if scheme in _NOT_YET:
+        raise OptionError(option_name, f"the {scheme}:// driver is not built yet (AMQP 0-9-1 and MQTT are)")
+    target = _BY_SCHEME.get(scheme)
+    if target is None:
+        raise OptionError(
+            option_name, f"{scheme or 'a URL without a scheme'}: no driver (known: {', '.join(_BY_SCHEME)})"
+        )
+    module, name = target.split(":")
+    cls: type[Driver] = getattr(importlib.import_module(module), name)
+    return cls
+
+
+def parse_endpoint(url: str, option_name: str = "url") -> tuple[type[Driver], Endpoint]:
+    cls = driver_class(url, option_name)
+    return cls, cls.parse(url, option_name)

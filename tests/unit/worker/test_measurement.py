@@ -14,7 +14,7 @@ from worker.latency import HIGHEST_US, LatencyRecorder, _histogram
 from worker.payload import HEADER_BYTES, ForeignPayloadError, MessageHeader, key_of, make_body, read_header
 from worker.ratefile import RateFileWriter, read_rate_file
 from worker.schedule import Schedule
-from worker.sequences import SequenceTracker
+from worker.sequences import SequenceTracker, dump_bitsets, load_bitset, merge_bitsets
 
 # --- payload header ------------------------------------------------------------------------------
 
@@ -187,3 +187,19 @@ def test_out_of_range_samples_are_clamped_and_counted(tmp_path: Path) -> None:
     assert recorder.clamped == 3
     assert recorder.current.corrected.get_min_value() == 1
     recorder.close()
+
+
+def test_receivers_sharing_a_stream_merge_to_exact_loss_and_duplicates() -> None:
+    # Sender sent 0..9. Receiver A got 0 2 4 6 8, receiver B got 1 3 4 9 9: 4 came to both,
+    # 9 twice to B, 5 and 7 to neither.
+    a, b = SequenceTracker(), SequenceTracker()
+    for seq in (0, 2, 4, 6, 8):
+        a.record(seq)
+    for seq in (1, 3, 4, 9, 9):
+        b.record(seq)
+    deliveries = sum(t.counts().received + t.counts().duplicates for t in (a, b))
+    blobs = dump_bitsets({7: a}), dump_bitsets({7: b})
+    merged = merge_bitsets([load_bitset(blob[f"{7:016x}"]) for blob in blobs], deliveries)
+    assert merged.distinct == 8
+    assert merged.duplicates == 2
+    assert merged.lost(sent=10) == 2

@@ -1,0 +1,160 @@
+"""Fixed-rate load through real brokers, driven by notes alone: 2 sender and 2 receiver daemons.
+
+Known answers: at 50 msg/s per client, 2 clients per sender, 2 senders, for 10 s, exactly
+4000 messages are scheduled; each must arrive once, and the achieved rate must be within 1 %
+of the 200 msg/s each sender was asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from hdrh.log import HistogramLogReader
+from support.processes import Daemons
+
+from coordinator import Maestro, PeerInfo, PeerRequestError
+from protocol.codes import Role
+from protocol.notes import DrainComplete, DrainRequest, StartTest, StartWorker, StatsReport, TestFailed, TestSucceeded
+from worker.latency import _histogram
+from worker.ratefile import read_rate_file
+from worker.sequences import load_bitset, merge_bitsets
+
+RATE_PER_CLIENT = 50
+CLIENTS = 2
+SECONDS = 10
+
+
+def run_fixed_rate(daemons: Daemons, maestro: Maestro, send_url: str, receive_url: str) -> str:
+    for name in ("s1", "s2"):
+        daemons.start("maestro-worker", name, "--role", "sender")
+    for name in ("r1", "r2"):
+        daemons.start("maestro-worker", name, "--role", "receiver")
+    maestro.wait_for_peers(4, timeout_s=20)
+    test_id = f"t-{uuid.uuid4().hex[:8]}"
+    maestro.set(
+        {
+            "send_url": send_url,
+            "rate_per_s": RATE_PER_CLIENT,
+            "parallel_count": CLIENTS,
+            "duration": f"{SECONDS}s",
+            "message_size": 256,
+        },
+        to=Role.SENDER,
+    )
+    maestro.set({"receive_url": receive_url, "parallel_count": CLIENTS}, to=Role.RECEIVER)
+    maestro.request(StartTest(test_id=test_id), to=maestro.workers())
+    maestro.request(StartWorker(), to=Role.RECEIVER, timeout_s=30)
+    maestro.request(StartWorker(), to=Role.SENDER, timeout_s=30)
+    senders = maestro.registry.live(lambda p: p.role == Role.SENDER)
+    receivers = maestro.registry.live(lambda p: p.role == Role.RECEIVER)
+    done = maestro.wait_for((TestSucceeded, TestFailed), senders, timeout_s=SECONDS + 30)
+    assert all(isinstance(n, TestSucceeded) for n in done.values()), done
+    maestro.request(DrainRequest(timeout_s=30), to=Role.RECEIVER)
+    drained = maestro.wait_for((DrainComplete,), receivers, timeout_s=40)
+    assert all(isinstance(n, DrainComplete) and n.success for n in drained.values()), drained
+    finished = maestro.wait_for((TestSucceeded, TestFailed), receivers, timeout_s=20)
+    assert all(isinstance(n, TestSucceeded) for n in finished.values()), finished
+    return test_id
+
+
+def peer_dir(daemons: Daemons, test_id: str, role: str, name: str) -> Path:
+    return daemons.log_dir / name / test_id / role / name
+
+
+def check_results(daemons: Daemons, maestro: Maestro, test_id: str) -> None:
+    sent_total = 0
+    sent_by_key: dict[str, int] = {}
+    for name in ("s1", "s2"):
+        directory = peer_dir(daemons, test_id, "sender", name)
+        info = json.loads((directory / "peer.json").read_text())
+        rows = [row for f in info["files"] for row in read_rate_file(directory / f)]
+        assert info["sent"] == len(rows) == RATE_PER_CLIENT * CLIENTS * SECONDS
+        assert info["errors"] == {}
+        first_intended = min(eta for eta, _ in rows)
+        last_intended = max(eta for eta, _ in rows)
+        # The schedule is exact: 100 per second over 10 s.
+        intended_rate = (len(rows) - CLIENTS) / ((last_intended - first_intended) / 1e6)
+        assert intended_rate == pytest.approx(RATE_PER_CLIENT * CLIENTS, rel=0.01)
+        actual = sorted(ata for _, ata in rows)
+        achieved = (len(actual) - CLIENTS) / ((actual[-1] - actual[0]) / 1e6)
+        assert achieved == pytest.approx(RATE_PER_CLIENT * CLIENTS, rel=0.01)
+        sent_total += len(rows)
+        sent_by_key |= {key: client["sent"] for key, client in info["senders"].items()}
+
+    received_total = 0
+    bitsets: dict[str, list[bytes]] = {key: [] for key in sent_by_key}
+    deliveries: dict[str, int] = dict.fromkeys(sent_by_key, 0)
+    for name in ("r1", "r2"):
+        directory = peer_dir(daemons, test_id, "receiver", name)
+        info = json.loads((directory / "peer.json").read_text())
+        assert info["foreign"] == {}
+        assert info["latency_clamped"] == 0
+        for key, counts in info["per_sender"].items():
+            deliveries[key] += counts["deliveries"]
+        for key, text in json.loads((directory / "receiver-sequences.json").read_text()).items():
+            bitsets[key].append(load_bitset(text))
+        rows = [row for f in info["files"] if f.endswith(".csv.gz") for row in read_rate_file(directory / f)]
+        assert len(rows) == info["received"]
+        received_total += info["received"]
+        reader = HistogramLogReader(str(directory / "receiver-latency.hlog"), _histogram())
+        try:
+            total = _histogram()
+            while (interval := reader.get_next_interval_histogram()) is not None:
+                total.add(interval)
+        finally:
+            reader.close()
+        assert total.get_total_count() == info["received"]
+        percentiles = [total.get_value_at_percentile(p) for p in (50, 90, 99, 99.9, 100)]
+        assert percentiles[0] > 0
+        assert percentiles == sorted(percentiles)
+    # Every message sent arrived exactly once, spread over the two receivers.
+    assert received_total == sent_total == 2 * RATE_PER_CLIENT * CLIENTS * SECONDS
+    for key, sent in sent_by_key.items():
+        merged = merge_bitsets(bitsets[key], deliveries[key])
+        assert (merged.lost(sent), merged.duplicates) == (0, 0), key
+    stats = [n for n in maestro._notifications if isinstance(n, StatsReport)]
+    assert stats, "no live statistics reached the coordinator"
+
+
+@pytest.mark.mosquitto
+def test_mqtt_fixed_rate(daemons: Daemons, maestro: Maestro) -> None:
+    topic = f"maestro-test/{uuid.uuid4().hex[:8]}"
+    # MQTT fans out: every subscriber gets every message. A shared subscription ($share) splits
+    # them between the receivers as a queue does, which is what the checks expect.
+    test_id = run_fixed_rate(
+        daemons,
+        maestro,
+        f"mqtt://127.0.0.1:1883/{topic}?qos=1",
+        f"mqtt://127.0.0.1:1883/$share/maestro/{topic}?qos=1",
+    )
+    check_results(daemons, maestro, test_id)
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.usefixtures("rabbitmq")
+def test_amqp_fixed_rate(daemons: Daemons, maestro: Maestro) -> None:
+    queue = f"maestro-test-{uuid.uuid4().hex[:8]}"
+    url = f"amqp://guest:guest@127.0.0.1:5672/{queue}?confirms=true&ack=manual"
+    test_id = run_fixed_rate(daemons, maestro, url, url)
+    check_results(daemons, maestro, test_id)
+
+
+@pytest.mark.mosquitto
+def test_a_bad_sut_url_is_refused_at_set(daemons: Daemons, maestro: Maestro) -> None:
+    daemons.start("maestro-worker", "s1", "--role", "sender")
+    maestro.wait_for_peers(1, timeout_s=20)
+    for url, fragment in [
+        ("amqp://127.0.0.1/q?prefetsh=5", "unknown option 'prefetsh'"),
+        ("amqp://127.0.0.1/q?queue_type=fast", "option 'queue_type': expected one of classic, quorum, stream"),
+        ("mqtt://127.0.0.1/t?qos=3", "option 'qos': 3 is out of range"),
+        ("mqtt://127.0.0.1/", "names no queue, topic or address"),
+    ]:
+        with pytest.raises(PeerRequestError, match="option 'send_url'") as caught:
+            maestro.set({"send_url": url}, to=Role.SENDER)
+        assert fragment in str(caught.value)
+    # Nothing was stored: the peer still has no send URL.
+    peer: PeerInfo = maestro.find("s1")
+    assert maestro.stats(to=peer).replies[peer.peer_id].options == {}  # type: ignore[attr-defined]

@@ -1,0 +1,160 @@
+"""The receiving side: N consumers, one latency recorder, sequence accounting per sender."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from worker.drivers import parse_endpoint
+from worker.drivers.base import Driver, DriverError
+from worker.latency import LatencyRecorder
+from worker.payload import ForeignPayloadError, key_of, read_header
+from worker.ratefile import RateFileWriter
+from worker.sequences import SequenceTracker, dump_bitsets
+
+__all__ = ["ReceiverPlan", "ReceiverRun"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReceiverPlan:
+    test_id: str
+    urls: list[str]
+    parallel_count: int
+    processing_delay_s: float = 0.0
+    duration_s: float | None = None  # stop by itself after this, once drained
+    drain_idle_s: float = 2.0  # draining ends after this long without a message
+    reconnect_budget_s: float = 60.0
+
+
+@dataclass
+class ReceiverStats:
+    received: int = 0
+    foreign: Counter[str] = field(default_factory=Counter)  # not ours: no header, short, other test
+    last_message_mono: float = 0.0
+
+
+class ReceiverRun:
+    def __init__(self, plan: ReceiverPlan, rate_file: RateFileWriter, latency: LatencyRecorder) -> None:
+        self.plan = plan
+        self.rate_file = rate_file
+        self.latency = latency
+        self.stats = ReceiverStats()
+        self.trackers: dict[int, SequenceTracker] = {}
+        self.test_key = key_of(plan.test_id)
+        self.failure: str | None = None
+        self._drivers: list[Driver] = []
+        self._stop = asyncio.Event()
+
+    async def start(self) -> None:
+        """Connect every consumer; returns once all of them are consuming."""
+        for client in range(self.plan.parallel_count):
+            url = self.plan.urls[client % len(self.plan.urls)]
+            driver_cls, endpoint = parse_endpoint(url, "receive_url")
+            driver = driver_cls(endpoint, client)
+            await self._connect(driver)
+            await driver.receive(self._on_message)
+            self._drivers.append(driver)
+
+    async def _connect(self, driver: Driver) -> None:
+        deadline = time.monotonic() + self.plan.reconnect_budget_s
+        while True:
+            try:
+                await driver.connect()
+                return
+            except DriverError as exc:
+                if not exc.retry or time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+
+    async def _on_message(self, body: bytes) -> None:
+        arrived_ns = time.time_ns()
+        try:
+            header = read_header(body)
+        except ForeignPayloadError:
+            self.stats.foreign["no_header"] += 1
+            return
+        if header.test_key != self.test_key:
+            self.stats.foreign["other_test"] += 1
+            return
+        self.stats.last_message_mono = time.monotonic()
+        tracker = self.trackers.get(header.sender_key)
+        if tracker is None:
+            tracker = self.trackers[header.sender_key] = SequenceTracker()
+        if tracker.record(header.sequence):
+            self.stats.received += 1
+            self.latency.record((arrived_ns - header.intended_ns) // 1000, (arrived_ns - header.sent_ns) // 1000)
+            self.rate_file.write(header.intended_ns // 1000, arrived_ns // 1000)
+        if self.plan.processing_delay_s:
+            await asyncio.sleep(self.plan.processing_delay_s)
+
+    async def run(self) -> None:
+        """Receive until stopped, or until the duration passed and the queue ran dry."""
+        started = time.monotonic()
+        while not self._stop.is_set():
+            await asyncio.sleep(0.1)
+            if self.plan.duration_s is not None and time.monotonic() - started >= self.plan.duration_s:
+                await self.drain(self.plan.drain_idle_s, timeout_s=60)
+                break
+
+    async def drain(self, idle_s: float, timeout_s: float) -> bool:
+        """Keep receiving until nothing came for `idle_s`; False if `timeout_s` passed first."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            last = max(self.stats.last_message_mono, 0.0)
+            if time.monotonic() - last >= idle_s:
+                return True
+            await asyncio.sleep(0.05)
+        return False
+
+    async def pause(self) -> None:
+        for driver in self._drivers:
+            await driver.pause()
+
+    async def resume(self) -> None:
+        for driver in self._drivers:
+            await driver.resume()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def close(self) -> None:
+        for driver in self._drivers:
+            await driver.close()
+        self._drivers.clear()
+        self.rate_file.close()
+        self.latency.close()
+        path = self.latency.directory / "receiver-sequences.json"
+        path.write_text(json.dumps(dump_bitsets(self.trackers)))
+
+    def per_sender(self) -> dict[str, dict[str, int]]:
+        out = {}
+        for key, tracker in self.trackers.items():
+            counts = tracker.counts()
+            out[f"{key:016x}"] = {
+                "received": counts.received,
+                "deliveries": counts.received + counts.duplicates,
+                "duplicates": counts.duplicates,
+                "out_of_order": counts.out_of_order,
+                "highest_sequence": counts.highest,
+                "missing_below_highest": counts.missing(),
+            }
+        return out
+
+    def interval_report(self) -> dict[str, Any]:
+        interval = self.latency.roll()
+        corrected = interval.corrected
+        return {
+            "received": self.stats.received,
+            "foreign": dict(self.stats.foreign),
+            "duplicates": sum(t.counts().duplicates for t in self.trackers.values()),
+            "latency_p50_us": corrected.get_value_at_percentile(50),
+            "latency_p99_us": corrected.get_value_at_percentile(99),
+            "latency_max_us": corrected.get_max_value(),
+        }

@@ -1,0 +1,218 @@
+"""The sending side: N clients, each on its own open-model schedule, in one event loop.
+
+A message that could not be handed over because the SUT connection was down is tried again
+with the same sequence number and intended time (so its latency shows the outage); one whose
+fate is unknown (nacked, unconfirmed, timed out) keeps its sequence number spent, and the
+receivers count it as lost if it never arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from hdrh.histogram import HdrHistogram
+
+from protocol.options import Duration, MessageSize
+from worker.drivers import parse_endpoint
+from worker.drivers.base import DisconnectedError, Driver, DriverError, SendError
+from worker.payload import MessageHeader, key_of, make_body
+from worker.ratefile import RateFileWriter
+from worker.schedule import Schedule
+from worker.timebase import Timebase
+
+__all__ = ["SenderPlan", "SenderRun", "sender_key"]
+
+log = logging.getLogger(__name__)
+
+_RETRY_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+# Sleeping shorter than this costs more lateness than it saves: the loop wakes in ~1 ms steps.
+_SPIN_NS = 200_000
+
+
+def sender_key(test_id: str, peer: str, client: int) -> int:
+    return key_of(f"{test_id}/{peer}/{client}")
+
+
+@dataclass(frozen=True)
+class SenderPlan:
+    test_id: str
+    peer: str  # name@host: unique per test
+    urls: list[str]
+    rate_per_s: float  # per client
+    parallel_count: int
+    duration: Duration
+    size: MessageSize
+    poisson: bool = False
+    warm_up_s: float = 0.0
+    start_jitter_s: float = 0.0
+    confirm_window: int = 1
+    reconnect_budget_s: float = 60.0
+
+    def messages_for(self, client: int) -> int | None:
+        """A message count is for the whole worker, spread evenly over its clients."""
+        total = self.duration.messages
+        if total is None:
+            return None
+        share, extra = divmod(total, self.parallel_count)
+        return share + (1 if client < extra else 0)
+
+
+@dataclass
+class SenderStats:
+    sent: int = 0
+    sent_per_client: Counter[int] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)
+    retries: int = 0
+    # Schedule lag: how late each message left against its intended time, in µs.
+    lag_us: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, 3_600_000_000, 3))
+    interval_lag_us: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, 3_600_000_000, 3))
+
+
+class SenderRun:
+    def __init__(self, plan: SenderPlan, rate_file: RateFileWriter, timebase: Timebase | None = None) -> None:
+        self.plan = plan
+        self.rate_file = rate_file
+        self.timebase = timebase or Timebase()
+        self.stats = SenderStats()
+        self.test_key = key_of(plan.test_id)
+        self.keys = {client: sender_key(plan.test_id, plan.peer, client) for client in range(plan.parallel_count)}
+        self.failure: str | None = None
+        self._stop = asyncio.Event()
+        self._filler = random.Random(0).randbytes(plan.size.max_bytes)
+        self._size_rng = random.Random(1)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Run every client to its end (duration, count, stop, or a failure)."""
+        clients = [asyncio.create_task(self._client(i)) for i in range(self.plan.parallel_count)]
+        try:
+            await asyncio.gather(*clients)
+        except DriverError as exc:
+            self.failure = str(exc)
+            log.error("sender failed: %s", exc)
+        finally:
+            for task in clients:
+                task.cancel()
+            await asyncio.gather(*clients, return_exceptions=True)
+            self.rate_file.flush()
+
+    async def _client(self, client: int) -> None:
+        plan = self.plan
+        url = plan.urls[client % len(plan.urls)]  # round robin over the cluster's nodes
+        driver_cls, endpoint = parse_endpoint(url, "send_url")
+        driver = driver_cls(endpoint, client)
+        if plan.start_jitter_s:
+            await self._sleep_or_stop(random.uniform(0, plan.start_jitter_s))
+        await self._connect(driver)
+        try:
+            await self._send_loop(client, driver)
+        finally:
+            await driver.close()
+
+    async def _connect(self, driver: Driver) -> None:
+        deadline = time.monotonic() + self.plan.reconnect_budget_s
+        attempt = 0
+        while True:
+            try:
+                await driver.connect()
+                return
+            except DriverError as exc:
+                if not exc.retry or time.monotonic() > deadline:
+                    raise
+                attempt += 1
+                await self._sleep_or_stop(_RETRY_BACKOFF_S[min(attempt, len(_RETRY_BACKOFF_S) - 1)])
+
+    async def _send_loop(self, client: int, driver: Driver) -> None:
+        plan = self.plan
+        limit = plan.messages_for(client)
+        started = time.perf_counter_ns()
+        end_ns = None if plan.duration.seconds is None else started + int(plan.duration.seconds * 1e9)
+        schedule = Schedule(plan.rate_per_s, started, poisson=plan.poisson, seed=client)
+        window = asyncio.Semaphore(max(1, plan.confirm_window))
+        in_flight: set[asyncio.Task[None]] = set()
+        sequence = 0
+        while not self._stop.is_set() and (limit is None or sequence < limit):
+            now = time.perf_counter_ns()
+            intended = schedule.next_intended(now)
+            if end_ns is not None and intended >= end_ns:
+                break
+            if intended - now > _SPIN_NS:
+                await asyncio.sleep((intended - now) / 1e9)
+            await window.acquire()
+            if plan.confirm_window <= 1:
+                await self._send_one(client, driver, sequence, intended, window)
+            else:
+                task = asyncio.create_task(self._send_one(client, driver, sequence, intended, window))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+            sequence += 1
+        if in_flight:
+            await asyncio.gather(*in_flight)
+
+    async def _send_one(
+        self, client: int, driver: Driver, sequence: int, intended_mono: int, window: asyncio.Semaphore
+    ) -> None:
+        try:
+            await self._deliver(client, driver, sequence, intended_mono)
+        finally:
+            window.release()
+
+    async def _deliver(self, client: int, driver: Driver, sequence: int, intended_mono: int) -> None:
+        tb = self.timebase
+        intended_wall = tb.wall_ns(intended_mono)
+        size = self.plan.size
+        size_bytes = size.min_bytes if size.fixed else self._size_rng.randint(size.min_bytes, size.max_bytes)
+        down_since: float | None = None
+        attempt = 0
+        while True:
+            sent_mono = time.perf_counter_ns()
+            header = MessageHeader(self.test_key, self.keys[client], sequence, intended_wall, tb.wall_ns(sent_mono))
+            body = make_body(header, size_bytes, self._filler)
+            try:
+                await driver.send(body)
+                break
+            except SendError as exc:
+                self.stats.errors[exc.kind] += 1
+                return  # its fate is unknown: the sequence number stays spent
+            except DisconnectedError:
+                self.stats.errors["disconnected"] += 1
+                down_since = down_since or time.monotonic()
+                if time.monotonic() - down_since > self.plan.reconnect_budget_s:
+                    raise
+                attempt += 1
+                self.stats.retries += 1
+                await self._sleep_or_stop(_RETRY_BACKOFF_S[min(attempt, len(_RETRY_BACKOFF_S) - 1)])
+                if self._stop.is_set():
+                    return
+        self.stats.sent += 1
+        self.stats.sent_per_client[client] += 1
+        lag_us = max(1, (sent_mono - intended_mono) // 1000)
+        self.stats.lag_us.record_value(min(lag_us, 3_600_000_000))
+        self.stats.interval_lag_us.record_value(min(lag_us, 3_600_000_000))
+        self.rate_file.write(intended_wall // 1000, tb.wall_ns(sent_mono) // 1000)
+
+    async def _sleep_or_stop(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), seconds)
+
+    def interval_report(self) -> dict[str, Any]:
+        """Counters and this interval's schedule lag; starts the next interval."""
+        lag = self.stats.interval_lag_us
+        report = {
+            "sent": self.stats.sent,
+            "errors": dict(self.stats.errors),
+            "lag_p50_us": lag.get_value_at_percentile(50),
+            "lag_p99_us": lag.get_value_at_percentile(99),
+            "lag_max_us": lag.get_max_value(),
+        }
+        lag.reset()
+        return report
