@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["BackgroundLoop", "call_in_loop"]
+__all__ = ["BackgroundLoop", "PollThread", "call_in_loop"]
 
 _T = TypeVar("_T")
 
@@ -45,3 +45,26 @@ class BackgroundLoop:
         self._thread.join(5)
         if not self._thread.is_alive():
             self._loop.close()
+
+
+class PollThread:
+    """Calls `poll()` over and over on a daemon thread until stopped.
+
+    For libraries that deliver only from a blocking poll (confluent-kafka): `poll` blocks for a
+    short while itself and hands what it got to the event loop with `call_in_loop`.
+    """
+
+    def __init__(self, name: str, poll: Callable[[], Any]) -> None:
+        self._poll = poll
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._poll()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout_s)

@@ -9,6 +9,7 @@ import os
 import platform
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -44,6 +45,31 @@ log = logging.getLogger(__name__)
 _STATS_INTERVAL_S = 1.0
 
 
+@dataclass
+class SelfMonitor:
+    """The worker's own CPU use and event-loop lag over a run, one sample a second."""
+
+    samples: int = 0
+    cpu_percent_sum: float = 0.0
+    cpu_percent_max: float = 0.0
+    loop_lag_ms_max: float = 0.0
+
+    def add(self, cpu_percent: float, loop_lag_ms: float) -> None:
+        self.samples += 1
+        self.cpu_percent_sum += cpu_percent
+        self.cpu_percent_max = max(self.cpu_percent_max, cpu_percent)
+        self.loop_lag_ms_max = max(self.loop_lag_ms_max, loop_lag_ms)
+
+    def summary(self) -> dict[str, float]:
+        mean = self.cpu_percent_sum / self.samples if self.samples else 0.0
+        return {
+            "cpu_percent_mean": round(mean, 1),
+            "cpu_percent_max": round(self.cpu_percent_max, 1),
+            "loop_lag_ms_max": round(self.loop_lag_ms_max, 2),
+            "samples": self.samples,
+        }
+
+
 class Worker(Peer):
     ASSIGNABLE_ROLES: ClassVar[frozenset[Role]] = frozenset({Role.SENDER, Role.RECEIVER})
 
@@ -53,6 +79,7 @@ class Worker(Peer):
         self._run: SenderRun | ReceiverRun | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._started_wall_ns = 0
+        self.self_monitor = SelfMonitor()
 
     # --- options --------------------------------------------------------------------------------
 
@@ -95,6 +122,7 @@ class Worker(Peer):
         self.test_id = test_id
         directory = self.config.data_dir / test_id / self.role.value / self.config.name
         self._started_wall_ns = time.time_ns()
+        self.self_monitor = SelfMonitor()
         if self.role == Role.SENDER:
             run: SenderRun | ReceiverRun = self._sender(directory)
         else:
@@ -192,14 +220,22 @@ class Worker(Peer):
             self.bus.publish(self.topics.notifications, TestSucceeded(test_id=self.test_id, message=done))
 
     async def _stream_stats(self, run: SenderRun | ReceiverRun) -> None:
-        started = time.monotonic()
+        """Once a second: the run's counters, plus how busy this process is, so a report can
+        tell when the load generator, not the SUT, was the limit."""
+        started = last_wall = time.monotonic()
+        last_cpu = time.process_time()
         while self._run is run and self.state == "running":
             await asyncio.sleep(_STATS_INTERVAL_S)
+            now, cpu = time.monotonic(), time.process_time()
+            # A loop that wakes late from a timed sleep is a loop too busy to keep a schedule.
+            loop_lag_ms = max(0.0, (now - last_wall - _STATS_INTERVAL_S) * 1000)
+            cpu_percent = 100 * (cpu - last_cpu) / max(now - last_wall, 1e-9)
+            self.self_monitor.add(cpu_percent, loop_lag_ms)
+            last_wall, last_cpu = now, cpu
             if self.state != "running":
                 break
-            report = StatsReport(
-                test_id=self.test_id, elapsed_s=time.monotonic() - started, counters=run.interval_report()
-            )
+            counters = run.interval_report() | {"cpu_percent": cpu_percent, "loop_lag_ms": loop_lag_ms}
+            report = StatsReport(test_id=self.test_id, elapsed_s=now - started, counters=counters)
             self.bus.publish(self.topics.maestro, report, qos=0)
 
     def _write_peer_json(self, run: SenderRun | ReceiverRun, directory: Path, failure: str | None) -> None:
@@ -216,6 +252,7 @@ class Worker(Peer):
             "started_ns": self._started_wall_ns,
             "ended_ns": time.time_ns(),
             "failure": failure,
+            "self_monitor": self.self_monitor.summary(),
         }
         if isinstance(run, SenderRun):
             info["sent"] = run.stats.sent

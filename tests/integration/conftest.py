@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.processes import Daemons, wait_for_port
+from support.processes import Daemons, Tansu, wait_for_port
 
 from coordinator import Maestro
 
@@ -51,3 +51,11 @@ def daemons(mosquitto_url: str, prefix: str, tmp_path: Path) -> Iterator[Daemons
 def maestro(mosquitto_url: str, prefix: str) -> Iterator[Maestro]:
     with Maestro.connect(mosquitto_url, topic_prefix=prefix, discover_s=0) as client:
         yield client
+
+
+@pytest.fixture
+def tansu(tmp_path: Path) -> Iterator[Tansu]:
+    broker = Tansu(tmp_path)
+    broker.start()
+    yield broker
+    broker.stop()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from hdrh.log import HistogramLogReader
-from support.processes import Daemons
+from support.processes import Daemons, Tansu
 
 from coordinator import Maestro, PeerInfo, PeerRequestError
 from protocol.codes import Role
@@ -73,6 +73,9 @@ def check_results(daemons: Daemons, maestro: Maestro, test_id: str) -> None:
         rows = [row for f in info["files"] for row in read_rate_file(directory / f)]
         assert info["sent"] == len(rows) == RATE_PER_CLIENT * CLIENTS * SECONDS
         assert info["errors"] == {}
+        # About one self-monitoring sample a second; a sender at 100 msg/s is far from one core.
+        assert info["self_monitor"]["samples"] >= SECONDS - 2
+        assert 0 < info["self_monitor"]["cpu_percent_mean"] < 90
         first_intended = min(eta for eta, _ in rows)
         last_intended = max(eta for eta, _ in rows)
         # The schedule is exact: 100 per second over 10 s.
@@ -138,6 +141,15 @@ def test_mqtt_fixed_rate(daemons: Daemons, maestro: Maestro) -> None:
 def test_amqp_fixed_rate(daemons: Daemons, maestro: Maestro) -> None:
     queue = f"maestro-test-{uuid.uuid4().hex[:8]}"
     url = f"amqp://guest:guest@127.0.0.1:5672/{queue}?confirms=true&ack=manual"
+    test_id = run_fixed_rate(daemons, maestro, url, url)
+    check_results(daemons, maestro, test_id)
+
+
+@pytest.mark.kafka
+def test_kafka_fixed_rate(daemons: Daemons, maestro: Maestro, tansu: Tansu) -> None:
+    topic = f"maestro-test-{uuid.uuid4().hex[:8]}"
+    # One consumer group across both receivers, and a partition for each of their 4 consumers.
+    url = f"{tansu.url}/{topic}?partitions=4&acks=all&group=maestro-{topic}&auto_offset_reset=earliest"
     test_id = run_fixed_rate(daemons, maestro, url, url)
     check_results(daemons, maestro, test_id)
 
