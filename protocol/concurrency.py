@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -17,6 +18,8 @@ from typing import Any, TypeVar
 __all__ = ["BackgroundLoop", "PollThread", "call_in_loop"]
 
 _T = TypeVar("_T")
+
+log = logging.getLogger(__name__)
 
 
 def call_in_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
@@ -48,10 +51,11 @@ class BackgroundLoop:
 
 
 class PollThread:
-    """Calls `poll()` over and over on a daemon thread until stopped.
+    """Calls `poll()` over and over on a daemon thread until stopped, or until it returns False.
 
-    For libraries that deliver only from a blocking poll (confluent-kafka): `poll` blocks for a
-    short while itself and hands what it got to the event loop with `call_in_loop`.
+    For libraries that deliver only from a blocking poll (confluent-kafka, proton's container):
+    `poll` blocks for a short while itself and hands what it got to the event loop with
+    `call_in_loop`.
     """
 
     def __init__(self, name: str, poll: Callable[[], Any]) -> None:
@@ -62,7 +66,12 @@ class PollThread:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._poll()
+            try:
+                if self._poll() is False:
+                    return
+            except Exception:
+                # A callback bug must not silently end delivery for the rest of the run.
+                log.exception("%s: poll failed", self._thread.name)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()

@@ -145,6 +145,16 @@ def test_amqp_fixed_rate(daemons: Daemons, maestro: Maestro) -> None:
     check_results(daemons, maestro, test_id)
 
 
+@pytest.mark.rabbitmq
+@pytest.mark.usefixtures("rabbitmq")
+def test_amqp10_fixed_rate(daemons: Daemons, maestro: Maestro) -> None:
+    # RabbitMQ's AMQP 1.0 plugin: the address /queue/NAME (note the double slash in the URL).
+    queue = f"maestro-test-{uuid.uuid4().hex[:8]}"
+    url = f"amqp10://guest:guest@127.0.0.1:5672//queue/{queue}?settle=at-least-once&credit=200"
+    test_id = run_fixed_rate(daemons, maestro, url, url)
+    check_results(daemons, maestro, test_id)
+
+
 @pytest.mark.kafka
 def test_kafka_fixed_rate(daemons: Daemons, maestro: Maestro, tansu: Tansu) -> None:
     topic = f"maestro-test-{uuid.uuid4().hex[:8]}"

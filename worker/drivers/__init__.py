@@ -17,18 +17,17 @@ __all__ = ["driver_class", "parse_endpoint"]
 _BY_SCHEME = {
     "amqp": "worker.drivers.amqp:AmqpDriver",
     "amqps": "worker.drivers.amqp:AmqpDriver",
+    "amqp10": "worker.drivers.amqp10:Amqp10Driver",
+    "amqp10s": "worker.drivers.amqp10:Amqp10Driver",
     "kafka": "worker.drivers.kafka:KafkaDriver",
     "kafkas": "worker.drivers.kafka:KafkaDriver",
     "mqtt": "worker.drivers.mqtt:MqttDriver",
     "mqtts": "worker.drivers.mqtt:MqttDriver",
 }
-_NOT_YET = {"amqp10", "amqp10s"}
 
 
 def driver_class(url: str, option_name: str = "url") -> type[Driver]:
     scheme = urlsplit(url).scheme
-    if scheme in _NOT_YET:
-        raise OptionError(option_name, f"the {scheme}:// driver is not built yet (AMQP 0-9-1, Kafka and MQTT are)")
     target = _BY_SCHEME.get(scheme)
     if target is None:
         raise OptionError(

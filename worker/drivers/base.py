@@ -163,7 +163,9 @@ class Driver(ABC):
             raise OptionError(option_name, f"{safe}: {exc}") from exc
         if not parts.hostname:
             raise OptionError(option_name, f"{safe} names no host")
-        destination = unquote(parts.path.lstrip("/"))
+        # One slash separates host and destination; more belong to the destination, as
+        # RabbitMQ's AMQP 1.0 addresses need: amqp10://host//queue/q is the address /queue/q.
+        destination = unquote(parts.path[1:])
         if not destination:
             raise OptionError(option_name, f"{safe} names no queue, topic or address (the URL path)")
         known = {**_COMMON, **cls.OPTIONS}

@@ -1,0 +1,277 @@
+"""AMQP 1.0 through python-qpid-proton: `amqp10://[user:pw@]host[:5672]/address?settle=at-least-once&credit=100`.
+
+Proton's container runs on its own `PollThread`; sends reach it through an `EventInjector`
+(thread-safe), and dispositions and messages come back through `call_in_loop`. Messages carry
+their body as a Data section, so AMQP 0-9-1 consumers of the same broker read the same bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import uuid
+from typing import Any, ClassVar
+
+from proton import Delivery, Event, Message, SSLDomain
+from proton.handlers import MessagingHandler
+from proton.reactor import ApplicationEvent, AtMostOnce, Container, DurableSubscription, EventInjector
+
+from protocol.concurrency import PollThread, call_in_loop
+from worker.drivers.base import (
+    ConnectError,
+    DisconnectedError,
+    Driver,
+    Endpoint,
+    OnMessage,
+    SendError,
+    boolean,
+    choice,
+    integer,
+)
+
+__all__ = ["Amqp10Driver"]
+
+_CONNECT_TIMEOUT_S = 15.0
+
+
+class Amqp10Driver(Driver):
+    SCHEMES: ClassVar[dict[str, tuple[bool, int]]] = {"amqp10": (False, 5672), "amqp10s": (True, 5671)}
+    OPTIONS: ClassVar[dict[str, Any]] = {
+        "settle": choice("presettled", "at-least-once"),
+        "credit": integer(1, 1_000_000),  # the receiver's credit window (prefetch)
+        "durable": boolean,  # durable messages; a durable subscription on receive
+    }
+    DESCRIPTION = "AMQP 1.0 (python-qpid-proton)"
+
+    def __init__(self, endpoint: Endpoint, client: int = 0) -> None:
+        super().__init__(endpoint, client)
+        self.presettled = endpoint.options.get("settle", "at-least-once") == "presettled"
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._handler: _Handler | None = None
+        self._container: Container | None = None
+        self._poller: PollThread | None = None
+        self._injector = EventInjector()
+        self._tasks: set[asyncio.Future[None]] = set()
+
+    def _url(self) -> str:
+        e = self.endpoint
+        user = f"{e.username}:{e.password or ''}@" if e.username else ""
+        return f"{'amqps' if e.tls else 'amqp'}://{user}{e.host}:{e.port}"
+
+    async def connect(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        opened: asyncio.Future[None] = self._loop.create_future()
+        self._handler = _Handler(self, opened)
+        container = Container(self._handler)
+        container.selectable(self._injector)
+        container.timeout = 0.05
+        container.start()
+        self._container = container
+        self._poller = PollThread(f"proton-{self.client}", container.process)
+        await self._wait(opened, "no connection")
+
+    @property
+    def container(self) -> Container:
+        assert self._container is not None
+        return self._container
+
+    async def _wait(self, future: asyncio.Future[None], what: str) -> None:
+        try:
+            await asyncio.wait_for(future, _CONNECT_TIMEOUT_S)
+        except TimeoutError as exc:
+            reason = self._handler.error if self._handler else ""
+            await self.close()
+            raise ConnectError(f"{self.endpoint}: {what} within {_CONNECT_TIMEOUT_S:g} s {reason}", retry=True) from exc
+
+    async def _open_link(self, role: str) -> _Handler:
+        handler = self._handler
+        assert handler is not None and self._loop is not None
+        handler.link_ready = self._loop.create_future()
+        handler.role = role
+        self._injector.trigger(ApplicationEvent("open_link"))
+        await self._wait(handler.link_ready, f"no {role} link")
+        return handler
+
+    async def send(self, body: bytes) -> None:
+        handler = self._handler
+        assert handler is not None and self._loop is not None
+        if handler.link is None:
+            handler = await self._open_link("sender")
+        if not handler.link_up:
+            raise DisconnectedError(f"{self.endpoint}: link down", retry=True)
+        future: asyncio.Future[None] = self._loop.create_future()
+        handler.outbox.append((body, future))
+        # With the link as its context, the engine knows which connection has work to write.
+        self._injector.trigger(ApplicationEvent("flush", link=handler.link))
+        await future
+
+    async def receive(self, on_message: OnMessage) -> None:
+        assert self._handler is not None
+        self._handler.on_message_cb = on_message
+        await self._open_link("receiver")
+
+    def deliver(self, body: bytes) -> None:
+        assert self._handler is not None and self._handler.on_message_cb is not None
+        task = asyncio.ensure_future(self._handler.on_message_cb(body))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        if self._handler is not None:
+            self._injector.trigger(ApplicationEvent("close"))
+        if self._poller is not None:
+            await asyncio.to_thread(self._poller.stop)
+            self._poller = None
+        if self._handler is not None:
+            self._handler.fail_all("closed before settled")
+
+
+class _Handler(MessagingHandler):
+    """Runs on proton's thread, except where it hands results to the loop."""
+
+    def __init__(self, driver: Amqp10Driver, opened: asyncio.Future[None]) -> None:
+        super().__init__(prefetch=0, auto_accept=True)
+        self.driver = driver
+        self.opened = opened
+        self.role = ""
+        self.link_ready: asyncio.Future[None] | None = None
+        self.on_message_cb: OnMessage | None = None
+        self.outbox: collections.deque[tuple[bytes, asyncio.Future[None]]] = collections.deque()
+        self.unsettled: dict[str, asyncio.Future[None]] = {}
+        self.link_up = False
+        self.error = ""
+        self.connection: Any = None
+        self.link: Any = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self.driver._loop is not None
+        return self.driver._loop
+
+    def on_start(self, event: Any) -> None:
+        e = self.driver.endpoint
+        ssl_domain = None
+        if e.tls:
+            ssl_domain = SSLDomain(SSLDomain.MODE_CLIENT)
+            if "ca" in e.options:
+                ssl_domain.set_trusted_ca_db(e.options["ca"])
+            if not e.options.get("insecure"):
+                ssl_domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
+        self.connection = event.container.connect(
+            self.driver._url(), ssl_domain=ssl_domain, allowed_mechs="PLAIN ANONYMOUS", heartbeat=10
+        )
+
+    def on_connection_opened(self, _event: Any) -> None:
+        call_in_loop(self.loop, _resolve, self.opened)
+
+    def on_open_link(self, _event: Any) -> None:
+        e = self.driver.endpoint
+        name = f"maestro-{uuid.uuid4().hex[:8]}"
+        if self.role == "sender":
+            options: list[Any] = [AtMostOnce()] if self.driver.presettled else []
+            self.link = self.driver.container.create_sender(
+                self.connection, self.driver.destination, name=name, options=options
+            )
+        else:
+            options = [DurableSubscription()] if e.options.get("durable") else []
+            self.link = self.driver.container.create_receiver(
+                self.connection, self.driver.destination, name=name, options=options
+            )
+            self.link.flow(e.options.get("credit", 100))
+
+    def on_link_opened(self, _event: Any) -> None:
+        self.link_up = True
+        if self.link_ready is not None:
+            call_in_loop(self.loop, _resolve, self.link_ready)
+
+    def on_sendable(self, event: Any) -> None:
+        self.on_flush(event)
+
+    def on_flush(self, _event: Any) -> None:
+        link = self.link
+        wrote = False
+        while self.outbox and link is not None and link.credit > 0:
+            wrote = True
+            body, future = self.outbox.popleft()
+            message = Message(body=body, durable=bool(self.driver.endpoint.options.get("durable")))
+            message.inferred = True  # a Data section: the bytes themselves, readable over AMQP 0-9-1
+            delivery = link.send(message)
+            if self.driver.presettled:
+                call_in_loop(self.loop, _resolve, future)
+            else:
+                # By tag: proton wraps the same delivery in a new Python object for each event.
+                self.unsettled[delivery.tag] = future
+        if wrote and self.connection is not None and self.connection.transport is not None:
+            # Work done in an injected event is not noticed by proton's IO handler until some
+            # other engine event comes: tell it the transport has output now.
+            self.driver.container.push_event(self.connection.transport, Event.TRANSPORT)
+
+    def on_accepted(self, event: Any) -> None:
+        self._settle(event.delivery, None)
+
+    def on_rejected(self, event: Any) -> None:
+        self._settle(event.delivery, SendError(f"{self.driver.endpoint}: rejected", retry=False, kind="nacked"))
+
+    def on_released(self, event: Any) -> None:
+        self._settle(event.delivery, SendError(f"{self.driver.endpoint}: released", retry=False, kind="nacked"))
+
+    def _settle(self, delivery: Delivery, error: Exception | None) -> None:
+        future = self.unsettled.pop(delivery.tag, None)
+        if future is not None:
+            call_in_loop(self.loop, _resolve, future, error)
+
+    def on_message(self, event: Any) -> None:
+        body = event.message.body
+        call_in_loop(self.loop, self.driver.deliver, bytes(body) if body is not None else b"")
+        # Keep the credit window full: one credit back for each message taken.
+        event.receiver.flow(1)
+
+    def on_connection_error(self, event: Any) -> None:
+        self._refused(f"connection refused: {event.connection.remote_condition}")
+
+    def on_session_error(self, event: Any) -> None:
+        self._refused(f"session refused: {event.session.remote_condition}")
+
+    def on_link_error(self, event: Any) -> None:
+        self._refused(f"link refused: {event.link.remote_condition}")
+
+    def _refused(self, why: str) -> None:
+        """The peer said no (unknown address, bad credentials): fail the waits now, not at a timeout."""
+        self.error = why
+        self.link_up = False
+        error = ConnectError(f"{self.driver.endpoint}: {why}", retry=False)
+        for future in (self.opened, self.link_ready):
+            if future is not None:
+                call_in_loop(self.loop, _resolve, future, error)
+        self.fail_all(why)
+
+    def on_transport_error(self, event: Any) -> None:
+        self.error = f"({event.transport.condition})"
+        self.link_up = False
+        self.fail_all(f"transport error: {event.transport.condition}")
+
+    def on_disconnected(self, _event: Any) -> None:
+        self.link_up = False
+        self.fail_all("disconnected")
+
+    def on_close(self, _event: Any) -> None:
+        if self.connection is not None:
+            self.connection.close()
+        self.driver.container.stop()
+
+    def fail_all(self, why: str) -> None:
+        pending = list(self.unsettled.values()) + [f for _, f in self.outbox]
+        self.unsettled.clear()
+        self.outbox.clear()
+        for future in pending:
+            error = SendError(f"{self.driver.endpoint}: {why}", retry=False, kind="unconfirmed")
+            call_in_loop(self.loop, _resolve, future, error)
+
+
+def _resolve(future: asyncio.Future[None], error: Exception | None = None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
