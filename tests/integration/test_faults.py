@@ -1,0 +1,123 @@
+"""Load under trouble: a SUT broker that dies mid-test, and messages that are not ours."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+import uuid
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+import pytest
+from paho.mqtt.enums import CallbackAPIVersion
+from support.processes import Daemons, private_mosquitto
+
+from coordinator import Maestro
+from protocol.codes import Role
+from protocol.notes import DrainComplete, DrainRequest, StartTest, StartWorker, TestFailed, TestSucceeded
+from worker.payload import HEADER_BYTES, MAGIC
+from worker.ratefile import read_rate_file
+from worker.sequences import load_bitset, merge_bitsets
+
+
+def start_pair(daemons: Daemons, maestro: Maestro, send_url: str, receive_url: str, options: dict[str, object]) -> str:
+    daemons.start("maestro-worker", "s1", "--role", "sender")
+    daemons.start("maestro-worker", "r1", "--role", "receiver")
+    maestro.wait_for_peers(2, timeout_s=20)
+    test_id = f"t-{uuid.uuid4().hex[:8]}"
+    maestro.set({"send_url": send_url, **options}, to=Role.SENDER)
+    maestro.set({"receive_url": receive_url}, to=Role.RECEIVER)
+    maestro.request(StartTest(test_id=test_id), to=maestro.workers())
+    maestro.request(StartWorker(), to=Role.RECEIVER, timeout_s=30)
+    maestro.request(StartWorker(), to=Role.SENDER, timeout_s=30)
+    return test_id
+
+
+def finish_pair(maestro: Maestro, timeout_s: float) -> None:
+    (sender,) = maestro.registry.live(lambda p: p.role == Role.SENDER)
+    (receiver,) = maestro.registry.live(lambda p: p.role == Role.RECEIVER)
+    (done,) = maestro.wait_for((TestSucceeded, TestFailed), [sender], timeout_s=timeout_s).values()
+    assert isinstance(done, TestSucceeded), done
+    maestro.request(DrainRequest(timeout_s=30), to=Role.RECEIVER)
+    maestro.wait_for((DrainComplete,), [receiver], timeout_s=40)
+    (finished,) = maestro.wait_for((TestSucceeded, TestFailed), [receiver], timeout_s=20).values()
+    assert isinstance(finished, TestSucceeded), finished
+
+
+def peer_json(daemons: Daemons, test_id: str, role: str, name: str) -> tuple[Path, dict[str, object]]:
+    directory = daemons.log_dir / name / test_id / role / name
+    return directory, json.loads((directory / "peer.json").read_text())
+
+
+def holes_below(bits: bytes, count: int) -> int:
+    """Sequence numbers in [0, count) whose bit is not set."""
+    return sum(1 for seq in range(count) if seq // 8 >= len(bits) or not bits[seq // 8] >> (seq % 8) & 1)
+
+
+@pytest.mark.mosquitto
+def test_the_sut_broker_restarts_mid_test(tmp_path: Path, daemons: Daemons, maestro: Maestro) -> None:
+    (tmp_path / "sut").mkdir()
+    sut = private_mosquitto(tmp_path / "sut")
+    sut.start()
+    topic = f"restart/{uuid.uuid4().hex[:8]}"
+    url = f"mqtt://127.0.0.1:{sut.port}/{topic}?qos=1"
+    try:
+        test_id = start_pair(daemons, maestro, url, url, {"rate_per_s": 100, "duration": "8s"})
+        time.sleep(3)
+        sut.stop()  # kill -9 of the SUT broker, mid-test
+        time.sleep(1.5)
+        sut.start()
+        finish_pair(maestro, timeout_s=60)
+    finally:
+        sut.stop()
+
+    _, sender = peer_json(daemons, test_id, "sender", "s1")
+    receiver_dir, receiver = peer_json(daemons, test_id, "receiver", "r1")
+    errors: dict[str, int] = sender["errors"]  # type: ignore[assignment]
+    assert errors.get("disconnected", 0) > 0, "the sender never saw the outage"
+    # Retried sends keep their sequence number; the others are spent whether or not they arrived.
+    spent = int(sender["sent"]) + sum(n for kind, n in errors.items() if kind != "disconnected")  # type: ignore[call-overload]
+    bitsets = json.loads((receiver_dir / "receiver-sequences.json").read_text())
+    ((key, counts),) = receiver["per_sender"].items()  # type: ignore[attr-defined]
+    bits = load_bitset(bitsets[key])
+    merged = merge_bitsets([bits], counts["deliveries"])
+    # The loss the counters give equals the holes in the sequence numbers, counted one by one.
+    assert merged.lost(spent) == holes_below(bits, spent)
+    assert merged.duplicates == counts["duplicates"]
+    assert receiver["received"] == merged.distinct > 0
+    # Messages arrived after the restart too, and the outage shows as a gap in the arrivals.
+    arrivals = sorted(
+        ata
+        for f in receiver["files"]  # type: ignore[attr-defined]
+        if str(f).endswith(".csv.gz")
+        for _, ata in read_rate_file(receiver_dir / f)
+    )
+    assert arrivals[-1] - arrivals[0] > 6_000_000
+    assert max(b - a for a, b in itertools.pairwise(arrivals)) >= 1_000_000
+
+
+@pytest.mark.mosquitto
+def test_messages_that_are_not_ours_are_counted_as_foreign(daemons: Daemons, maestro: Maestro) -> None:
+    topic = f"foreign/{uuid.uuid4().hex[:8]}"
+    url = f"mqtt://127.0.0.1:1883/{topic}?qos=1"
+    test_id = start_pair(daemons, maestro, url, url, {"rate_per_s": 50, "duration": "3s"})
+    intruder = mqtt.Client(callback_api_version=CallbackAPIVersion.VERSION2)
+    intruder.connect("127.0.0.1", 1883)
+    intruder.loop_start()
+    try:
+        for payload in (b"", b"hello", MAGIC + b"\0" * 10, b"X" * (HEADER_BYTES + 10)):
+            intruder.publish(topic, payload, qos=1).wait_for_publish(5)
+        # A well-formed header from another test.
+        other = bytearray(HEADER_BYTES)
+        other[:4] = MAGIC
+        other[4:12] = (12345).to_bytes(8, "big")
+        intruder.publish(topic, bytes(other), qos=1).wait_for_publish(5)
+    finally:
+        intruder.disconnect()
+        intruder.loop_stop()
+    finish_pair(maestro, timeout_s=30)
+    _, receiver = peer_json(daemons, test_id, "receiver", "r1")
+    assert receiver["foreign"] == {"no_header": 4, "other_test": 1}
+    _, sender = peer_json(daemons, test_id, "sender", "s1")
+    assert receiver["received"] == sender["sent"] == 150
