@@ -256,6 +256,7 @@ class Worker(Peer):
         }
         if isinstance(run, SenderRun):
             info["sent"] = run.stats.sent
+            info["warm_up_end_ns"] = run.warm_up_end_ns
             info["errors"] = dict(run.stats.errors)
             info["retries"] = run.stats.retries
             info["senders"] = {

@@ -91,6 +91,12 @@ class SenderRun:
     def stop(self) -> None:
         self._stop.set()
 
+    @property
+    def warm_up_end_ns(self) -> int:
+        """Wall time before which messages were intended as warm-up: the reporter leaves them out
+        (rate rows by their intended time, latency intervals by their start)."""
+        return self.timebase.wall0_ns + int(self.plan.warm_up_s * 1e9)
+
     async def run(self) -> None:
         """Run every client to its end (duration, count, stop, or a failure)."""
         clients = [asyncio.create_task(self._client(i)) for i in range(self.plan.parallel_count)]

@@ -41,6 +41,7 @@ def run_fixed_rate(daemons: Daemons, maestro: Maestro, send_url: str, receive_ur
             "parallel_count": CLIENTS,
             "duration": f"{SECONDS}s",
             "message_size": 256,
+            "warm_up_s": 2,
         },
         to=Role.SENDER,
     )
@@ -73,6 +74,8 @@ def check_results(daemons: Daemons, maestro: Maestro, test_id: str) -> None:
         rows = [row for f in info["files"] for row in read_rate_file(directory / f)]
         assert info["sent"] == len(rows) == RATE_PER_CLIENT * CLIENTS * SECONDS
         assert info["errors"] == {}
+        # The warm-up boundary the reporter cuts at: 2 s after the sender started.
+        assert info["warm_up_end_ns"] - info["started_ns"] == pytest.approx(2e9, abs=0.5e9)
         # About one self-monitoring sample a second; a sender at 100 msg/s is far from one core.
         assert info["self_monitor"]["samples"] >= SECONDS - 2
         assert 0 < info["self_monitor"]["cpu_percent_mean"] < 90
