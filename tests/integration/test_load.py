@@ -27,7 +27,9 @@ CLIENTS = 2
 SECONDS = 10
 
 
-def run_fixed_rate(daemons: Daemons, maestro: Maestro, send_url: str, receive_url: str) -> str:
+def run_fixed_rate(
+    daemons: Daemons, maestro: Maestro, send_url: str, receive_url: str, **sender_options: object
+) -> str:
     for name in ("s1", "s2"):
         daemons.start("maestro-worker", name, "--role", "sender")
     for name in ("r1", "r2"):
@@ -42,6 +44,7 @@ def run_fixed_rate(daemons: Daemons, maestro: Maestro, send_url: str, receive_ur
             "duration": f"{SECONDS}s",
             "message_size": 256,
             "warm_up_s": 2,
+            **sender_options,
         },
         to=Role.SENDER,
     )
@@ -154,7 +157,8 @@ def test_amqp10_fixed_rate(daemons: Daemons, maestro: Maestro) -> None:
     # RabbitMQ's AMQP 1.0 plugin: the address /queue/NAME (note the double slash in the URL).
     queue = f"maestro-test-{uuid.uuid4().hex[:8]}"
     url = f"amqp10://guest:guest@127.0.0.1:5672//queue/{queue}?settle=at-least-once&credit=200"
-    test_id = run_fixed_rate(daemons, maestro, url, url)
+    # A confirm window: many sends in flight at once, the first of which opens the link.
+    test_id = run_fixed_rate(daemons, maestro, url, url, confirm_window=50)
     check_results(daemons, maestro, test_id)
 
 

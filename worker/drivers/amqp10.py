@@ -52,6 +52,7 @@ class Amqp10Driver(Driver):
         self._poller: PollThread | None = None
         self._injector = EventInjector()
         self._tasks: set[asyncio.Future[None]] = set()
+        self._link_lock = asyncio.Lock()
 
     def _url(self) -> str:
         e = self.endpoint
@@ -96,7 +97,10 @@ class Amqp10Driver(Driver):
         handler = self._handler
         assert handler is not None and self._loop is not None
         if handler.link is None:
-            handler = await self._open_link("sender")
+            # With a confirm window many sends start at once; the first opens the link.
+            async with self._link_lock:
+                if handler.link is None:
+                    await self._open_link("sender")
         if not handler.link_up:
             raise DisconnectedError(f"{self.endpoint}: link down", retry=True)
         future: asyncio.Future[None] = self._loop.create_future()

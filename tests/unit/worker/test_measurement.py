@@ -14,6 +14,7 @@ from worker.latency import HIGHEST_US, LatencyRecorder, _histogram
 from worker.payload import HEADER_BYTES, ForeignPayloadError, MessageHeader, key_of, make_body, read_header
 from worker.ratefile import RateFileWriter, read_rate_file
 from worker.schedule import Schedule
+from worker.sender import SenderStats
 from worker.sequences import SequenceTracker, dump_bitsets, load_bitset, merge_bitsets
 
 # --- payload header ------------------------------------------------------------------------------
@@ -203,3 +204,16 @@ def test_receivers_sharing_a_stream_merge_to_exact_loss_and_duplicates() -> None
     assert merged.distinct == 8
     assert merged.duplicates == 2
     assert merged.lost(sent=10) == 2
+
+
+def test_schedule_lag_intervals_fold_into_the_run_total() -> None:
+    stats = SenderStats()
+    for value_us in (10, 20, 30):
+        stats.interval_lag_us.record_value(value_us)
+    stats.fold()
+    stats.interval_lag_us.record_value(40)
+    total = stats.lag_us  # folds the open interval too
+    assert total.get_total_count() == 4
+    assert total.get_max_value() == 40
+    assert total.get_value_at_percentile(50) == 20
+    assert stats.interval_lag_us.get_total_count() == 0
