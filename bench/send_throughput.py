@@ -76,7 +76,7 @@ async def raw_kafka(bootstrap: str, topic: str, n: int, body: bytes) -> None:
 
 
 async def worker_send(
-    url: str, n: int, size: int, rate_per_s: float = 0, window: int = 1
+    url: str, n: int, size: int, *, rate_per_s: float = 0, window: int = 1, precise: bool = False
 ) -> tuple[SenderRun, list[tuple[int, int]]]:
     """The worker's real send path (header, schedule, lag histogram, rate file); its rows back."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -89,6 +89,7 @@ async def worker_send(
             duration=Duration(messages=n),
             size=MessageSize(size, size),
             confirm_window=window,
+            precise_timing=precise,
         )
         run = SenderRun(plan, RateFileWriter(Path(tmp), "sender", {}))
         await run.run()
@@ -159,18 +160,26 @@ async def main() -> None:
     await delete_queues(queue, f"{queue}-raw", a10_queue)
 
     print("\nfixed-rate accuracy, MQTT qos0, one client, 10 s per rate")
-    print(f"{'target/s':>9} {'achieved/target':>16} {'lag p50 us':>11} {'lag p99 us':>11} {'lag max us':>11}")
-    for target in (100, 1000, 5000):
-        count = target * 10
-        run, rows = await worker_send(f"mqtt://127.0.0.1:1883/{topic}?qos=0", count, size, rate_per_s=target)
-        lag = run.stats.lag_us
-        sent = sorted(ata for _, ata in rows)
-        # count - 1 gaps between the first and the last actual send.
-        achieved = (count - 1) / ((sent[-1] - sent[0]) / 1e6)
-        print(
-            f"{target:>9} {achieved / target:>16.4f} {lag.get_value_at_percentile(50):>11} "
-            f"{lag.get_value_at_percentile(99):>11} {lag.get_max_value():>11}"
-        )
+    print(
+        f"{'timing':>8} {'target/s':>9} {'achieved/target':>16} {'cpu %':>6} "
+        f"{'lag p50 us':>11} {'lag p99 us':>11} {'lag max us':>11}"
+    )
+    for precise in (False, True):
+        for target in (100, 1000, 5000):
+            count = target * 10
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            run, rows = await worker_send(
+                f"mqtt://127.0.0.1:1883/{topic}?qos=0", count, size, rate_per_s=target, precise=precise
+            )
+            cpu_percent = 100 * (time.process_time() - cpu0) / (time.perf_counter() - wall0)
+            lag = run.stats.lag_us
+            sent = sorted(ata for _, ata in rows)
+            # count - 1 gaps between the first and the last actual send.
+            achieved = (count - 1) / ((sent[-1] - sent[0]) / 1e6)
+            print(
+                f"{'precise' if precise else 'sleep':>8} {target:>9} {achieved / target:>16.4f} {cpu_percent:>6.0f} "
+                f"{lag.get_value_at_percentile(50):>11} {lag.get_value_at_percentile(99):>11} {lag.get_max_value():>11}"
+            )
 
 
 if __name__ == "__main__":

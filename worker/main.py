@@ -157,6 +157,7 @@ class Worker(Peer):
             warm_up_s=o.get("warm_up_s", 0.0),
             start_jitter_s=o.get("start_jitter_s", 0.0),
             confirm_window=o.get("confirm_window", 1),
+            precise_timing=o.get("precise_timing", False),
         )
         return SenderRun(plan, RateFileWriter(directory, "sender", self._labels()))
 

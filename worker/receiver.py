@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from worker.drivers import parse_endpoint
-from worker.drivers.base import Driver, DriverError
+from worker.drivers.base import Driver, connect_within
 from worker.latency import LatencyRecorder
 from worker.payload import ForeignPayloadError, key_of, read_header
 from worker.ratefile import RateFileWriter
@@ -58,20 +58,9 @@ class ReceiverRun:
             url = self.plan.urls[client % len(self.plan.urls)]
             driver_cls, endpoint = parse_endpoint(url, "receive_url")
             driver = driver_cls(endpoint, client)
-            await self._connect(driver)
+            await connect_within(driver, self.plan.reconnect_budget_s)
             await driver.receive(self._on_message)
             self._drivers.append(driver)
-
-    async def _connect(self, driver: Driver) -> None:
-        deadline = time.monotonic() + self.plan.reconnect_budget_s
-        while True:
-            try:
-                await driver.connect()
-                return
-            except DriverError as exc:
-                if not exc.retry or time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.5)
 
     async def _on_message(self, body: bytes) -> None:
         arrived_ns = time.time_ns()

@@ -18,21 +18,22 @@ from coordinator import Maestro
 MOSQUITTO_URL = "mqtt://127.0.0.1:1883"
 
 
+def require_service(port: int, name: str) -> None:
+    try:
+        wait_for_port(port, timeout_s=2)
+    except TimeoutError:
+        pytest.fail(f"{name} does not answer on 127.0.0.1:{port}: start it (.ci/run does) before the integration tests")
+
+
 @pytest.fixture(scope="session")
 def mosquitto_url() -> str:
-    try:
-        wait_for_port(1883, timeout_s=2)
-    except TimeoutError:
-        pytest.fail("Mosquitto does not answer on 127.0.0.1:1883: start it (.ci/run does) before the integration tests")
+    require_service(1883, "Mosquitto")
     return MOSQUITTO_URL
 
 
 @pytest.fixture(scope="session")
 def rabbitmq() -> None:
-    try:
-        wait_for_port(5672, timeout_s=2)
-    except TimeoutError:
-        pytest.fail("RabbitMQ does not answer on 127.0.0.1:5672: start it (.ci/run does) before the integration tests")
+    require_service(5672, "RabbitMQ")
 
 
 @pytest.fixture

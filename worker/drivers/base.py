@@ -7,7 +7,9 @@ retry can help; library exceptions never reach the load loop.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,8 +26,10 @@ __all__ = [
     "Endpoint",
     "OnMessage",
     "SendError",
+    "backoff_s",
     "boolean",
     "choice",
+    "connect_within",
     "integer",
     "number_range",
 ]
@@ -213,3 +217,26 @@ class Driver(ABC):
 
     @abstractmethod
     async def close(self) -> None: ...
+
+
+# Seconds between tries, growing to the last value and staying there.
+RETRY_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+def backoff_s(attempt: int) -> float:
+    return RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)]
+
+
+async def connect_within(driver: Driver, budget_s: float) -> None:
+    """Connect, retrying with backoff while the error says a retry can help and the budget lasts."""
+    deadline = time.monotonic() + budget_s
+    attempt = 0
+    while True:
+        try:
+            await driver.connect()
+            return
+        except DriverError as exc:
+            if not exc.retry or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(backoff_s(attempt))
+            attempt += 1
