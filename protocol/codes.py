@@ -54,6 +54,8 @@ class Command(IntEnum):
     AGENT_ACTION = 72
     NOTIFY_COMMAND_FINISHED = 73
     NOTIFY_PEER_ONLINE = 74
+    PAUSE_WORKER = 75  # a receiver stops taking messages, so a backlog builds (seed 002)
+    RESUME_WORKER = 76
 
 
 class Role(StrEnum):

@@ -28,10 +28,12 @@ __all__ = [
     "LogRequest",
     "Note",
     "OkResponse",
+    "PauseWorker",
     "PeerOnline",
     "PingRequest",
     "PingResponse",
     "ProtocolErrorResponse",
+    "ResumeWorker",
     "RoleAssign",
     "RoleUnassign",
     "SetRequest",
@@ -248,6 +250,20 @@ class DrainRequest(Note):
     COMMAND = Command.DRAIN
     url: str = ""
     timeout_s: float = 60.0
+
+
+@_register
+@dataclass(frozen=True)
+class PauseWorker(Note):
+    TYPE = NoteType.REQUEST
+    COMMAND = Command.PAUSE_WORKER
+
+
+@_register
+@dataclass(frozen=True)
+class ResumeWorker(Note):
+    TYPE = NoteType.REQUEST
+    COMMAND = Command.RESUME_WORKER
 
 
 @_register

@@ -19,14 +19,14 @@ from typing import IO
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogWriter
 
-__all__ = ["HIGHEST_US", "IntervalLatency", "LatencyRecorder"]
+__all__ = ["HIGHEST_US", "IntervalLatency", "LatencyRecorder", "new_histogram"]
 
 LOWEST_US = 1
 HIGHEST_US = 3_600_000_000
 DIGITS = 3
 
 
-def _histogram() -> HdrHistogram:
+def new_histogram() -> HdrHistogram:
     return HdrHistogram(LOWEST_US, HIGHEST_US, DIGITS)
 
 
@@ -35,8 +35,8 @@ class IntervalLatency:
     """One interval's pair of histograms."""
 
     start_s: float
-    corrected: HdrHistogram = field(default_factory=_histogram)
-    service: HdrHistogram = field(default_factory=_histogram)
+    corrected: HdrHistogram = field(default_factory=new_histogram)
+    service: HdrHistogram = field(default_factory=new_histogram)
 
 
 class LatencyRecorder:
@@ -45,8 +45,8 @@ class LatencyRecorder:
         self.directory = directory
         self.interval_s = interval_s
         self.clamped = 0  # samples outside [1 µs, 1 h]: clock skew or a stuck message
-        self.total_corrected = _histogram()
-        self.total_service = _histogram()
+        self.total_corrected = new_histogram()
+        self.total_service = new_histogram()
         self._files: list[IO[str]] = []
         self._writers = {}
         # Whole milliseconds, as interval stamps are: a StartTime rounded above the first

@@ -20,6 +20,8 @@ from protocol.notes import (
     DrainRequest,
     Note,
     OkResponse,
+    PauseWorker,
+    ResumeWorker,
     StartTest,
     StartWorker,
     StatsReport,
@@ -30,9 +32,10 @@ from protocol.notes import (
     TestSucceeded,
 )
 from protocol.options import Duration, MessageSize, OptionError
-from protocol.runtime import Peer, PeerError
+from protocol.runtime import Peer, PeerError, UnsupportedError
 from protocol.version import VERSION
 from worker.drivers import parse_endpoint
+from worker.drivers.base import DriverError
 from worker.latency import LatencyRecorder
 from worker.ratefile import RateFileWriter
 from worker.receiver import ReceiverPlan, ReceiverRun
@@ -101,6 +104,10 @@ class Worker(Peer):
                 return self._on_stop()
             case DrainRequest():
                 return self._on_drain(note)
+            case PauseWorker():
+                return await self._pause_or_resume(pause=True)
+            case ResumeWorker():
+                return await self._pause_or_resume(pause=False)
             case _:
                 return await super().handle_role_note(note)
 
@@ -178,10 +185,21 @@ class Worker(Peer):
             self._run.stop()
         return OkResponse()
 
+    async def _pause_or_resume(self, pause: bool) -> OkResponse:
+        run = self._receiving_run()
+        try:
+            await (run.pause() if pause else run.resume())
+        except DriverError as exc:
+            raise UnsupportedError(str(exc)) from exc
+        return OkResponse()
+
+    def _receiving_run(self) -> ReceiverRun:
+        if not isinstance(self._run, ReceiverRun) or self.state != "running":
+            raise PeerError("only a running receiver can pause, resume or drain")
+        return self._run
+
     def _on_drain(self, note: DrainRequest) -> OkResponse:
-        run = self._run
-        if not isinstance(run, ReceiverRun):
-            raise PeerError("DRAIN is for a running receiver")
+        run = self._receiving_run()
 
         async def drain() -> None:
             drained = await run.drain(idle_s=run.plan.drain_idle_s, timeout_s=note.timeout_s)

@@ -4,18 +4,31 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 import uuid
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
+from hdrh.log import HistogramLogReader
 from paho.mqtt.enums import CallbackAPIVersion
 from support.processes import Daemons, private_mosquitto
 
-from coordinator import Maestro
+from coordinator import Maestro, PeerInfo, PeerRequestError
 from protocol.codes import Role
-from protocol.notes import DrainComplete, DrainRequest, StartTest, StartWorker, TestFailed, TestSucceeded
+from protocol.notes import (
+    DrainComplete,
+    DrainRequest,
+    PauseWorker,
+    ResumeWorker,
+    StartTest,
+    StartWorker,
+    StatsResponse,
+    TestFailed,
+    TestSucceeded,
+)
+from worker.latency import new_histogram
 from worker.payload import HEADER_BYTES, MAGIC
 from worker.ratefile import read_rate_file
 from worker.sequences import load_bitset, merge_bitsets
@@ -121,3 +134,48 @@ def test_messages_that_are_not_ours_are_counted_as_foreign(daemons: Daemons, mae
     assert receiver["foreign"] == {"no_header": 4, "other_test": 1}
     _, sender = peer_json(daemons, test_id, "sender", "s1")
     assert receiver["received"] == sender["sent"] == 150
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.usefixtures("rabbitmq")
+def test_a_paused_receiver_builds_a_backlog_that_drains_after_resume(daemons: Daemons, maestro: Maestro) -> None:
+    queue = f"maestro-pause-{uuid.uuid4().hex[:8]}"
+    url = f"amqp://guest:guest@127.0.0.1:5672/{queue}?prefetch=10"
+    test_id = start_pair(daemons, maestro, url, url, {"rate_per_s": 100, "duration": "6s"})
+    receiver = maestro.find("r1")
+    time.sleep(1)
+    maestro.request(PauseWorker(), to=receiver)
+    paused_at = received_of(maestro, receiver)
+    time.sleep(3)
+    # Paused: at most the prefetched few trickle in; the rest waits in the queue.
+    assert received_of(maestro, receiver) - paused_at <= 10
+    maestro.request(ResumeWorker(), to=receiver)
+    finish_pair(maestro, timeout_s=30)
+    receiver_dir, info = peer_json(daemons, test_id, "receiver", "r1")
+    _, sender = peer_json(daemons, test_id, "sender", "s1")
+    assert info["received"] == sender["sent"] == 600
+    # Messages sent early in the pause waited about 3 s: latency from their intended send time shows it.
+    total = new_histogram()
+    reader = HistogramLogReader(str(receiver_dir / "receiver-latency.hlog"), new_histogram())
+    try:
+        while (interval := reader.get_next_interval_histogram()) is not None:
+            total.add(interval)
+    finally:
+        reader.close()
+    assert 2_500_000 <= total.get_max_value() <= 5_000_000
+
+
+def received_of(maestro: Maestro, peer: PeerInfo) -> int:
+    (stats,) = maestro.stats(to=peer).replies.values()
+    assert isinstance(stats, StatsResponse)
+    return int(stats.counters["received"])
+
+
+@pytest.mark.mosquitto
+def test_an_mqtt_receiver_refuses_to_pause(daemons: Daemons, maestro: Maestro) -> None:
+    topic = f"nopause/{uuid.uuid4().hex[:8]}"
+    url = f"mqtt://127.0.0.1:1883/{topic}?qos=1"
+    start_pair(daemons, maestro, url, url, {"rate_per_s": 10, "duration": "2s"})
+    with pytest.raises(PeerRequestError, match=re.escape("MQTT 3.1.1 (paho-mqtt) receivers cannot pause")):
+        maestro.request(PauseWorker(), to=maestro.find("r1"))
+    finish_pair(maestro, timeout_s=30)

@@ -18,7 +18,7 @@ from support.processes import Daemons, Tansu
 from coordinator import Maestro, PeerInfo, PeerRequestError
 from protocol.codes import Role
 from protocol.notes import DrainComplete, DrainRequest, StartTest, StartWorker, StatsReport, TestFailed, TestSucceeded
-from worker.latency import _histogram
+from worker.latency import new_histogram
 from worker.ratefile import read_rate_file
 from worker.sequences import load_bitset, merge_bitsets
 
@@ -108,9 +108,9 @@ def check_results(daemons: Daemons, maestro: Maestro, test_id: str) -> None:
         rows = [row for f in info["files"] if f.endswith(".csv.gz") for row in read_rate_file(directory / f)]
         assert len(rows) == info["received"]
         received_total += info["received"]
-        reader = HistogramLogReader(str(directory / "receiver-latency.hlog"), _histogram())
+        reader = HistogramLogReader(str(directory / "receiver-latency.hlog"), new_histogram())
         try:
-            total = _histogram()
+            total = new_histogram()
             while (interval := reader.get_next_interval_histogram()) is not None:
                 total.add(interval)
         finally:

@@ -209,11 +209,11 @@ class Driver(ABC):
         """Start consuming; `on_message` runs on the event loop for each message body."""
 
     async def pause(self) -> None:
-        """Stop taking messages for now (to build a backlog)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot pause")
+        """Stop taking messages for now, so that a backlog builds in the SUT."""
+        raise DriverError(f"{self.DESCRIPTION} receivers cannot pause", retry=False)
 
     async def resume(self) -> None:
-        raise NotImplementedError(f"{type(self).__name__} cannot resume")
+        raise DriverError(f"{self.DESCRIPTION} receivers cannot resume", retry=False)
 
     @abstractmethod
     async def close(self) -> None: ...

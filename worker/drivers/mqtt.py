@@ -107,11 +107,8 @@ class MqttDriver(Driver):
         self._on_message = on_message
         self._client.subscribe(self.destination, qos=self.qos)
 
-    async def pause(self) -> None:
-        self._client.unsubscribe(self.destination)
-
-    async def resume(self) -> None:
-        self._client.subscribe(self.destination, qos=self.qos)
+    # No pause: unsubscribing would drop what is published meanwhile instead of keeping a
+    # backlog (the base class refuses, by name).
 
     async def close(self) -> None:
         self._client.disconnect()

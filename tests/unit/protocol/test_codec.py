@@ -88,6 +88,7 @@ def test_command_codes_follow_maestro_java_1_5() -> None:
     }
     assert {name: Command[name].value for name in expected} == expected
     assert all(c.value > 70 for c in Command if c.name not in expected)
+    assert Command.PAUSE_WORKER == 75 and Command.RESUME_WORKER == 76
     assert [t.value for t in NoteType] == [0, 1, 2, 3]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hdrh.log import HistogramLogReader
 
-from worker.latency import HIGHEST_US, LatencyRecorder, _histogram
+from worker.latency import HIGHEST_US, LatencyRecorder, new_histogram
 from worker.payload import HEADER_BYTES, ForeignPayloadError, MessageHeader, key_of, make_body, read_header
 from worker.ratefile import RateFileWriter, read_rate_file
 from worker.schedule import Schedule
@@ -163,7 +163,7 @@ def test_latency_logs_are_standard_interval_logs_with_exact_percentiles(tmp_path
     # 5000 falls in a 4-µs-wide bucket at 3 digits; HDR reports its top, 5003.
     assert recorder.total_corrected.values_are_equivalent(recorder.total_corrected.get_max_value(), 5_000)
     # hdrh's reader may decode into one histogram object: check each interval as it is read.
-    reader = HistogramLogReader(str(tmp_path / "receiver-latency.hlog"), _histogram())
+    reader = HistogramLogReader(str(tmp_path / "receiver-latency.hlog"), new_histogram())
     try:
         first = reader.get_next_interval_histogram()
         assert first.get_total_count() == 1000
@@ -174,7 +174,7 @@ def test_latency_logs_are_standard_interval_logs_with_exact_percentiles(tmp_path
         assert reader.get_next_interval_histogram() is None
     finally:
         reader.close()
-    service = HistogramLogReader(str(tmp_path / "receiver-service-latency.hlog"), _histogram())
+    service = HistogramLogReader(str(tmp_path / "receiver-service-latency.hlog"), new_histogram())
     try:
         assert service.get_next_interval_histogram().get_max_value() == 100
     finally:
