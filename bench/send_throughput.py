@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.processes import Tansu
 
 from protocol.options import Duration, MessageSize
+from worker.processes import MultiProcessSender
 from worker.ratefile import RateFileWriter, read_rate_file
 from worker.sender import SenderPlan, SenderRun
 
@@ -180,6 +181,37 @@ async def main() -> None:
                 f"{'precise' if precise else 'sleep':>8} {target:>9} {achieved / target:>16.4f} {cpu_percent:>6.0f} "
                 f"{lag.get_value_at_percentile(50):>11} {lag.get_value_at_percentile(99):>11} {lag.get_max_value():>11}"
             )
+    await scaling(topic, 4 * n, size)
+
+
+async def scaling(topic: str, n: int, size: int) -> None:
+    """The same total load from 4 clients in 1, 2 and 4 processes (the machine has 2 cores)."""
+    print("\nprocesses, MQTT qos0, 4 clients, unbounded rate")
+    print(f"{'processes':>9} {'msg/s':>9}")
+    for processes in (1, 2, 4):
+        with tempfile.TemporaryDirectory() as tmp:
+            plan = SenderPlan(
+                test_id="bench",
+                peer="bench@local",
+                urls=[f"mqtt://127.0.0.1:1883/{topic}?qos=0"],
+                rate_per_s=0,
+                parallel_count=4,
+                duration=Duration(messages=n),
+                size=MessageSize(size, size),
+            )
+            run: SenderRun | MultiProcessSender
+            if processes == 1:
+                run = SenderRun(plan, RateFileWriter(Path(tmp), "sender", {}))
+            else:
+                run = MultiProcessSender(plan, processes, Path(tmp), {})
+            rows_dir = Path(tmp)
+            await run.run()
+            await run.close()
+            if run.failure:
+                raise RuntimeError(run.failure)
+            # From the first to the last actual send in the rate files: process start-up excluded.
+            sent = sorted(ata for f in run.files() for _, ata in read_rate_file(rows_dir / f))
+            print(f"{processes:>9} {(len(sent) - 1) / ((sent[-1] - sent[0]) / 1e6):>9.0f}")
 
 
 if __name__ == "__main__":

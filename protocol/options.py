@@ -211,6 +211,7 @@ OPTIONS: dict[str, Callable[[Any], Any]] = {
     "rate_per_s": _number(0),  # per client; 0 = as fast as the SUT takes it
     "arrivals": _choice("uniform", "poisson"),
     "parallel_count": _number(1, 100_000, integer=True),
+    "processes": _number(1, 256, integer=True),  # sender processes the clients are split over
     "message_size": parse_message_size,
     "send_url": _sut_urls,
     "receive_url": _sut_urls,

@@ -37,6 +37,7 @@ from protocol.version import VERSION
 from worker.drivers import parse_endpoint
 from worker.drivers.base import DriverError
 from worker.latency import LatencyRecorder
+from worker.processes import MultiProcessSender
 from worker.ratefile import RateFileWriter
 from worker.receiver import ReceiverPlan, ReceiverRun
 from worker.sender import SenderPlan, SenderRun
@@ -46,6 +47,10 @@ __all__ = ["Worker", "main"]
 log = logging.getLogger(__name__)
 
 _STATS_INTERVAL_S = 1.0
+
+# What a worker runs: sending in one process or several, or receiving.
+Run = SenderRun | MultiProcessSender | ReceiverRun
+SENDING = (SenderRun, MultiProcessSender)
 
 
 @dataclass
@@ -79,7 +84,7 @@ class Worker(Peer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.test_id = ""
-        self._run: SenderRun | ReceiverRun | None = None
+        self._run: Run | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._started_wall_ns = 0
         self.self_monitor = SelfMonitor()
@@ -131,7 +136,7 @@ class Worker(Peer):
         self._started_wall_ns = time.time_ns()
         self.self_monitor = SelfMonitor()
         if self.role == Role.SENDER:
-            run: SenderRun | ReceiverRun = self._sender(directory)
+            run: Run = self._sender(directory)
         else:
             run = self._receiver(directory)
             await run.start()  # consuming before OK: senders started after us lose nothing
@@ -150,7 +155,7 @@ class Worker(Peer):
     def _labels(self) -> dict[str, str]:
         return {"role": self.role.value, "peer": self.config.name, "host": self.config.host, "test": self.test_id}
 
-    def _sender(self, directory: Path) -> SenderRun:
+    def _sender(self, directory: Path) -> SenderRun | MultiProcessSender:
         o = self.options
         plan = SenderPlan(
             test_id=self.test_id,
@@ -166,6 +171,9 @@ class Worker(Peer):
             confirm_window=o.get("confirm_window", 1),
             precise_timing=o.get("precise_timing", False),
         )
+        processes = o.get("processes", 1)
+        if processes > 1:
+            return MultiProcessSender(plan, processes, directory, self._labels())
         return SenderRun(plan, RateFileWriter(directory, "sender", self._labels()))
 
     def _receiver(self, directory: Path) -> ReceiverRun:
@@ -217,7 +225,7 @@ class Worker(Peer):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _drive(self, run: SenderRun | ReceiverRun, directory: Path) -> None:
+    async def _drive(self, run: Run, directory: Path) -> None:
         failure: str | None = None
         try:
             await run.run()
@@ -226,19 +234,16 @@ class Worker(Peer):
             log.exception("run failed")
             failure = f"{type(exc).__name__}: {exc}"
         finally:
-            if isinstance(run, ReceiverRun):
-                await run.close()
-            else:
-                run.rate_file.close()
+            await run.close()
             self._write_peer_json(run, directory, failure)
             self.state = "idle"
         if failure:
             self.bus.publish(self.topics.notifications, TestFailed(test_id=self.test_id, message=failure))
         else:
-            done = f"sent {run.stats.sent}" if isinstance(run, SenderRun) else f"received {run.stats.received}"
+            done = f"sent {run.stats.sent}" if isinstance(run, SENDING) else f"received {run.stats.received}"
             self.bus.publish(self.topics.notifications, TestSucceeded(test_id=self.test_id, message=done))
 
-    async def _stream_stats(self, run: SenderRun | ReceiverRun) -> None:
+    async def _stream_stats(self, run: Run) -> None:
         """Once a second: the run's counters, plus how busy this process is, so a report can
         tell when the load generator, not the SUT, was the limit."""
         started = last_wall = time.monotonic()
@@ -257,7 +262,7 @@ class Worker(Peer):
             report = StatsReport(test_id=self.test_id, elapsed_s=now - started, counters=counters)
             self.bus.publish(self.topics.maestro, report, qos=0)
 
-    def _write_peer_json(self, run: SenderRun | ReceiverRun, directory: Path, failure: str | None) -> None:
+    def _write_peer_json(self, run: Run, directory: Path, failure: str | None) -> None:
         info: dict[str, Any] = {
             "name": self.config.name,
             "host": self.config.host,
@@ -272,8 +277,9 @@ class Worker(Peer):
             "ended_ns": time.time_ns(),
             "failure": failure,
             "self_monitor": self.self_monitor.summary(),
+            "files": run.files(),
         }
-        if isinstance(run, SenderRun):
+        if isinstance(run, SENDING):
             info["sent"] = run.stats.sent
             info["warm_up_end_ns"] = run.warm_up_end_ns
             info["errors"] = dict(run.stats.errors)
@@ -285,16 +291,11 @@ class Worker(Peer):
             lag = run.stats.lag_us
             info["schedule_lag_us"] = {p: lag.get_value_at_percentile(float(p)) for p in ("50", "99", "99.9")}
             info["schedule_lag_us"]["max"] = lag.get_max_value()
-            info["files"] = [p.name for p in run.rate_file.paths]
         else:
             info["received"] = run.stats.received
             info["foreign"] = dict(run.stats.foreign)
             info["latency_clamped"] = run.latency.clamped
             info["per_sender"] = run.per_sender()
-            info["files"] = [p.name for p in run.rate_file.paths] + [
-                "receiver-latency.hlog",
-                "receiver-service-latency.hlog",
-            ]
         directory.mkdir(parents=True, exist_ok=True)
         tmp = directory / "peer.json.tmp"
         tmp.write_text(json.dumps(info, indent=2, sort_keys=True))
@@ -303,7 +304,7 @@ class Worker(Peer):
     def counters(self) -> dict[str, Any]:
         counters = super().counters()
         run = self._run
-        if isinstance(run, SenderRun):
+        if isinstance(run, SENDING):
             counters.update(sent=run.stats.sent, errors=dict(run.stats.errors))
         elif isinstance(run, ReceiverRun):
             counters.update(received=run.stats.received, foreign=dict(run.stats.foreign))

@@ -113,6 +113,10 @@ class ReceiverRun:
     def stop(self) -> None:
         self._stop.set()
 
+    def files(self) -> list[str]:
+        names = [p.name for p in self.rate_file.paths]
+        return [*names, "receiver-latency.hlog", "receiver-service-latency.hlog", "receiver-sequences.json"]
+
     async def close(self) -> None:
         for driver in self._drivers:
             await driver.close()

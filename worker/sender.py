@@ -93,13 +93,22 @@ class SenderStats:
 
 
 class SenderRun:
-    def __init__(self, plan: SenderPlan, rate_file: RateFileWriter, timebase: Timebase | None = None) -> None:
+    def __init__(
+        self,
+        plan: SenderPlan,
+        rate_file: RateFileWriter,
+        timebase: Timebase | None = None,
+        clients: range | None = None,
+    ) -> None:
+        """`clients`: the client numbers this process runs (all of them unless several
+        processes share the plan)."""
         self.plan = plan
         self.rate_file = rate_file
         self.timebase = timebase or Timebase()
         self.stats = SenderStats()
         self.test_key = key_of(plan.test_id)
-        self.keys = {client: sender_key(plan.test_id, plan.peer, client) for client in range(plan.parallel_count)}
+        self.clients = clients if clients is not None else range(plan.parallel_count)
+        self.keys = {client: sender_key(plan.test_id, plan.peer, client) for client in self.clients}
         self.failure: str | None = None
         self._stop = asyncio.Event()
         self._filler = random.Random(0).randbytes(plan.size.max_bytes)
@@ -114,9 +123,15 @@ class SenderRun:
         (rate rows by their intended time, latency intervals by their start)."""
         return self.timebase.wall0_ns + int(self.plan.warm_up_s * 1e9)
 
+    def files(self) -> list[str]:
+        return [p.name for p in self.rate_file.paths]
+
+    async def close(self) -> None:
+        self.rate_file.close()
+
     async def run(self) -> None:
         """Run every client to its end (duration, count, stop, or a failure)."""
-        clients = [asyncio.create_task(self._client(i)) for i in range(self.plan.parallel_count)]
+        clients = [asyncio.create_task(self._client(i)) for i in self.clients]
         try:
             await asyncio.gather(*clients)
         except DriverError as exc:

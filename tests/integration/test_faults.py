@@ -179,3 +179,28 @@ def test_an_mqtt_receiver_refuses_to_pause(daemons: Daemons, maestro: Maestro) -
     with pytest.raises(PeerRequestError, match=re.escape("MQTT 3.1.1 (paho-mqtt) receivers cannot pause")):
         maestro.request(PauseWorker(), to=maestro.find("r1"))
     finish_pair(maestro, timeout_s=30)
+
+
+@pytest.mark.mosquitto
+def test_a_sender_split_over_two_processes(daemons: Daemons, maestro: Maestro) -> None:
+    topic = f"procs/{uuid.uuid4().hex[:8]}"
+    url = f"mqtt://127.0.0.1:1883/{topic}?qos=1"
+    options = {"rate_per_s": 50, "duration": "5s", "parallel_count": 4, "processes": 2}
+    test_id = start_pair(daemons, maestro, url, url, options)
+    finish_pair(maestro, timeout_s=60)
+    sender_dir, sender = peer_json(daemons, test_id, "sender", "s1")
+    receiver_dir, receiver = peer_json(daemons, test_id, "receiver", "r1")
+    # 4 clients x 50 msg/s x 5 s, each client's 250 from its own process.
+    assert sender["sent"] == receiver["received"] == 1000
+    assert sorted(c["sent"] for c in sender["senders"].values()) == [250] * 4  # type: ignore[attr-defined]
+    assert sender["files"] == ["sender-p0-0000.csv.gz", "sender-p1-0000.csv.gz"]
+    rows = [row for f in sender["files"] for row in read_rate_file(sender_dir / f)]  # type: ignore[attr-defined]
+    assert len(rows) == 1000
+    # One timebase: both processes' schedules start together, within a few milliseconds.
+    firsts = [min(eta for eta, _ in read_rate_file(sender_dir / f)) for f in sender["files"]]  # type: ignore[attr-defined]
+    assert abs(firsts[0] - firsts[1]) < 500_000
+    assert sender["schedule_lag_us"]["99"] > 0  # type: ignore[index]
+    bitsets = json.loads((receiver_dir / "receiver-sequences.json").read_text())
+    for key, counts in receiver["per_sender"].items():  # type: ignore[attr-defined]
+        merged = merge_bitsets([load_bitset(bitsets[key])], counts["deliveries"])
+        assert (merged.lost(250), merged.duplicates) == (0, 0)
