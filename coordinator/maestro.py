@@ -39,6 +39,7 @@ from protocol.notes import (
     RoleAssign,
     RoleUnassign,
     SetRequest,
+    StatsReport,
     StatsRequest,
 )
 from protocol.topics import DEFAULT_PREFIX, Topics
@@ -48,7 +49,8 @@ __all__ = ["Maestro", "MaestroError", "PeerRequestError", "Target"]
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 10.0
-_NOTIFICATIONS_KEPT = 10_000
+# Live statistics kept for a script to read: about an hour of one worker's, once a second.
+_STATS_KEPT = 4096
 
 
 class MaestroError(Exception):
@@ -78,7 +80,10 @@ class Maestro:
         self.topics = bus.topics
         self.registry = PeerRegistry()
         self.lost: list[PeerInfo] = []  # peers whose last will arrived, oldest first
-        self._notifications: deque[Note] = deque(maxlen=_NOTIFICATIONS_KEPT)
+        # Unbounded on purpose: a notification waits here until a wait_for takes it, and none may
+        # be pushed out by others. Live statistics (many, lossy by design) go elsewhere.
+        self._notifications: deque[Note] = deque()
+        self.live_stats: deque[StatsReport] = deque(maxlen=_STATS_KEPT)
         self._cond = threading.Condition()
         bus.on_note = self._on_note
         bus.on_bad_note = self._on_bad_note
@@ -333,7 +338,10 @@ class Maestro:
                 log.error("peer lost: %s (abnormal disconnect)", peer.label)
             case PeerOnline():
                 self.registry.upsert(h.sender_id, h.sender_name, h.sender_host, h.sender_role).version = note.version
-            case _ if note.TYPE in (NoteType.NOTIFICATION, NoteType.DATA):
+            case StatsReport():
+                self.live_stats.append(note)  # read by scripts; nobody waits on it
+                return
+            case _ if note.TYPE == NoteType.NOTIFICATION:
                 pass
             case _:
                 log.debug("late or stray %s from %s on %s", type(note).__name__, h.sender_name, topic)

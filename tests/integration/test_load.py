@@ -124,8 +124,8 @@ def check_results(daemons: Daemons, maestro: Maestro, test_id: str) -> None:
     for key, sent in sent_by_key.items():
         merged = merge_bitsets(bitsets[key], deliveries[key])
         assert (merged.lost(sent), merged.duplicates) == (0, 0), key
-    stats = [n for n in maestro._notifications if isinstance(n, StatsReport)]
-    assert stats, "no live statistics reached the coordinator"
+    assert maestro.live_stats, "no live statistics reached the coordinator"
+    assert all(isinstance(n, StatsReport) for n in maestro.live_stats)
 
 
 @pytest.mark.mosquitto
