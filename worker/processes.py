@@ -22,7 +22,7 @@ from typing import Any
 from hdrh.histogram import HdrHistogram
 
 from worker.ratefile import RateFileWriter
-from worker.sender import SenderPlan, SenderRun, SenderStats, sender_key
+from worker.sender import SenderPlan, SenderRun, SenderStats, interval_report, sender_key
 from worker.timebase import Timebase
 
 __all__ = ["MultiProcessSender", "split_clients"]
@@ -160,16 +160,8 @@ class MultiProcessSender:
 
     def interval_report(self) -> dict[str, Any]:
         self._drain_reports()
-        lag = self._live_lag
-        report = {
-            "sent": self.stats.sent,
-            "errors": dict(self.stats.errors),
-            "lag_p50_us": lag.get_value_at_percentile(50),
-            "lag_p99_us": lag.get_value_at_percentile(99),
-            "lag_max_us": lag.get_max_value(),
-            "processes": len(self.parts),
-        }
-        lag.reset()
+        report = interval_report(self.stats, self._live_lag) | {"processes": len(self.parts)}
+        self._live_lag.reset()
         return report
 
     def files(self) -> list[str]:

@@ -27,7 +27,7 @@ from worker.ratefile import RateFileWriter
 from worker.schedule import Schedule
 from worker.timebase import Timebase
 
-__all__ = ["SenderPlan", "SenderRun", "sender_key"]
+__all__ = ["SenderPlan", "SenderRun", "SenderStats", "interval_report", "sender_key"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,17 @@ log = logging.getLogger(__name__)
 _WAKE_EARLY_NS = 2_000_000
 # Without it, sleeping for less than this is not worth a wake-up.
 _MIN_SLEEP_NS = 200_000
+
+
+def interval_report(stats: SenderStats, lag: HdrHistogram) -> dict[str, Any]:
+    """Counters so far and one interval's schedule lag, as live statistics carry them."""
+    return {
+        "sent": stats.sent,
+        "errors": dict(stats.errors),
+        "lag_p50_us": lag.get_value_at_percentile(50),
+        "lag_p99_us": lag.get_value_at_percentile(99),
+        "lag_max_us": lag.get_max_value(),
+    }
 
 
 def sender_key(test_id: str, peer: str, client: int) -> int:
@@ -236,13 +247,6 @@ class SenderRun:
 
     def interval_report(self) -> dict[str, Any]:
         """Counters and this interval's schedule lag; starts the next interval."""
-        lag = self.stats.interval_lag_us
-        report = {
-            "sent": self.stats.sent,
-            "errors": dict(self.stats.errors),
-            "lag_p50_us": lag.get_value_at_percentile(50),
-            "lag_p99_us": lag.get_value_at_percentile(99),
-            "lag_max_us": lag.get_max_value(),
-        }
+        report = interval_report(self.stats, self.stats.interval_lag_us)
         self.stats.fold()
         return report
