@@ -224,6 +224,7 @@ OPTIONS: dict[str, Callable[[Any], Any]] = {
     "kafka": _mapping,
     "processing_delay_ms": _number(0),
     "start_jitter_s": parse_seconds,
+    "reconnect_budget_s": parse_seconds,  # how long the SUT may stay unreachable before the test fails
     "precise_timing": _boolean,  # yield-spin to each send time: ~10 us schedule lag, costs CPU
     "fail_latency_ms": _number(0),  # 0 = no latency bound
     "fail_latency_policy": _choice("soft", "hard"),

@@ -170,6 +170,7 @@ class Worker(Peer):
             start_jitter_s=o.get("start_jitter_s", 0.0),
             confirm_window=o.get("confirm_window", 1),
             precise_timing=o.get("precise_timing", False),
+            reconnect_budget_s=o.get("reconnect_budget_s", 60.0),
         )
         processes = o.get("processes", 1)
         if processes > 1:
@@ -185,6 +186,7 @@ class Worker(Peer):
             parallel_count=o.get("parallel_count", 1),
             processing_delay_s=o.get("processing_delay_ms", 0.0) / 1000,
             duration_s=duration.seconds if duration else None,
+            reconnect_budget_s=o.get("reconnect_budget_s", 60.0),
         )
         return ReceiverRun(plan, RateFileWriter(directory, "receiver", self._labels()), LatencyRecorder(directory))
 

@@ -17,6 +17,7 @@ from support.processes import Daemons, private_mosquitto
 
 from coordinator import Maestro, PeerInfo, PeerRequestError
 from protocol.codes import Role
+from protocol.embedded_broker import free_port
 from protocol.notes import (
     DrainComplete,
     DrainRequest,
@@ -204,3 +205,35 @@ def test_a_sender_split_over_two_processes(daemons: Daemons, maestro: Maestro) -
     for key, counts in receiver["per_sender"].items():  # type: ignore[attr-defined]
         merged = merge_bitsets([load_bitset(bitsets[key])], counts["deliveries"])
         assert (merged.lost(250), merged.duplicates) == (0, 0)
+
+
+@pytest.mark.mosquitto
+def test_a_sut_that_stays_unreachable_fails_the_test_with_the_reason(daemons: Daemons, maestro: Maestro) -> None:
+    daemons.start("maestro-worker", "s1", "--role", "sender")
+    (sender,) = maestro.wait_for_peers(1, timeout_s=20)
+    nobody = free_port()  # nothing listens here
+    maestro.set(
+        {"send_url": f"mqtt://127.0.0.1:{nobody}/t", "rate_per_s": 10, "duration": "5s", "reconnect_budget_s": 2},
+        to=sender,
+    )
+    maestro.request(StartTest(test_id="t-unreachable"), to=sender)
+    started = time.monotonic()
+    maestro.request(StartWorker(), to=sender)
+    (outcome,) = maestro.wait_for((TestSucceeded, TestFailed), [sender], timeout_s=60).values()
+    assert isinstance(outcome, TestFailed)
+    assert f"127.0.0.1:{nobody}/t" in outcome.message
+    assert "no connection" in outcome.message
+    # The budget (2 s), plus the one connect attempt that was under way when it ran out.
+    assert time.monotonic() - started < 2 + 15 + 5
+
+
+@pytest.mark.mosquitto
+def test_two_megabyte_messages(daemons: Daemons, maestro: Maestro) -> None:
+    topic = f"big/{uuid.uuid4().hex[:8]}"
+    url = f"mqtt://127.0.0.1:1883/{topic}?qos=1"
+    test_id = start_pair(daemons, maestro, url, url, {"rate_per_s": 5, "duration": "2s", "message_size": "2MiB"})
+    finish_pair(maestro, timeout_s=60)
+    _, sender = peer_json(daemons, test_id, "sender", "s1")
+    _, receiver = peer_json(daemons, test_id, "receiver", "r1")
+    assert sender["sent"] == receiver["received"] == 10
+    assert receiver["foreign"] == {}
