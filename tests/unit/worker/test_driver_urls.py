@@ -1,0 +1,91 @@
+"""SUT URLs: parsed once, every fault refused by name before any load starts. No broker needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from protocol.options import OptionError
+from worker.drivers import driver_class, parse_endpoint
+from worker.drivers.amqp import AmqpDriver
+from worker.drivers.amqp10 import Amqp10Driver
+from worker.drivers.kafka import KafkaDriver
+from worker.drivers.mqtt import MqttDriver
+
+
+@pytest.mark.parametrize(
+    ("url", "cls"),
+    [
+        ("amqp://h/q", AmqpDriver),
+        ("amqps://h/q", AmqpDriver),
+        ("amqp10://h/addr", Amqp10Driver),
+        ("kafka://h/topic", KafkaDriver),
+        ("mqtts://h/topic", MqttDriver),
+    ],
+)
+def test_the_scheme_chooses_the_driver(url: str, cls: type) -> None:
+    assert driver_class(url) is cls
+
+
+def test_a_full_url() -> None:
+    _, e = parse_endpoint("amqps://maestro:s%3Acret@broker.lab/perf-q?prefetch=50&queue_type=quorum&confirms=false")
+    assert (e.scheme, e.host, e.port, e.destination, e.tls) == ("amqps", "broker.lab", 5671, "perf-q", True)
+    assert (e.username, e.password) == ("maestro", "s:cret")
+    assert dict(e.options) == {"prefetch": 50, "queue_type": "quorum", "confirms": False}
+    assert "s:cret" not in str(e) and "s:cret" not in repr(e)
+
+
+def test_default_ports() -> None:
+    ports = {url: parse_endpoint(url)[1].port for url in ("amqp://h/q", "amqp10://h/a", "kafka://h/t", "mqtt://h/t")}
+    assert ports == {"amqp://h/q": 5672, "amqp10://h/a": 5672, "kafka://h/t": 9092, "mqtt://h/t": 1883}
+
+
+def test_one_slash_separates_host_and_destination() -> None:
+    # RabbitMQ's AMQP 1.0 addresses start with a slash: amqp10://host//queue/q.
+    assert parse_endpoint("amqp10://h//queue/q")[1].destination == "/queue/q"
+    assert parse_endpoint("mqtt://h/a/b/c")[1].destination == "a/b/c"
+    assert parse_endpoint("mqtt://h/$share/g/t")[1].destination == "$share/g/t"
+
+
+def test_destinations_spread_clients_over_numbered_queues() -> None:
+    _, e = parse_endpoint("amqp://h/perf-test-%d?destinations=1-100")
+    assert [e.destination_for(c) for c in (0, 1, 99, 100, 250)] == [
+        "perf-test-1",
+        "perf-test-2",
+        "perf-test-100",
+        "perf-test-1",
+        "perf-test-51",
+    ]
+    assert parse_endpoint("amqp://h/plain")[1].destination_for(7) == "plain"
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("amqp://h/q?prefetsh=5", "unknown option 'prefetsh' for amqp:// (known: "),
+        ("amqp://h/q?prefetch=-1", "option 'prefetch': -1 is out of range (0 to 65535)"),
+        ("amqp://h/q?ack=sometimes", "option 'ack': expected one of auto, manual"),
+        ("kafka://h/t?acks=2", "option 'acks': expected one of 0, 1, all"),
+        ("kafka://h/t?compression=brotli", "option 'compression'"),
+        ("mqtt://h/t?qos=3", "option 'qos': 3 is out of range (0 to 2)"),
+        ("mqtt://h/t?clean_session=maybe", "option 'clean_session': expected true or false"),
+        ("amqp10://h/a?settle=sometimes", "option 'settle'"),
+        ("amqp://h/q?destinations=9-1", "option 'destinations': expected a range such as 1-100"),
+        ("mqtt://h/", "names no queue, topic or address"),
+        ("mqtt:///t", "names no host"),
+        ("mqtt://h:99999/t", "out of range"),
+        ("http://h/q", "no driver"),
+        ("stomp://h/q", "no driver"),
+    ],
+)
+def test_faults_are_named(url: str, fragment: str) -> None:
+    with pytest.raises(OptionError) as caught:
+        parse_endpoint(url, "send_url")
+    assert caught.value.name == "send_url"
+    assert fragment in str(caught.value)
+
+
+def test_a_password_never_shows_in_an_error() -> None:
+    with pytest.raises(OptionError) as caught:
+        parse_endpoint("amqp://u:hunter2@h/q?bogus=1", "receive_url")
+    assert "hunter2" not in str(caught.value)
+    assert "u:***@h" in str(caught.value)
