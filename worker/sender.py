@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 _WAKE_EARLY_NS = 2_000_000
 # Without it, sleeping for less than this is not worth a wake-up.
 _MIN_SLEEP_NS = 200_000
+# A client that never has to wait (unbounded rate, a send that does not suspend) still gives
+# the event loop a turn this often, or the daemon stops answering notes until the run ends.
+_YIELD_EVERY_NS = 2_000_000
 
 
 def interval_report(stats: SenderStats, lag: HdrHistogram) -> dict[str, Any]:
@@ -176,6 +179,7 @@ class SenderRun:
         window = asyncio.Semaphore(max(1, plan.confirm_window))
         in_flight: set[asyncio.Task[None]] = set()
         sequence = 0
+        last_turn = started
         while not self._stop.is_set() and (limit is None or sequence < limit):
             now = time.perf_counter_ns()
             intended = schedule.next_intended(now)
@@ -186,12 +190,17 @@ class SenderRun:
                     await asyncio.sleep((intended - now - _WAKE_EARLY_NS) / 1e9)
                 while time.perf_counter_ns() < intended:  # noqa: ASYNC110 - a timed wait is what is too coarse
                     await asyncio.sleep(0)
+                last_turn = now
             elif intended - now > _MIN_SLEEP_NS:
                 await asyncio.sleep((intended - now) / 1e9)
-            await window.acquire()
+                last_turn = now
+            elif now - last_turn > _YIELD_EVERY_NS:
+                await asyncio.sleep(0)
+                last_turn = now
             if plan.confirm_window <= 1:
-                await self._send_one(client, driver, sequence, intended, window)
+                await self._deliver(client, driver, sequence, intended)
             else:
+                await window.acquire()
                 task = asyncio.create_task(self._send_one(client, driver, sequence, intended, window))
                 in_flight.add(task)
                 task.add_done_callback(in_flight.discard)
@@ -216,7 +225,8 @@ class SenderRun:
         attempt = 0
         while True:
             sent_mono = time.perf_counter_ns()
-            header = MessageHeader(self.test_key, self.keys[client], sequence, intended_wall, tb.wall_ns(sent_mono))
+            sent_wall = tb.wall_ns(sent_mono)
+            header = MessageHeader(self.test_key, self.keys[client], sequence, intended_wall, sent_wall)
             body = make_body(header, size_bytes, self._filler)
             try:
                 await driver.send(body)
@@ -239,7 +249,7 @@ class SenderRun:
         lag_us = max(1, (sent_mono - intended_mono) // 1000)
         # Into this interval only: intervals fold into the total (HDR recording is per-message cost).
         self.stats.interval_lag_us.record_value(min(lag_us, 3_600_000_000))
-        self.rate_file.write(intended_wall // 1000, tb.wall_ns(sent_mono) // 1000)
+        self.rate_file.write(intended_wall // 1000, sent_wall // 1000)
 
     async def _sleep_or_stop(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):

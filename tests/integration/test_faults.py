@@ -26,6 +26,7 @@ from protocol.notes import (
     StartTest,
     StartWorker,
     StatsResponse,
+    StopWorker,
     TestFailed,
     TestSucceeded,
 )
@@ -237,3 +238,26 @@ def test_two_megabyte_messages(daemons: Daemons, maestro: Maestro) -> None:
     _, receiver = peer_json(daemons, test_id, "receiver", "r1")
     assert sender["sent"] == receiver["received"] == 10
     assert receiver["foreign"] == {}
+
+
+@pytest.mark.mosquitto
+def test_a_sender_at_unbounded_rate_still_answers_and_stops(daemons: Daemons, maestro: Maestro) -> None:
+    # QoS 0 sends never suspend: without a turn for the event loop now and then, the daemon
+    # would not hear STATS or STOP_WORKER until two million messages were out.
+    topic = f"unbounded/{uuid.uuid4().hex[:8]}"
+    daemons.start("maestro-worker", "s1", "--role", "sender")
+    (sender,) = maestro.wait_for_peers(1, timeout_s=20)
+    maestro.set({"send_url": f"mqtt://127.0.0.1:1883/{topic}?qos=0", "rate_per_s": 0, "duration": 2_000_000}, to=sender)
+    maestro.request(StartTest(test_id="t-unbounded"), to=sender)
+    maestro.request(StartWorker(), to=sender)
+    time.sleep(1)
+    started = time.monotonic()
+    (stats,) = maestro.stats(to=sender, timeout_s=5).replies.values()
+    assert isinstance(stats, StatsResponse)
+    assert stats.state == "running" and stats.counters["sent"] > 0
+    maestro.request(StopWorker(), to=sender, timeout_s=5)
+    (outcome,) = maestro.wait_for((TestSucceeded, TestFailed), [sender], timeout_s=15).values()
+    assert isinstance(outcome, TestSucceeded)
+    assert time.monotonic() - started < 10
+    _, info = peer_json(daemons, "t-unbounded", "sender", "s1")
+    assert 0 < int(info["sent"]) < 2_000_000  # type: ignore[call-overload]

@@ -52,7 +52,7 @@ class Amqp10Driver(Driver):
         self._poller: PollThread | None = None
         self._injector = EventInjector()
         self._tasks: set[asyncio.Future[None]] = set()
-        self._link_lock = asyncio.Lock()
+        self._sender_link: asyncio.Future[_Handler] | None = None
 
     def _url(self) -> str:
         e = self.endpoint
@@ -96,11 +96,10 @@ class Amqp10Driver(Driver):
     async def send(self, body: bytes) -> None:
         handler = self._handler
         assert handler is not None and self._loop is not None
-        if handler.link is None:
-            # With a confirm window many sends start at once; the first opens the link.
-            async with self._link_lock:
-                if handler.link is None:
-                    await self._open_link("sender")
+        if self._sender_link is None:
+            # With a confirm window many sends start at once: all wait on the one opening.
+            self._sender_link = asyncio.ensure_future(self._open_link("sender"))
+        await self._sender_link
         if not handler.link_up:
             raise DisconnectedError(f"{self.endpoint}: link down", retry=True)
         future: asyncio.Future[None] = self._loop.create_future()
