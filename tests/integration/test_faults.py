@@ -140,9 +140,14 @@ def test_messages_that_are_not_ours_are_counted_as_foreign(daemons: Daemons, mae
 
 @pytest.mark.rabbitmq
 @pytest.mark.usefixtures("rabbitmq")
-def test_a_paused_receiver_builds_a_backlog_that_drains_after_resume(daemons: Daemons, maestro: Maestro) -> None:
-    queue = f"maestro-pause-{uuid.uuid4().hex[:8]}"
-    url = f"amqp://guest:guest@127.0.0.1:5672/{queue}?prefetch=10"
+@pytest.mark.parametrize(
+    "url_form",
+    ["amqp://guest:guest@127.0.0.1:5672/{q}?prefetch=10", "amqp10://guest:guest@127.0.0.1:5672//queue/{q}?credit=10"],
+)
+def test_a_paused_receiver_builds_a_backlog_that_drains_after_resume(
+    daemons: Daemons, maestro: Maestro, url_form: str
+) -> None:
+    url = url_form.format(q=f"maestro-pause-{uuid.uuid4().hex[:8]}")
     test_id = start_pair(daemons, maestro, url, url, {"rate_per_s": 100, "duration": "6s"})
     receiver = maestro.find("r1")
     time.sleep(1)

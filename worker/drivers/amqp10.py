@@ -113,6 +113,12 @@ class Amqp10Driver(Driver):
         self._handler.on_message_cb = on_message
         await self._open_link("receiver")
 
+    async def pause(self) -> None:
+        self._injector.trigger(ApplicationEvent("pause"))
+
+    async def resume(self) -> None:
+        self._injector.trigger(ApplicationEvent("resume"))
+
     def deliver(self, body: bytes) -> None:
         assert self._handler is not None and self._handler.on_message_cb is not None
         task = asyncio.ensure_future(self._handler.on_message_cb(body))
@@ -142,6 +148,7 @@ class _Handler(MessagingHandler):
         self.outbox: collections.deque[tuple[bytes, asyncio.Future[None]]] = collections.deque()
         self.unsettled: dict[str, asyncio.Future[None]] = {}
         self.link_up = False
+        self.paused = False
         self.error = ""
         self.connection: Any = None
         self.link: Any = None
@@ -226,8 +233,19 @@ class _Handler(MessagingHandler):
     def on_message(self, event: Any) -> None:
         body = event.message.body
         call_in_loop(self.loop, self.driver.deliver, bytes(body) if body is not None else b"")
-        # Keep the credit window full: one credit back for each message taken.
-        event.receiver.flow(1)
+        # Keep the credit window full: one credit back for each message taken, unless paused.
+        if not self.paused:
+            event.receiver.flow(1)
+
+    def on_pause(self, _event: Any) -> None:
+        # No more credit is given back: the broker spends what it holds (at most the window),
+        # then the backlog builds in the broker.
+        self.paused = True
+
+    def on_resume(self, _event: Any) -> None:
+        self.paused = False
+        if self.link is not None:
+            self.link.flow(max(0, self.driver.endpoint.options.get("credit", 100) - self.link.credit))
 
     def on_connection_error(self, event: Any) -> None:
         self._refused(f"connection refused: {event.connection.remote_condition}")
