@@ -29,7 +29,8 @@ from worker.drivers.base import (
 __all__ = ["KafkaDriver"]
 
 _POLL_S = 0.05
-_RETRIABLE_SEND = {KafkaError._MSG_TIMED_OUT, KafkaError._TRANSPORT, KafkaError.REQUEST_TIMED_OUT}
+# Delivery reports that mean "no answer in time": the message may or may not have landed.
+_TIMED_OUT = {KafkaError._MSG_TIMED_OUT, KafkaError._TRANSPORT, KafkaError.REQUEST_TIMED_OUT}
 
 
 class KafkaDriver(Driver):
@@ -177,7 +178,6 @@ def _settle(future: asyncio.Future[None], error: KafkaError | None) -> None:
         return
     if error is None:
         future.set_result(None)
-    elif error.code() in _RETRIABLE_SEND:
-        future.set_exception(SendError(f"not delivered: {error.str()}", retry=False, kind="timed_out"))
     else:
-        future.set_exception(SendError(f"not delivered: {error.str()}", retry=False, kind="failed"))
+        kind = "timed_out" if error.code() in _TIMED_OUT else "failed"
+        future.set_exception(SendError(f"not delivered: {error.str()}", retry=False, kind=kind))
