@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.processes import Tansu
 
 from protocol.options import Duration, MessageSize
+from protocol.ratefile import RateFileWriter, read_rate_file
 from worker.processes import MultiProcessSender
-from worker.ratefile import RateFileWriter, read_rate_file
 from worker.sender import SenderPlan, SenderRun
 
 

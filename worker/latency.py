@@ -3,7 +3,7 @@
 Two series, each its own log so any HdrHistogram tool reads it:
 - `receiver-latency.hlog`: from the intended send time (corrected for coordinated omission);
 - `receiver-service-latency.hlog`: from the actual send time (what the SUT alone took).
-Values are integer microseconds, from 1 µs to 1 hour, 3 significant digits. A sample beyond
+Values are integer microseconds in the shape `protocol.hdr` fixes. A sample beyond
 the range is clamped to it and counted, never dropped (Maestro Java dropped negative samples,
 which biased the result).
 """
@@ -19,15 +19,9 @@ from typing import IO
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogWriter
 
-__all__ = ["HIGHEST_US", "IntervalLatency", "LatencyRecorder", "new_histogram"]
+from protocol.hdr import HIGHEST_US, LOWEST_US, new_histogram
 
-LOWEST_US = 1
-HIGHEST_US = 3_600_000_000
-DIGITS = 3
-
-
-def new_histogram() -> HdrHistogram:
-    return HdrHistogram(LOWEST_US, HIGHEST_US, DIGITS)
+__all__ = ["IntervalLatency", "LatencyRecorder"]
 
 
 @dataclass

@@ -32,13 +32,13 @@ from protocol.notes import (
     TestSucceeded,
 )
 from protocol.options import Duration, MessageSize, OptionError
+from protocol.ratefile import RateFileWriter
 from protocol.runtime import Peer, PeerError, UnsupportedError
 from protocol.version import VERSION
 from worker.drivers import parse_endpoint
 from worker.drivers.base import DriverError
 from worker.latency import LatencyRecorder
 from worker.processes import MultiProcessSender
-from worker.ratefile import RateFileWriter
 from worker.receiver import ReceiverPlan, ReceiverRun
 from worker.sender import SenderPlan, SenderRun
 

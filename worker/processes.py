@@ -21,7 +21,7 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
-from worker.ratefile import RateFileWriter
+from protocol.ratefile import RateFileWriter
 from worker.sender import SenderPlan, SenderRun, SenderStats, interval_report, sender_key
 from worker.timebase import Timebase
 

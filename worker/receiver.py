@@ -10,12 +10,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from protocol.ratefile import RateFileWriter
+from protocol.sequences import SequenceTracker, dump_bitsets
 from worker.drivers import parse_endpoint
 from worker.drivers.base import Driver, connect_within
 from worker.latency import LatencyRecorder
 from worker.payload import ForeignPayloadError, key_of, read_header
-from worker.ratefile import RateFileWriter
-from worker.sequences import SequenceTracker, dump_bitsets
 
 __all__ = ["ReceiverPlan", "ReceiverRun"]
 

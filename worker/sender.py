@@ -20,10 +20,10 @@ from typing import Any
 from hdrh.histogram import HdrHistogram
 
 from protocol.options import Duration, MessageSize
+from protocol.ratefile import RateFileWriter
 from worker.drivers import parse_endpoint
 from worker.drivers.base import DisconnectedError, Driver, DriverError, SendError, backoff_s, connect_within
 from worker.payload import MessageHeader, key_of, make_body
-from worker.ratefile import RateFileWriter
 from worker.schedule import Schedule
 from worker.timebase import Timebase
 

@@ -18,6 +18,7 @@ from support.processes import Daemons, private_mosquitto
 from coordinator import Maestro, PeerInfo, PeerRequestError
 from protocol.codes import Role
 from protocol.embedded_broker import free_port
+from protocol.hdr import new_histogram
 from protocol.notes import (
     DrainComplete,
     DrainRequest,
@@ -30,10 +31,9 @@ from protocol.notes import (
     TestFailed,
     TestSucceeded,
 )
-from worker.latency import new_histogram
+from protocol.ratefile import read_rate_file
+from protocol.sequences import load_bitset, merge_bitsets
 from worker.payload import HEADER_BYTES, MAGIC
-from worker.ratefile import read_rate_file
-from worker.sequences import load_bitset, merge_bitsets
 
 
 def start_pair(daemons: Daemons, maestro: Maestro, send_url: str, receive_url: str, options: dict[str, object]) -> str:

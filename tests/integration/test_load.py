@@ -17,10 +17,10 @@ from support.processes import Daemons, Tansu
 
 from coordinator import Maestro, PeerInfo, PeerRequestError
 from protocol.codes import Role
+from protocol.hdr import new_histogram
 from protocol.notes import DrainComplete, DrainRequest, StartTest, StartWorker, StatsReport, TestFailed, TestSucceeded
-from worker.latency import new_histogram
-from worker.ratefile import read_rate_file
-from worker.sequences import load_bitset, merge_bitsets
+from protocol.ratefile import read_rate_file
+from protocol.sequences import load_bitset, merge_bitsets
 
 RATE_PER_CLIENT = 50
 CLIENTS = 2

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 from hdrh.log import HistogramLogReader
 
-from worker.latency import HIGHEST_US, LatencyRecorder, new_histogram
+from protocol.hdr import HIGHEST_US, new_histogram
+from protocol.ratefile import RateFileWriter, read_rate_file
+from protocol.sequences import SequenceTracker, dump_bitsets, load_bitset, merge_bitsets
+from worker.latency import LatencyRecorder
 from worker.payload import HEADER_BYTES, ForeignPayloadError, MessageHeader, key_of, make_body, read_header
-from worker.ratefile import RateFileWriter, read_rate_file
 from worker.schedule import Schedule
 from worker.sender import SenderStats
-from worker.sequences import SequenceTracker, dump_bitsets, load_bitset, merge_bitsets
 
 # --- payload header ------------------------------------------------------------------------------
 
