@@ -10,6 +10,9 @@ import sys
 import threading
 from collections.abc import Sequence
 
+from coordinator.commands import add_commands
+from coordinator.definitions import DefinitionError
+from coordinator.local import LocalError
 from coordinator.maestro import Maestro, MaestroError
 from coordinator.registry import PeerInfo
 from protocol.broker_url import BrokerUrlError, default_broker_url
@@ -117,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     broker.add_argument("--port", type=int, default=1883, help="port to listen on (default: %(default)s)")
     broker.set_defaults(run=_cmd_broker)
+    add_commands(commands)
     return parser
 
 
@@ -125,7 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level)
     try:
         code: int = args.run(args)
-    except (BrokerUrlError, BusError, MaestroError, OSError) as exc:
+    except (BrokerUrlError, BusError, MaestroError, DefinitionError, LocalError, OSError) as exc:
         print(f"maestro {args.command}: {exc}", file=sys.stderr)
-        return 1
+        return 2
+    except KeyboardInterrupt:
+        print(f"maestro {args.command}: interrupted", file=sys.stderr)
+        return 130
     return code

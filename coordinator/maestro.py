@@ -11,15 +11,18 @@ those: a reply from each, the loss of a peer (its last will), or the timeout.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from coordinator.local import LocalCluster
 from coordinator.registry import PeerInfo, PeerRegistry, PeerState, estimate_clock
 from protocol.broker_url import BrokerUrl, default_broker_url
 from protocol.bus import ControlBus, Identity
@@ -43,6 +46,10 @@ from protocol.notes import (
     StatsRequest,
 )
 from protocol.topics import DEFAULT_PREFIX, Topics
+
+if TYPE_CHECKING:
+    from coordinator.definitions import TestDefinition
+    from coordinator.executor import TestResult
 
 __all__ = ["Maestro", "MaestroError", "PeerRequestError", "Target"]
 
@@ -75,8 +82,11 @@ class Target:
 
 
 class Maestro:
-    def __init__(self, bus: ControlBus) -> None:
+    def __init__(self, bus: ControlBus, data_server: str | None = None) -> None:
         self.bus = bus
+        # Where peers upload results: given, else $MAESTRO_DATA_SERVER, else one started here.
+        self.data_server = data_server or os.environ.get("MAESTRO_DATA_SERVER") or None
+        self._local: LocalCluster | None = None
         self.topics = bus.topics
         self.registry = PeerRegistry()
         self.lost: list[PeerInfo] = []  # peers whose last will arrived, oldest first
@@ -98,6 +108,7 @@ class Maestro:
         topic_prefix: str = DEFAULT_PREFIX,
         discover_s: float = 1.0,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        data_server: str | None = None,
     ) -> Maestro:
         """Connect to the control broker and discover the peers (PING, `discover_s` window)."""
         host = socket.gethostname()
@@ -107,13 +118,38 @@ class Maestro:
         bus = ControlBus(BrokerUrl.parse(url or default_broker_url()), identity, topics, last_will=False)
         bus.subscribe([topics.maestro, topics.notifications])
         bus.connect(timeout_s)
-        maestro = cls(bus)
+        maestro = cls(bus, data_server)
         if discover_s > 0:
             maestro.discover(discover_s)
         return maestro
 
     def close(self) -> None:
         self.bus.close()
+        if self._local is not None:
+            self._local.close()
+            self._local = None
+
+    # --- tests --------------------------------------------------------------------------------
+
+    def run(self, test: TestDefinition, *, test_id: str | None = None, progress: bool = True) -> TestResult:
+        """Run a test to its end and return its outcome and figures; the files are on the data
+        server under the test id whatever happened."""
+        from coordinator.executor import run_test  # noqa: PLC0415 - the executor builds on this module
+
+        return run_test(self, test, self._data_server(), test_id, progress)
+
+    def _data_server(self) -> str:
+        if self.data_server is None:
+            root = Path("results").resolve()
+            self._local = LocalCluster(root / ".logs", broker_url=str(self.bus.url))
+            self.data_server = self._local.data_server(root)
+            log.warning(
+                "no data server given (data_server= or $MAESTRO_DATA_SERVER): started one at %s over %s; "
+                "peers on other hosts cannot reach it",
+                self.data_server,
+                root,
+            )
+        return self.data_server
 
     def __enter__(self) -> Maestro:
         return self
@@ -321,6 +357,28 @@ class Maestro:
                     names = ", ".join(self._label(p) for p in sorted(pending))
                     raise MaestroError(f"no {'/'.join(k.__name__ for k in kinds)} from {names} within {timeout_s:g} s")
                 self._cond.wait(remaining)
+
+    def next_notification(
+        self, kinds: tuple[type[Note], ...], peer_ids: Collection[str], timeout_s: float
+    ) -> Note | None:
+        """Take the oldest notification of `kinds` from one of `peer_ids`; None after
+        `timeout_s` (or at once when a peer among them is lost: check `lost`)."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                for note in self._notifications:
+                    if note.header.sender_id in peer_ids and isinstance(note, kinds):
+                        self._notifications.remove(note)
+                        return note
+                if self.lost_among(peer_ids):
+                    return None
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+
+    def lost_among(self, peer_ids: Collection[str]) -> list[PeerInfo]:
+        return [p for p in self.lost if p.peer_id in peer_ids]
 
     # --- incoming (MQTT thread) -----------------------------------------------------------------
 

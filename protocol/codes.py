@@ -56,6 +56,7 @@ class Command(IntEnum):
     NOTIFY_PEER_ONLINE = 74
     PAUSE_WORKER = 75  # a receiver stops taking messages, so a backlog builds (seed 002)
     RESUME_WORKER = 76
+    NOTIFY_UPLOAD_COMPLETE = 77  # a peer's answer to LOG, once the data server confirmed its files
 
 
 class Role(StrEnum):

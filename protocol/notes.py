@@ -111,11 +111,16 @@ def note_class(note_type: NoteType, command: Command) -> type[Note] | None:
 @_register
 @dataclass(frozen=True)
 class StartWorker(Note):
-    """Start the role's work (send or receive) with the options stored by SET."""
+    """Start the role's work (send or receive) with the options stored by SET.
+
+    `start_at_ns`: a sender connects at once but sends its first message at this wall time
+    (the peer's own clock: the coordinator corrects for each peer's offset), so all senders
+    start together. 0 = at once."""
 
     TYPE = NoteType.REQUEST
     COMMAND = Command.START_WORKER
     worker: str = ""
+    start_at_ns: int = 0
 
 
 @_register
@@ -413,6 +418,19 @@ class CommandFinished(Note):
     exit_code: int
     duration_s: float
     output_tail: str = ""
+
+
+@_register
+@dataclass(frozen=True)
+class UploadComplete(Note):
+    """A peer's files for a test went to the data server (or some did not, and why)."""
+
+    TYPE = NoteType.NOTIFICATION
+    COMMAND = Command.NOTIFY_UPLOAD_COMPLETE
+    test_id: str
+    success: bool
+    uploaded: list[str] = field(default_factory=list)
+    message: str = ""
 
 
 @_register

@@ -17,7 +17,7 @@ import socket
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
 from protocol.broker_url import BrokerUrl
@@ -30,6 +30,7 @@ from protocol.notes import (
     GetResponse,
     Halt,
     InternalErrorResponse,
+    LogRequest,
     Note,
     OkResponse,
     PeerOnline,
@@ -41,17 +42,30 @@ from protocol.notes import (
     SetRequest,
     StatsRequest,
     StatsResponse,
+    UploadComplete,
 )
 from protocol.options import OptionError, parse_options
 from protocol.topics import DEFAULT_PREFIX, Topics, check_topic_word
+from protocol.upload import upload_tree
 from protocol.version import VERSION
 
-__all__ = ["Peer", "PeerConfig", "PeerError", "UnsupportedError"]
+__all__ = ["Peer", "PeerConfig", "PeerError", "UnsupportedError", "resolve_test_dir"]
 
 log = logging.getLogger(__name__)
 
 # Remembered request ids, so a QoS 1 redelivery is not acted on twice.
 _SEEN_REQUESTS = 1024
+
+
+def resolve_test_dir(data_dir: Path, test_id: str) -> Path:
+    """Where a test's files live under a data dir; a test id that would leave it is refused."""
+    try:
+        check_topic_word(test_id, "test id")
+    except ValueError as exc:
+        raise PeerError(str(exc)) from exc
+    if test_id.startswith("."):
+        raise PeerError(f"test id {test_id!r} may not start with a dot")
+    return data_dir / test_id
 
 
 class PeerError(Exception):
@@ -104,6 +118,7 @@ class Peer:
         self._inbox: asyncio.Queue[tuple[str, Note | ProtocolError]] = asyncio.Queue()
         self._stopping = asyncio.Event()
         self._seen: OrderedDict[str, None] = OrderedDict()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self.protocol_errors = 0
 
     @property
@@ -141,7 +156,16 @@ class Peer:
             self._stopping.set()
 
     async def shutdown(self) -> None:
-        """Undo what the role started (runs before the clean disconnect)."""
+        """Undo what the role started (runs before the clean disconnect); subclasses stop their
+        work, then call this to let the tasks end (an upload in progress, a final notification)."""
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=30)
+
+    def spawn(self, coro: Any) -> None:
+        """Long work, so the dispatcher goes on answering notes (PING, HALT) meanwhile."""
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _subscriptions(self) -> list[str]:
         t = self.topics
@@ -229,6 +253,8 @@ class Peer:
                 return self._on_role_assign(note)
             case RoleUnassign():
                 return self._on_role_unassign()
+            case LogRequest():
+                return self._on_log(note)
             case _:
                 return await self.handle_role_note(note)
 
@@ -282,6 +308,34 @@ class Peer:
         if note.what not in answers:
             raise PeerError(f"GET knows {', '.join(sorted(answers))}; not {note.what!r}")
         return GetResponse(what=note.what, value=answers[note.what])
+
+    def _on_log(self, note: LogRequest) -> OkResponse:
+        """Upload this peer's files of a test; UPLOAD_COMPLETE follows once the server confirmed
+        them (each local copy is deleted only then)."""
+        url = note.upload_url or self.options.get("data_server_url", "")
+        if not url:
+            raise PeerError("no data server: send LOG with upload_url, or SET data_server_url")
+        test_dir = resolve_test_dir(self.config.data_dir, note.test_id)
+        trees = [(d / self.config.name, PurePosixPath(d.name, self.config.name)) for d in sorted(test_dir.glob("*"))]
+        if self.state == "running" and note.test_id == self.options.get("test_id"):
+            raise PeerError(f"test {note.test_id} is still running here: stop it first")
+
+        async def upload() -> None:
+            try:
+                report = await asyncio.to_thread(upload_tree, url, note.test_id, trees)
+            except Exception as exc:  # the coordinator waits for the notification whatever broke
+                log.exception("upload failed")
+                done = UploadComplete(test_id=note.test_id, success=False, message=f"{type(exc).__name__}: {exc}")
+            else:
+                failed = "; ".join(f"{path}: {why}" for path, why in sorted(report.failed.items()))
+                message = f"{len(report.uploaded)} files" + (f", failed: {failed}" if failed else "")
+                done = UploadComplete(
+                    test_id=note.test_id, success=report.ok, uploaded=report.uploaded, message=message
+                )
+            self.bus.publish(self.topics.notifications, done)
+
+        self.spawn(upload())
+        return OkResponse()
 
     def _on_role_assign(self, note: RoleAssign) -> OkResponse:
         try:

@@ -33,10 +33,11 @@ from protocol.notes import (
 )
 from protocol.options import Duration, MessageSize, OptionError
 from protocol.ratefile import RateFileWriter
-from protocol.runtime import Peer, PeerError, UnsupportedError
+from protocol.runtime import Peer, PeerError, UnsupportedError, resolve_test_dir
 from protocol.version import VERSION
 from worker.drivers import parse_endpoint
 from worker.drivers.base import DriverError
+from worker.fail_conditions import FailConditions
 from worker.latency import LatencyRecorder
 from worker.processes import MultiProcessSender
 from worker.receiver import ReceiverPlan, ReceiverRun
@@ -47,6 +48,7 @@ __all__ = ["Worker", "main"]
 log = logging.getLogger(__name__)
 
 _STATS_INTERVAL_S = 1.0
+_RATE_JUDGED_AFTER_S = 5.0
 
 # What a worker runs: sending in one process or several, or receiving.
 Run = SenderRun | MultiProcessSender | ReceiverRun
@@ -78,6 +80,46 @@ class SelfMonitor:
         }
 
 
+@dataclass
+class _Watch:
+    """The fail conditions applied to one run, with what they remember between intervals."""
+
+    conditions: FailConditions
+    started: float  # monotonic, when the worker started
+    origin: float  # monotonic, when load starts
+    options: dict[str, Any]
+    last_count: int = 0
+    last_progress: float = 0.0
+    count_at_warm_up: int | None = None
+
+    def check(self, run: Run, now: float) -> str | None:
+        c = self.conditions
+        sending = isinstance(run, SENDING)
+        count = run.stats.received if isinstance(run, ReceiverRun) else run.stats.sent
+        # A paused receiver is idle on purpose: its stall clock starts again when it resumes.
+        paused = isinstance(run, ReceiverRun) and run.paused
+        if not self.last_progress:
+            self.last_progress = max(now, self.origin)
+        elif count != self.last_count or paused:
+            self.last_count, self.last_progress = count, now
+        if reason := c.stalled(now - self.last_progress, "sent" if sending else "received"):
+            return reason
+        warm_up_end = self.origin + self.options.get("warm_up_s", 0.0)
+        if now < warm_up_end:
+            return None
+        if isinstance(run, ReceiverRun):
+            return c.latency(run.last_interval.corrected) if run.last_interval else None
+        if self.count_at_warm_up is None:
+            self.count_at_warm_up = count
+            return None
+        # A few seconds in, so one slow second at the start does not decide the test.
+        seconds = now - warm_up_end
+        if seconds < _RATE_JUDGED_AFTER_S:
+            return None
+        target = run.plan.rate_per_s * run.plan.parallel_count
+        return c.rate(count - self.count_at_warm_up, seconds, target)
+
+
 class Worker(Peer):
     ASSIGNABLE_ROLES: ClassVar[frozenset[Role]] = frozenset({Role.SENDER, Role.RECEIVER})
 
@@ -85,9 +127,9 @@ class Worker(Peer):
         super().__init__(*args, **kwargs)
         self.test_id = ""
         self._run: Run | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
         self._started_wall_ns = 0
         self.self_monitor = SelfMonitor()
+        self._tripped: str | None = None  # the fail condition that ended the run
 
     # --- options --------------------------------------------------------------------------------
 
@@ -104,7 +146,7 @@ class Worker(Peer):
             case StartTest():
                 return self._on_start_test(note)
             case StartWorker():
-                return await self._on_start_worker()
+                return await self._on_start_worker(note)
             case StopWorker() | StopTest():
                 return self._on_stop()
             case DrainRequest():
@@ -123,7 +165,7 @@ class Worker(Peer):
         self.bus.publish(self.topics.notifications, TestStarted(test_id=note.test_id))
         return OkResponse()
 
-    async def _on_start_worker(self) -> OkResponse:
+    async def _on_start_worker(self, note: StartWorker) -> OkResponse:
         if self.role not in (Role.SENDER, Role.RECEIVER):
             raise PeerError("no role yet: a coordinator must send ROLE_ASSIGN first")
         if self.state == "running":
@@ -132,18 +174,19 @@ class Worker(Peer):
         if not test_id:
             raise PeerError("no test id: send START_TEST or SET test_id first")
         self.test_id = test_id
-        directory = self.config.data_dir / test_id / self.role.value / self.config.name
+        directory = resolve_test_dir(self.config.data_dir, test_id) / self.role.value / self.config.name
         self._started_wall_ns = time.time_ns()
         self.self_monitor = SelfMonitor()
+        self._tripped = None
         if self.role == Role.SENDER:
-            run: Run = self._sender(directory)
+            run: Run = self._sender(directory, note.start_at_ns)
         else:
             run = self._receiver(directory)
             await run.start()  # consuming before OK: senders started after us lose nothing
         self._run = run
         self.state = "running"
-        self._spawn(self._drive(run, directory))
-        self._spawn(self._stream_stats(run))
+        self.spawn(self._drive(run, directory))
+        self.spawn(self._stream_stats(run))
         return OkResponse()
 
     def _urls(self, name: str) -> list[str]:
@@ -155,7 +198,7 @@ class Worker(Peer):
     def _labels(self) -> dict[str, str]:
         return {"role": self.role.value, "peer": self.config.name, "host": self.config.host, "test": self.test_id}
 
-    def _sender(self, directory: Path) -> SenderRun | MultiProcessSender:
+    def _sender(self, directory: Path, start_at_ns: int) -> SenderRun | MultiProcessSender:
         o = self.options
         plan = SenderPlan(
             test_id=self.test_id,
@@ -171,6 +214,7 @@ class Worker(Peer):
             confirm_window=o.get("confirm_window", 1),
             precise_timing=o.get("precise_timing", False),
             reconnect_budget_s=o.get("reconnect_budget_s", 60.0),
+            start_at_ns=start_at_ns,
         )
         processes = o.get("processes", 1)
         if processes > 1:
@@ -217,21 +261,16 @@ class Worker(Peer):
             self.bus.publish(self.topics.notifications, DrainComplete(success=drained, message=message))
             run.stop()
 
-        self._spawn(drain())
+        self.spawn(drain())
         return OkResponse()
 
     # --- the run --------------------------------------------------------------------------------
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def _drive(self, run: Run, directory: Path) -> None:
         failure: str | None = None
         try:
             await run.run()
-            failure = run.failure
+            failure = self._tripped or run.failure
         except Exception as exc:  # the notification below must go out whatever broke
             log.exception("run failed")
             failure = f"{type(exc).__name__}: {exc}"
@@ -247,9 +286,10 @@ class Worker(Peer):
 
     async def _stream_stats(self, run: Run) -> None:
         """Once a second: the run's counters, plus how busy this process is, so a report can
-        tell when the load generator, not the SUT, was the limit."""
+        tell when the load generator, not the SUT, was the limit; and the fail conditions."""
         started = last_wall = time.monotonic()
         last_cpu = time.process_time()
+        watch = _Watch(FailConditions.from_options(self.options), started, self._origin(run), self.options)
         while self._run is run and self.state == "running":
             await asyncio.sleep(_STATS_INTERVAL_S)
             now, cpu = time.monotonic(), time.process_time()
@@ -263,6 +303,16 @@ class Worker(Peer):
             counters = run.interval_report() | {"cpu_percent": cpu_percent, "loop_lag_ms": loop_lag_ms}
             report = StatsReport(test_id=self.test_id, elapsed_s=now - started, counters=counters)
             self.bus.publish(self.topics.maestro, report, qos=0)
+            reason = watch.check(run, now)
+            if reason and self._tripped is None:
+                log.error("fail condition: %s", reason)
+                self._tripped = reason
+                run.stop()
+
+    def _origin(self, run: Run) -> float:
+        """The monotonic time the run's load starts (a sender's common start, else now)."""
+        start_at_ns = run.plan.start_at_ns if isinstance(run, SENDING) else 0
+        return time.monotonic() + max(0, start_at_ns - time.time_ns()) / 1e9
 
     def _write_peer_json(self, run: Run, directory: Path, failure: str | None) -> None:
         info: dict[str, Any] = {
@@ -284,6 +334,7 @@ class Worker(Peer):
         if isinstance(run, SENDING):
             info["sent"] = run.stats.sent
             info["warm_up_end_ns"] = run.warm_up_end_ns
+            info["warm_up_s"] = run.plan.warm_up_s
             info["errors"] = dict(run.stats.errors)
             info["retries"] = run.stats.retries
             info["senders"] = {
@@ -315,8 +366,7 @@ class Worker(Peer):
     async def shutdown(self) -> None:
         if self._run is not None:
             self._run.stop()
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=10)
+        await super().shutdown()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -104,7 +104,7 @@ class MultiProcessSender:
 
     @property
     def warm_up_end_ns(self) -> int:
-        return self.timebase.wall0_ns + int(self.plan.warm_up_s * 1e9)
+        return max(self.timebase.wall0_ns, self.plan.start_at_ns) + int(self.plan.warm_up_s * 1e9)
 
     def stop(self) -> None:
         self._stop.set()

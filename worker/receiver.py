@@ -14,7 +14,7 @@ from protocol.ratefile import RateFileWriter
 from protocol.sequences import SequenceTracker, dump_bitsets
 from worker.drivers import parse_endpoint
 from worker.drivers.base import Driver, connect_within
-from worker.latency import LatencyRecorder
+from worker.latency import IntervalLatency, LatencyRecorder
 from worker.payload import ForeignPayloadError, key_of, read_header
 
 __all__ = ["ReceiverPlan", "ReceiverRun"]
@@ -49,6 +49,8 @@ class ReceiverRun:
         self.trackers: dict[int, SequenceTracker] = {}
         self.test_key = key_of(plan.test_id)
         self.failure: str | None = None
+        self.paused = False
+        self.last_interval: IntervalLatency | None = None  # what the last interval_report() closed
         self._drivers: list[Driver] = []
         self._stop = asyncio.Event()
 
@@ -105,10 +107,12 @@ class ReceiverRun:
     async def pause(self) -> None:
         for driver in self._drivers:
             await driver.pause()
+        self.paused = True
 
     async def resume(self) -> None:
         for driver in self._drivers:
             await driver.resume()
+        self.paused = False
 
     def stop(self) -> None:
         self._stop.set()
@@ -141,7 +145,7 @@ class ReceiverRun:
         return out
 
     def interval_report(self) -> dict[str, Any]:
-        interval = self.latency.roll()
+        interval = self.last_interval = self.latency.roll()
         corrected = interval.corrected
         return {
             "received": self.stats.received,

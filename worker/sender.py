@@ -73,6 +73,7 @@ class SenderPlan:
     confirm_window: int = 1
     precise_timing: bool = False
     reconnect_budget_s: float = 60.0
+    start_at_ns: int = 0  # wall time of the first message (all senders together); 0 = at once
 
     def messages_for(self, client: int) -> int | None:
         """A message count is for the whole worker, spread evenly over its clients."""
@@ -135,7 +136,7 @@ class SenderRun:
     def warm_up_end_ns(self) -> int:
         """Wall time before which messages were intended as warm-up: the reporter leaves them out
         (rate rows by their intended time, latency intervals by their start)."""
-        return self.timebase.wall0_ns + int(self.plan.warm_up_s * 1e9)
+        return max(self.timebase.wall0_ns, self.plan.start_at_ns) + int(self.plan.warm_up_s * 1e9)
 
     def files(self) -> list[str]:
         return [p.name for p in self.rate_file.paths]
@@ -162,10 +163,16 @@ class SenderRun:
         url = plan.urls[client % len(plan.urls)]  # round robin over the cluster's nodes
         driver_cls, endpoint = parse_endpoint(url, "send_url")
         driver = driver_cls(endpoint, client)
-        if plan.start_jitter_s:
-            await self._sleep_or_stop(random.uniform(0, plan.start_jitter_s))
+        # Connect first, so the time a connection takes does not skew the common start.
         await connect_within(driver, plan.reconnect_budget_s)
         try:
+            if plan.start_at_ns:
+                start_mono = self.timebase.mono0_ns + (plan.start_at_ns - self.timebase.wall0_ns)
+                await self._sleep_or_stop(max(0, start_mono - time.perf_counter_ns()) / 1e9)
+            if plan.start_jitter_s:
+                await self._sleep_or_stop(random.uniform(0, plan.start_jitter_s))
+            if self._stop.is_set():
+                return
             await self._send_loop(client, driver)
         finally:
             await driver.close()

@@ -8,7 +8,7 @@ delivery report came back (after `acks` brokers took it).
 from __future__ import annotations
 
 import asyncio
-import uuid
+import logging
 from typing import Any, ClassVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
@@ -29,6 +29,9 @@ from worker.drivers.base import (
 __all__ = ["KafkaDriver"]
 
 _POLL_S = 0.05
+_ASSIGN_TIMEOUT_S = 30.0
+
+log = logging.getLogger(__name__)
 # Delivery reports that mean "no answer in time": the message may or may not have landed.
 _TIMED_OUT = {KafkaError._MSG_TIMED_OUT, KafkaError._TRANSPORT, KafkaError.REQUEST_TIMED_OUT}
 
@@ -128,15 +131,25 @@ class KafkaDriver(Driver):
         o = self.endpoint.options
         self._on_message = on_message
         config = self._common_config() | {
-            "group.id": o.get("group", f"maestro-{uuid.uuid4().hex[:8]}"),
+            # One group per topic by default: the receivers of a test share the topic's partitions
+            # as competing consumers (a queue's semantics), so each message is received once.
+            "group.id": o.get("group", f"maestro-{self.destination}"),
             "auto.offset.reset": o.get("auto_offset_reset", "earliest"),
             "session.timeout.ms": o.get("session_timeout_ms", 6000),
             "enable.auto.commit": True,
         }
         consumer = Consumer(config)
-        consumer.subscribe([self.destination])
+        loop = asyncio.get_running_loop()
+        assigned = asyncio.Event()
+        consumer.subscribe([self.destination], on_assign=lambda _c, _parts: call_in_loop(loop, assigned.set))
         self._consumer = consumer
         self._poller = PollThread(f"kafka-consumer-{self.client}", self._consume_once)
+        # Ready means in the group with partitions assigned, not merely subscribed: otherwise the
+        # group's join time (seconds) would show as the SUT's latency of the first messages.
+        try:
+            await asyncio.wait_for(assigned.wait(), _ASSIGN_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("%s: no partition assignment within %g s; consuming anyway", self.endpoint, _ASSIGN_TIMEOUT_S)
 
     def _consume_once(self) -> None:
         assert self._consumer is not None and self._loop is not None

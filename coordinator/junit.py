@@ -1,0 +1,55 @@
+"""A finished test as JUnit XML (as Maestro's xUnit output), so CI systems show it."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from coordinator.executor import TestResult
+
+__all__ = ["junit_xml"]
+
+
+def _seconds(start: str, end: str) -> float:
+    try:
+        return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+    except ValueError:
+        return 0.0
+
+
+def junit_xml(result: TestResult, cases: list[TestResult]) -> bytes:
+    """One test case per phase (a fixed-rate test has one; an incremental test one per step)."""
+    failures = sum(1 for c in cases if not c.passed)
+    record = result.record
+    suite = ET.Element(
+        "testsuite",
+        name=f"maestro.{record.get('kind', 'test')}",
+        tests=str(len(cases)),
+        failures=str(failures),
+        errors="0",
+        time=f"{_seconds(record.get('started', ''), record.get('ended', '')):.3f}",
+        timestamp=record.get("started", ""),
+    )
+    properties = ET.SubElement(suite, "properties")
+    for key, value in sorted(record.get("labels", {}).items()):
+        ET.SubElement(properties, "property", name=str(key), value=str(value))
+    for case in cases:
+        c = case.record
+        element = ET.SubElement(
+            suite,
+            "testcase",
+            classname=f"maestro.{c.get('kind', 'test')}",
+            name=case.test_id,
+            time=f"{_seconds(c.get('started', ''), c.get('ended', '')):.3f}",
+        )
+        if not case.passed:
+            ET.SubElement(element, "failure", message=case.reason or "failed").text = case.reason or ""
+        s = case.summary
+        if "sent" in s:
+            ET.SubElement(element, "system-out").text = (
+                f"sent={s['sent']} received={s['received']} lost={s['lost']} duplicates={s['duplicates']} "
+                f"receive_rate={s['receive_rate']['mean']:.1f}/s p99_us={s['latency_us']['p99']:.0f}"
+            )
+    return ET.tostring(suite, encoding="utf-8", xml_declaration=True)

@@ -1,0 +1,98 @@
+"""Live progress of a running test in the terminal: elapsed/remaining with a bar, the send and
+receive rates and the latest latency, from the workers' once-a-second statistics.
+
+On a terminal one line is redrawn; otherwise (CI logs) a line is printed every 10 s.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from protocol.notes import StatsReport
+
+__all__ = ["Progress"]
+
+_BAR = 24
+
+
+@dataclass
+class _PeerRate:
+    elapsed_s: float
+    count: int
+    rate: float = 0.0
+
+
+@dataclass
+class Progress:
+    total_s: float | None  # None: bounded by a message count
+    label: str = ""
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
+    enabled: bool = True
+    _started: float = field(default_factory=time.monotonic)
+    _senders: dict[str, _PeerRate] = field(default_factory=dict)
+    _receivers: dict[str, _PeerRate] = field(default_factory=dict)
+    _latency_p99_us: dict[str, float] = field(default_factory=dict)
+    _last_line: float = 0.0
+
+    def __post_init__(self) -> None:
+        self._tty = self.stream.isatty()
+
+    def feed(self, report: StatsReport) -> None:
+        peer = report.header.sender_name
+        counters = report.counters
+        if "sent" in counters:
+            self._track(self._senders, peer, report.elapsed_s, int(counters["sent"]))
+        if "received" in counters:
+            self._track(self._receivers, peer, report.elapsed_s, int(counters["received"]))
+            if counters.get("latency_p99_us"):
+                self._latency_p99_us[peer] = float(counters["latency_p99_us"])
+
+    @staticmethod
+    def _track(table: dict[str, _PeerRate], peer: str, elapsed_s: float, count: int) -> None:
+        last = table.get(peer)
+        if last is None:
+            table[peer] = _PeerRate(elapsed_s, count)
+            return
+        if elapsed_s > last.elapsed_s:
+            rate = (count - last.count) / (elapsed_s - last.elapsed_s)
+            table[peer] = _PeerRate(elapsed_s, count, rate)
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self._started
+        if self.total_s:
+            done = min(1.0, elapsed / self.total_s)
+            filled = int(done * _BAR)
+            head = f"[{'#' * filled}{'.' * (_BAR - filled)}] {elapsed:5.0f}/{self.total_s:.0f} s"
+        else:
+            head = f"{elapsed:5.0f} s"
+        sent = sum(p.count for p in self._senders.values())
+        received = sum(p.count for p in self._receivers.values())
+        send_rate = sum(p.rate for p in self._senders.values())
+        receive_rate = sum(p.rate for p in self._receivers.values())
+        p99 = max(self._latency_p99_us.values(), default=0.0)
+        return (
+            f"{self.label}{head}  sent {sent:,} ({send_rate:,.0f}/s)  received {received:,} ({receive_rate:,.0f}/s)"
+            f"  p99 {p99 / 1000:.2f} ms"
+        )
+
+    def show(self) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if self._tty:
+            self.stream.write("\r\x1b[K" + self.line())
+            self.stream.flush()
+        elif now - self._last_line >= 10:
+            self._last_line = now
+            print(self.line(), file=self.stream, flush=True)
+
+    def done(self, message: str) -> None:
+        if not self.enabled:
+            return
+        if self._tty:
+            self.stream.write("\r\x1b[K")
+        print(self.line(), file=self.stream)
+        print(message, file=self.stream, flush=True)

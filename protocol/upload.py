@@ -1,0 +1,123 @@
+"""Sending result files to the data server: checksummed, retried, idempotent.
+
+A file is deleted locally only after the server answered with the same SHA-256 we computed,
+so a crash, a timeout or a refused upload never loses it; sending it again is harmless (the
+server answers "already there" for identical content).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+__all__ = ["UploadError", "UploadReport", "file_sha256", "upload_bytes", "upload_file", "upload_tree"]
+
+log = logging.getLogger(__name__)
+
+CHECKSUM_HEADER = "X-Content-SHA256"
+REPLACE_HEADER = "X-Replace"
+_ATTEMPTS = 5
+_TIMEOUT_S = 60.0
+
+
+class UploadError(Exception):
+    pass
+
+
+@dataclass
+class UploadReport:
+    uploaded: list[str] = field(default_factory=list)  # remote paths the server confirmed
+    failed: dict[str, str] = field(default_factory=dict)  # remote path -> why
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_url(server_url: str, test_id: str, remote: str) -> str:
+    quoted = urllib.parse.quote(remote, safe="/")
+    return f"{server_url.rstrip('/')}/api/results/{urllib.parse.quote(test_id, safe='')}/files/{quoted}"
+
+
+def _put(url: str, body: bytes | Path, sha256: str, replace: bool) -> dict[str, object]:
+    headers = {CHECKSUM_HEADER: sha256, "Content-Type": "application/octet-stream"}
+    if replace:
+        headers[REPLACE_HEADER] = "1"
+    last = ""
+    for attempt in range(1, _ATTEMPTS + 1):
+        data = body.read_bytes() if isinstance(body, Path) else body
+        request = urllib.request.Request(url, data=data, method="PUT", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as response:
+                answer: dict[str, object] = json.loads(response.read())
+            if answer.get("sha256") != sha256:
+                raise UploadError(f"server confirmed a different checksum: {answer.get('sha256')}")
+            return answer
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:500]
+            if exc.code < 500:  # refused for what it is: sending it again will not help
+                raise UploadError(f"HTTP {exc.code}: {detail}") from exc
+            last = f"HTTP {exc.code}: {detail}"
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            last = str(getattr(exc, "reason", exc))
+        if attempt < _ATTEMPTS:
+            time.sleep(min(0.5 * 2 ** (attempt - 1), 8.0))
+    raise UploadError(f"gave up after {_ATTEMPTS} attempts: {last}")
+
+
+def upload_bytes(server_url: str, test_id: str, remote: str, data: bytes, replace: bool = False) -> None:
+    _put(file_url(server_url, test_id, remote), data, hashlib.sha256(data).hexdigest(), replace)
+
+
+def upload_file(server_url: str, test_id: str, remote: str, path: Path) -> None:
+    _put(file_url(server_url, test_id, remote), path, file_sha256(path), replace=False)
+
+
+def upload_tree(
+    server_url: str, test_id: str, trees: Iterable[tuple[Path, PurePosixPath]], delete: bool = True
+) -> UploadReport:
+    """Upload every file under each local directory to `<remote prefix>/<relative path>`;
+    with `delete`, each confirmed file is removed, then the directories left empty."""
+    report = UploadReport()
+    for local, prefix in trees:
+        if not local.is_dir():
+            continue
+        for path in sorted(p for p in local.rglob("*") if p.is_file() and not p.name.endswith(".tmp")):
+            remote = str(prefix / path.relative_to(local).as_posix())
+            try:
+                upload_file(server_url, test_id, remote, path)
+            except UploadError as exc:
+                log.error("upload of %s failed: %s", remote, exc)
+                report.failed[remote] = str(exc)
+                continue
+            report.uploaded.append(remote)
+            if delete:
+                path.unlink()
+        if delete:
+            for directory in sorted((d for d in local.rglob("*") if d.is_dir()), reverse=True):
+                _remove_if_empty(directory)
+            _remove_if_empty(local)
+    return report
+
+
+def _remove_if_empty(directory: Path) -> None:
+    # Not empty: something was not confirmed, or someone else writes there.
+    with contextlib.suppress(OSError):
+        directory.rmdir()

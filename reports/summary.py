@@ -1,0 +1,129 @@
+"""The figures of one collected test, from the peers' own files: exact counts, rates over whole
+seconds and latency percentiles from the merged HDR histograms.
+
+This is the one place that turns a test folder into the `summary.json` keys DESIGN.md fixes.
+Counts cover the whole test (a message lost during warm-up is still lost); rates and latency
+leave the warm-up out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from protocol.hdr import new_histogram, read_intervals
+from protocol.ratefile import read_rate_file
+from protocol.sequences import load_bitset, merge_bitsets
+
+__all__ = ["rate_over_seconds", "summarize"]
+
+PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
+
+
+def _peers(test_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
+    found = []
+    for path in sorted(test_dir.glob("*/*/peer.json")):
+        try:
+            found.append((path.parent, json.loads(path.read_text())))
+        except ValueError as exc:
+            raise ValueError(f"{path}: not JSON ({exc})") from exc
+    return found
+
+
+def rate_over_seconds(times_us: Iterable[int]) -> dict[str, float]:
+    """Messages per whole second. The first and last seconds are partial and left out when
+    there are whole ones between them."""
+    buckets = Counter(t // 1_000_000 for t in times_us)
+    if not buckets:
+        return {"mean": 0.0, "min": 0.0, "max": 0.0}
+    first, last = min(buckets), max(buckets)
+    whole = [buckets.get(s, 0) for s in range(first + 1, last)]
+    if not whole:
+        whole = [sum(buckets.values())]
+    return {"mean": sum(whole) / len(whole), "min": float(min(whole)), "max": float(max(whole))}
+
+
+def summarize(test_dir: Path) -> dict[str, Any]:
+    peers = _peers(test_dir)
+    senders = [(d, p) for d, p in peers if p.get("role") == "sender"]
+    receivers = [(d, p) for d, p in peers if p.get("role") == "receiver"]
+    warmed = [p for _, p in senders if p.get("warm_up_s", 0) > 0]
+    # No warm-up: everything counts, including receivers' intervals begun before the senders.
+    warm_up_end_us = max((p.get("warm_up_end_ns", 0) // 1000 for p in warmed), default=0)
+
+    sent_by_key: dict[str, int] = {}
+    send_times: list[int] = []
+    first_send = last_send = None
+    for directory, info in senders:
+        sent_by_key |= {key: client["sent"] for key, client in info.get("senders", {}).items()}
+        for name in info.get("files", []):
+            for eta, ata in read_rate_file(directory / name):
+                first_send = ata if first_send is None else min(first_send, ata)
+                last_send = ata if last_send is None else max(last_send, ata)
+                if eta >= warm_up_end_us:
+                    send_times.append(ata)
+
+    bitsets: dict[str, list[bytes]] = {}
+    deliveries: Counter[str] = Counter()
+    receive_times: list[int] = []
+    last_receive = None
+    latency = new_histogram()
+    foreign: Counter[str] = Counter()
+    for directory, info in receivers:
+        foreign.update(info.get("foreign", {}))
+        for key, counts in info.get("per_sender", {}).items():
+            deliveries[key] += counts["deliveries"]
+        sequences = directory / "receiver-sequences.json"
+        if sequences.exists():
+            for key, text in json.loads(sequences.read_text()).items():
+                bitsets.setdefault(key, []).append(load_bitset(text))
+        for name in info.get("files", []):
+            if not name.endswith(".csv.gz"):
+                continue
+            for eta, ata in read_rate_file(directory / name):
+                last_receive = ata if last_receive is None else max(last_receive, ata)
+                if eta >= warm_up_end_us:
+                    receive_times.append(ata)
+        hlog = directory / "receiver-latency.hlog"
+        if hlog.exists():
+            for interval in read_intervals(hlog):
+                if interval.get_start_time_stamp() * 1000 >= warm_up_end_us:
+                    latency.add(interval)
+
+    received = lost = duplicates = 0
+    for key in sent_by_key.keys() | bitsets.keys():
+        merged = merge_bitsets(bitsets.get(key, []), deliveries[key])
+        received += merged.distinct
+        duplicates += merged.duplicates
+        lost += max(0, sent_by_key.get(key, 0) - merged.distinct)
+    end = max(x for x in (last_send, last_receive) if x is not None) if first_send is not None else None
+    return {
+        "test_id": test_dir.name,
+        "duration_s": (end - first_send) / 1e6 if first_send is not None and end is not None else 0.0,
+        "sent": sum(sent_by_key.values()),
+        "received": received,
+        "lost": lost,
+        "duplicates": duplicates,
+        "foreign": dict(foreign),
+        "send_rate": rate_over_seconds(send_times),
+        "receive_rate": rate_over_seconds(receive_times),
+        "latency_us": {
+            **{name: float(latency.get_value_at_percentile(p)) for name, p in PERCENTILES.items()},
+            "max": float(latency.get_max_value()),
+        },
+        "latency_samples": latency.get_total_count(),
+        "peers": [
+            {
+                "name": info.get("name"),
+                "role": info.get("role"),
+                "host": info.get("host"),
+                "failure": info.get("failure"),
+                **({"sent": info["sent"]} if "sent" in info else {}),
+                **({"received": info["received"]} if "received" in info else {}),
+            }
+            for _, info in peers
+        ],
+    }
