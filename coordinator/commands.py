@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.declared import KINDS, build_test, load_test_file
-from coordinator.definitions import DefinitionError, FixedRateTest, TestDefinition
+from coordinator.definitions import DefinitionError, FixedRateTest, IncrementalTest, TestDefinition
 from coordinator.executor import FINISHED, TestResult, new_test_id
 from coordinator.local import LocalCluster, LocalError
 from coordinator.maestro import Maestro
 from protocol.broker_url import default_broker_url
-from protocol.codes import Role
 from protocol.topics import DEFAULT_PREFIX
 from protocol.upload import UploadError, upload_bytes
 
@@ -83,42 +82,18 @@ def _add_where(parser: argparse.ArgumentParser, local_flag: bool = True) -> None
 
 
 @contextmanager
-def _cluster(
-    args: argparse.Namespace, test: TestDefinition | None, local: bool
-) -> Iterator[tuple[Maestro, Path | None]]:
-    """A connected Maestro, with local services and daemons started first when asked. Yields the
-    local results folder too, when the data server runs here."""
-    prefix = args.topic_prefix
-    root = args.data.resolve()
-    run_dir = root / ".local" / time.strftime("%Y%m%d-%H%M%S")
-    broker = args.broker or ("" if local else default_broker_url())
-    with LocalCluster(run_dir, topic_prefix=prefix, broker_url=broker) as cluster:
-        data_server = args.data_server or (None if local else os.environ.get("MAESTRO_DATA_SERVER"))
-        here = data_server is None
-        if here:
-            data_server = cluster.data_server(root)
-        names = _local_workers(cluster, test, run_dir) if local else []
-        with Maestro.connect(
-            cluster.broker_url, topic_prefix=prefix, discover_s=0 if local else 1.0, data_server=data_server
-        ) as maestro:
-            if names:
-                maestro.wait_for_peers(len(names), timeout_s=30)
-            yield maestro, root if here else None
-
-
-def _local_workers(local: LocalCluster, test: TestDefinition | None, run_dir: Path) -> list[str]:
-    base = test.base if test is not None and not isinstance(test, FixedRateTest) else test
-    if base is None:
-        return []
-    flows = base.all_flows()
-    names = []
-    tag = uuid.uuid4().hex[:4]
-    for role, count in (("receiver", sum(f.receivers for f in flows)), ("sender", sum(f.senders for f in flows))):
-        for n in range(1, count + 1):
-            name = f"{role}-{n}-{tag}"
-            local.daemon("maestro-worker", name, run_dir / "peers" / name, "--role", role)
-            names.append(name)
-    return names
+def _cluster(args: argparse.Namespace, test: TestDefinition, local: bool) -> Iterator[Maestro]:
+    """A connected Maestro; with `local`, on services and daemons started here first."""
+    if local:
+        base = test.base if isinstance(test, IncrementalTest) else test
+        workers = sum(f.senders + f.receivers for f in base.all_flows())
+        with Maestro.local(workers, data=args.data, broker=args.broker, topic_prefix=args.topic_prefix) as maestro:
+            yield maestro
+        return
+    with Maestro.connect(
+        args.broker or default_broker_url(), topic_prefix=args.topic_prefix, data_server=args.data_server
+    ) as maestro:
+        yield maestro
 
 
 def _report(result: TestResult, root: Path | None, no_report: bool) -> None:
@@ -227,19 +202,21 @@ def cmd_test(args: argparse.Namespace) -> int:
         print(f"maestro test: {exc}", file=sys.stderr)
         return EXIT_CANNOT_RUN
     test_id = args.test_id or new_test_id()
-    with _cluster(args, test, args.local) as (maestro, root):
-        if text is not None:
-            _store_definition(maestro, test_id, text)
+    with _cluster(args, test, args.local) as maestro:
+        maestro.local_data_root = args.data
         print(f"test id: {test_id}", flush=True)
         result = maestro.run(test, test_id=test_id, progress=not args.quiet)
+        if text is not None:
+            _store_definition(result.data_server, test_id, text)
+        root = maestro.local_root
     print(result)
     _report(result, root, args.no_report)
     return 0 if result.passed else EXIT_FAILED
 
 
-def _store_definition(maestro: Maestro, test_id: str, text: str) -> None:
+def _store_definition(data_server: str, test_id: str, text: str) -> None:
     try:
-        upload_bytes(maestro.data_server or "", test_id, "definition.toml", text.encode(), replace=True)
+        upload_bytes(data_server, test_id, "definition.toml", text.encode(), replace=True)
     except UploadError as exc:
         print(f"maestro test: could not store the definition: {exc}", file=sys.stderr)
 
@@ -254,8 +231,8 @@ def _add_run(commands: Any) -> None:
         description="Run a Python test script. --broker and --data-server reach the script as $MAESTRO_BROKER and "
         "$MAESTRO_DATA_SERVER, so Maestro.connect() and maestro.run() use them. Exits 1 if a test it ran failed.",
     )
-    p.add_argument("script", type=Path)
-    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    p.add_argument("script", type=Path, help="the script; options for maestro go before it")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script (after it)")
     p.add_argument("--broker", help="control broker URL")
     p.add_argument("--data-server", help="data server URL")
     p.set_defaults(run=cmd_run)
@@ -323,8 +300,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             name="maestro demo",
             labels={"demo": True},
         )
-        for role, name in ((Role.RECEIVER, "demo-receiver"), (Role.SENDER, "demo-sender")):
-            local.daemon("maestro-worker", name, run_dir / "peers" / name, "--role", role.value)
+        for role in ("receiver", "sender"):
+            local.daemon("maestro-worker", f"demo-{role}", run_dir / "peers" / role, "--role", role)
         with Maestro.connect(
             local.broker_url, topic_prefix=args.topic_prefix, discover_s=0, data_server=data_server
         ) as maestro:

@@ -193,11 +193,13 @@ class Phase:
     collection: dict[str, str] = field(default_factory=dict)
     started_iso: str = ""
     ended_iso: str = ""
+    failed_iso: str | None = None  # when the coordinator learnt the reason
 
     def fail(self, reason: str) -> None:
         if self.reason is None:
             log.error("test %s fails: %s", self.test_id, reason)
             self.reason = reason
+            self.failed_iso = _now_iso()
 
     def run(self) -> TestResult:
         self.started_iso = _now_iso()
@@ -395,6 +397,7 @@ class Phase:
             "ended": self.ended_iso,
             "outcome": outcome,
             "reason": self.reason,
+            "failed_at": self.failed_iso,
             "peers": [
                 {
                     "name": p.name,

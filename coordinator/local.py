@@ -66,8 +66,13 @@ class LocalCluster:
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         if name in self.procs:
             raise LocalError(f"a local process named {name} runs already")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
         with (self.log_dir / f"{name}.log").open("ab") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            # A session of its own: Ctrl-C in the terminal reaches the coordinator only, which then
+            # stops the test and collects the files before it stops these.
+            proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
         self.procs[name] = proc
         return proc
 

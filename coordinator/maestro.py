@@ -15,8 +15,10 @@ import os
 import socket
 import threading
 import time
+import uuid
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -87,6 +89,8 @@ class Maestro:
         # Where peers upload results: given, else $MAESTRO_DATA_SERVER, else one started here.
         self.data_server = data_server or os.environ.get("MAESTRO_DATA_SERVER") or None
         self._local: LocalCluster | None = None
+        self.local_root: Path | None = None  # the data server's folder, when it runs on this machine
+        self.local_data_root = Path("results")  # where to start one when none is given
         self.topics = bus.topics
         self.registry = PeerRegistry()
         self.lost: list[PeerInfo] = []  # peers whose last will arrived, oldest first
@@ -123,6 +127,35 @@ class Maestro:
             maestro.discover(discover_s)
         return maestro
 
+    @classmethod
+    @contextmanager
+    def local(
+        cls,
+        workers: int = 2,
+        *,
+        data: Path = Path("results"),
+        broker: str | None = None,
+        topic_prefix: str = DEFAULT_PREFIX,
+    ) -> Iterator[Maestro]:
+        """Everything on this machine: an embedded control broker (unless `broker`), the data
+        server over `data`, and `workers` role-less worker daemons; all stopped on leaving.
+
+            with Maestro.local(workers=2) as maestro:
+                print(maestro.run(FixedRateTest(send_url="amqp://127.0.0.1/q", rate=100)))
+        """
+        root = data.resolve()
+        run_dir = root / ".local" / time.strftime("%Y%m%d-%H%M%S")
+        with LocalCluster(run_dir, topic_prefix=topic_prefix, broker_url=broker or "") as cluster:
+            server = cluster.data_server(root)
+            tag = uuid.uuid4().hex[:4]
+            for n in range(1, workers + 1):
+                name = f"worker-{n}-{tag}"
+                cluster.daemon("maestro-worker", name, run_dir / "peers" / name)
+            with cls.connect(cluster.broker_url, topic_prefix=topic_prefix, discover_s=0, data_server=server) as m:
+                m.local_root = root
+                m.wait_for_peers(workers, timeout_s=30)
+                yield m
+
     def close(self) -> None:
         self.bus.close()
         if self._local is not None:
@@ -140,9 +173,10 @@ class Maestro:
 
     def _data_server(self) -> str:
         if self.data_server is None:
-            root = Path("results").resolve()
+            root = self.local_data_root.resolve()
             self._local = LocalCluster(root / ".logs", broker_url=str(self.bus.url))
             self.data_server = self._local.data_server(root)
+            self.local_root = root
             log.warning(
                 "no data server given (data_server= or $MAESTRO_DATA_SERVER): started one at %s over %s; "
                 "peers on other hosts cannot reach it",

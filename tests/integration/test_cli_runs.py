@@ -1,0 +1,151 @@
+"""The `maestro` commands a new user types: demo, test (flags and a TOML file), run SCRIPT."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from support.processes import BIN, Daemons
+
+from coordinator.local import LocalCluster
+
+
+def maestro(*args: str, cwd: Path, timeout: float = 150) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "maestro"), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def test_record(root: Path, output: str) -> dict[str, object]:
+    match = re.search(r"^test id: (\S+)$", output, re.MULTILINE)
+    assert match, output
+    record: dict[str, object] = json.loads((root / match.group(1) / "test.json").read_text())
+    return record
+
+
+test_record.__test__ = False  # type: ignore[attr-defined]
+
+
+def queue_url() -> str:
+    return f"amqp://guest:guest@127.0.0.1:5672/maestro-cli-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.mark.kafka
+@pytest.mark.embedded_broker
+def test_maestro_demo_needs_nothing_but_the_install(tmp_path: Path) -> None:
+    run = maestro("demo", "--duration", "5s", "--warm-up", "1s", "--quiet", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr
+    assert "SUT:            kafka://127.0.0.1:" in run.stdout
+    record = test_record(tmp_path / "results", run.stdout)
+    summary = record["summary"]
+    assert isinstance(summary, dict)
+    # 100 msg/s x 2 clients x 5 s, all of them back.
+    assert record["outcome"] == "success"
+    assert summary["sent"] == summary["received"] == 1000
+    assert summary["lost"] == summary["duplicates"] == 0
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.embedded_broker
+def test_maestro_test_local_runs_and_exits_by_outcome(tmp_path: Path) -> None:
+    common = ["--local", "--send-url", queue_url(), "--rate", "20", "--duration", "3s", "--quiet"]
+    run = maestro("test", "fixed-rate", *common, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    record = test_record(tmp_path / "results", run.stdout)
+    assert record["outcome"] == "success" and record["kind"] == "fixed-rate"
+    # A 1 µs latency bound cannot hold: the test fails and says why; exit code 1.
+    run = maestro("test", "fixed-rate", *common, "--fail-latency-ms", "0.001", cwd=tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    record = test_record(tmp_path / "results", run.stdout)
+    assert record["outcome"] == "failure"
+    assert "latency p99" in str(record["reason"]) and "bound 0.001 ms" in str(record["reason"])
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.embedded_broker
+def test_maestro_test_from_a_toml_file_stores_the_definition(tmp_path: Path) -> None:
+    definition = tmp_path / "test.toml"
+    definition.write_text(
+        f'kind = "fixed-rate"\nname = "from a file"\nsend_url = "{queue_url()}"\nrate = 25\nduration = "2s"\n'
+        '[labels]\ninstance_type = "m5.large"\nprice_per_hour = 0.096\n'
+    )
+    run = maestro("test", "--file", str(definition), "--local", "--quiet", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    record = test_record(tmp_path / "results", run.stdout)
+    assert record["labels"] == {"instance_type": "m5.large", "price_per_hour": 0.096}
+    test_dir = tmp_path / "results" / str(record["test_id"])
+    assert (test_dir / "definition.toml").read_text() == definition.read_text()
+    summary = record["summary"]
+    assert isinstance(summary, dict) and summary["sent"] == summary["received"] == 50
+
+
+def test_a_bad_test_definition_is_explained_without_a_traceback(tmp_path: Path) -> None:
+    definition = tmp_path / "test.toml"
+    definition.write_text('send_url = "amqp://x/q"\nrat = 5\n')
+    run = maestro("test", "--file", str(definition), cwd=tmp_path)
+    assert run.returncode == 2
+    assert "unknown key rat" in run.stderr and "Traceback" not in run.stderr
+    run = maestro("test", "fixed-rate", "--rate", "5", cwd=tmp_path)
+    assert run.returncode == 2 and "--send-url is needed" in run.stderr
+
+
+@pytest.mark.mosquitto
+@pytest.mark.rabbitmq
+def test_maestro_run_runs_a_five_line_script(daemons: Daemons, prefix: str, tmp_path: Path) -> None:
+    daemons.start("maestro-worker", "r1", "--role", "receiver")
+    daemons.start("maestro-worker", "s1", "--role", "sender")
+    script = tmp_path / "five_lines.py"
+    script.write_text(
+        "from coordinator import Maestro, FixedRateTest\n"
+        f"with Maestro.connect(topic_prefix={prefix!r}) as maestro:\n"
+        "    maestro.wait_for_peers(2)\n"
+        f"    result = maestro.run(FixedRateTest(send_url={queue_url()!r}, rate=30, duration='2s'), progress=False)\n"
+        "    print(result.summary['sent'], result.summary['received'], result.test_id)\n"
+    )
+    with LocalCluster(tmp_path / "logs", broker_url="unused") as local:
+        server = local.data_server(tmp_path / "results")
+        run = maestro("run", "--broker", daemons.broker_url, "--data-server", server, str(script), cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    sent, received, test_id = run.stdout.split()
+    assert sent == received == "60"
+    assert json.loads((tmp_path / "results" / test_id / "test.json").read_text())["outcome"] == "success"
+
+
+def test_maestro_serve_answers_help() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "coordinator", "serve", "--help"], capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 0 and "--data" in run.stdout
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.embedded_broker
+def test_ctrl_c_stops_the_test_and_still_collects_the_files(tmp_path: Path) -> None:
+    argv = [str(BIN / "maestro"), "test", "fixed-rate", "--local", "--send-url", queue_url(), "--rate", "20"]
+    proc = subprocess.Popen(
+        [*argv, "--duration", "60s", "--quiet"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    results = tmp_path / "results"
+    deadline = time.monotonic() + 60
+    # Interrupt once the senders are sending: their first rate rows are on disk.
+    while not list(results.glob(".local/*/peers/*/*/sender/*/sender-0000.csv.gz")):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 1, out + err
+    assert "Traceback" not in err
+    record = test_record(results, out)
+    assert record["outcome"] == "failure" and record["reason"] == "interrupted (Ctrl-C)"
+    summary = record["summary"]
+    assert isinstance(summary, dict) and 0 < summary["sent"] < 20 * 60
+    assert summary["received"] == summary["sent"]  # stopped, drained, collected: nothing lost

@@ -1,0 +1,177 @@
+"""Tests run by the coordinator end to end: real daemons, RabbitMQ as the SUT, Mosquitto as the
+control broker, a real data server process.
+
+Known answers: a fixed-rate test schedules exactly rate x clients x seconds messages per
+sender; all of them must be on the data server's books, received once each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.processes import Daemons
+
+from coordinator import Fail, FixedRateTest, IncrementalTest, Maestro
+from coordinator.local import LocalCluster
+
+pytestmark = [pytest.mark.mosquitto, pytest.mark.rabbitmq]
+
+
+@pytest.fixture
+def data_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    root = tmp_path / "results"
+    with LocalCluster(tmp_path / "server-logs", broker_url="unused") as local:
+        yield local.data_server(root), root
+
+
+def queue_url() -> str:
+    return f"amqp://guest:guest@127.0.0.1:5672/maestro-orch-{uuid.uuid4().hex[:8]}"
+
+
+def fetch_info(url: str, test_id: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{url}/api/results/{test_id}") as response:
+        info: dict[str, Any] = json.loads(response.read())
+    return info
+
+
+def start_workers(daemons: Daemons, senders: int, receivers: int) -> None:
+    for n in range(1, receivers + 1):
+        daemons.start("maestro-worker", f"r{n}", "--role", "receiver")
+    for n in range(1, senders + 1):
+        daemons.start("maestro-worker", f"s{n}", "--role", "sender")
+
+
+def test_a_fixed_rate_script_with_two_senders_and_two_receivers(
+    daemons: Daemons, prefix: str, rabbitmq: None, data_server: tuple[str, Path]
+) -> None:
+    url, root = data_server
+    start_workers(daemons, senders=2, receivers=2)
+    with Maestro.connect(daemons.broker_url, topic_prefix=prefix, discover_s=0, data_server=url) as maestro:
+        maestro.wait_for_peers(4, timeout_s=20)
+        result = maestro.run(
+            FixedRateTest(send_url=queue_url(), rate=50, size=512, parallel=2, duration="6s", senders=2, receivers=2),
+            progress=False,
+        )
+    assert result.passed, result.reason
+    # 2 senders x 2 clients x 50 msg/s x 6 s, each received exactly once.
+    s = result.summary
+    assert (s["sent"], s["received"], s["lost"], s["duplicates"]) == (1200, 1200, 0, 0)
+    assert s["send_rate"]["mean"] == pytest.approx(200, rel=0.02)
+    assert 0 < s["latency_us"]["p50"] <= s["latency_us"]["p99"] <= s["latency_us"]["max"]
+    assert s["latency_samples"] == 1200
+
+    info = fetch_info(url, result.test_id)
+    record = info["test"]
+    assert record["outcome"] == "success" and record["reason"] is None
+    assert record["summary"]["sent"] == record["summary"]["received"] == 1200
+    assert {p["name"]: p["role"] for p in record["peers"]} == {
+        "r1": "receiver",
+        "r2": "receiver",
+        "s1": "sender",
+        "s2": "sender",
+    }
+    for peer in record["peers"]:
+        for when in ("before", "after"):
+            clock = peer["clock"][when]
+            assert clock["rtt_us"] > 0 and clock["uncertainty_us"] == pytest.approx(clock["rtt_us"] / 2, abs=0.1)
+    files = {f["path"] for f in info["files"]}
+    for name in ("s1", "s2"):
+        assert {f"sender/{name}/peer.json", f"sender/{name}/sender-0000.csv.gz"} <= files
+    for name in ("r1", "r2"):
+        for file in ("peer.json", "receiver-latency.hlog", "receiver-sequences.json", "receiver-0000.csv.gz"):
+            assert f"receiver/{name}/{file}" in files
+    assert {"test.json", "junit.xml"} <= files
+    # The data server holds them; each peer deleted its copy only after the server confirmed it.
+    assert (root / result.test_id / "sender" / "s1" / "peer.json").is_file()
+    for name in ("s1", "s2", "r1", "r2"):
+        assert not [p for p in (daemons.log_dir / name).rglob("*") if p.is_file()], name
+    junit = (root / result.test_id / "junit.xml").read_text()
+    assert 'tests="1" failures="0"' in junit
+
+
+def test_an_incremental_test_stops_at_the_first_failing_step(
+    daemons: Daemons, prefix: str, rabbitmq: None, data_server: tuple[str, Path]
+) -> None:
+    url, _ = data_server
+    start_workers(daemons, senders=1, receivers=1)
+    # One consumer that takes 10 ms per message with one message in flight: ~100 msg/s at most.
+    # 40 msg/s passes; 200 msg/s builds a backlog whose latency passes 200 ms within seconds.
+    base = FixedRateTest(
+        send_url=queue_url() + "?prefetch=1",
+        duration="5s",
+        options={"processing_delay_ms": 10},
+        fail=Fail(latency_ms=200, latency_percentile=99),
+    )
+    test = IncrementalTest(base=base, initial_rate=40, ceiling_rate=360, rate_step=160)
+    assert test.steps() == [(40, 1), (200, 1), (360, 1)]
+    with Maestro.connect(daemons.broker_url, topic_prefix=prefix, discover_s=0, data_server=url) as maestro:
+        maestro.wait_for_peers(2, timeout_s=20)
+        result = maestro.run(test, progress=False)
+    assert [s.outcome for s in result.steps] == ["success", "failure"]
+    assert "latency p99" in (result.steps[1].reason or "") and "> bound 200 ms" in (result.steps[1].reason or "")
+    assert result.passed and result.best is result.steps[0]
+    best = result.record["max_sustainable"]
+    assert (best["rate_per_client"], best["parallel"]) == (40, 1)
+    assert best["receive_rate"] == pytest.approx(40, rel=0.05)
+    assert result.record["stopped_by"].startswith("step 2: r1@")
+    info = fetch_info(url, result.test_id)
+    assert [step["outcome"] for step in info["test"]["steps"]] == ["success", "failure"]
+    assert fetch_info(url, result.steps[1].test_id)["test"]["outcome"] == "failure"
+
+
+def test_a_receiver_killed_mid_test_fails_it_within_5_s_and_the_rest_is_collected(
+    daemons: Daemons, prefix: str, rabbitmq: None, data_server: tuple[str, Path]
+) -> None:
+    url, _ = data_server
+    start_workers(daemons, senders=1, receivers=2)
+    test = FixedRateTest(send_url=queue_url(), rate=50, duration="30s", receivers=2)
+    killed_at: list[float] = []
+
+    def kill_r1() -> None:
+        time.sleep(4)
+        killed_at.append(time.time())
+        os.kill(daemons.procs["r1"].pid, signal.SIGKILL)
+
+    with Maestro.connect(daemons.broker_url, topic_prefix=prefix, discover_s=0, data_server=url) as maestro:
+        maestro.wait_for_peers(3, timeout_s=20)
+        killer = threading.Thread(target=kill_r1)
+        killer.start()
+        started = time.monotonic()
+        result = maestro.run(test, progress=False)
+        killer.join()
+    assert not result.passed
+    assert result.reason is not None and "peer lost: r1@" in result.reason
+    failed_at = datetime.fromisoformat(result.record["failed_at"]).timestamp()
+    assert 0 <= failed_at - killed_at[0] < 5
+    assert time.monotonic() - started < 25  # it did not run its 30 s
+    files = {f["path"] for f in fetch_info(url, result.test_id)["files"]}
+    assert "sender/s1/peer.json" in files and "receiver/r2/peer.json" in files
+    assert not any(f.startswith("receiver/r1/") for f in files)
+    assert [why for who, why in result.record["collection"].items() if who.startswith("r1@")] == [
+        "lost: its files stay on its host, if any"
+    ]
+
+
+def test_role_less_workers_are_given_the_roles_a_test_needs(
+    daemons: Daemons, prefix: str, rabbitmq: None, data_server: tuple[str, Path]
+) -> None:
+    url, _ = data_server
+    for name in ("w1", "w2"):
+        daemons.start("maestro-worker", name)
+    with Maestro.connect(daemons.broker_url, topic_prefix=prefix, discover_s=0, data_server=url) as maestro:
+        maestro.wait_for_peers(2, timeout_s=20)
+        result = maestro.run(FixedRateTest(send_url=queue_url(), rate=20, duration="3s"), progress=False)
+    assert result.passed, result.reason
+    assert sorted(p["role"] for p in result.record["peers"]) == ["receiver", "sender"]
+    assert result.summary["sent"] == result.summary["received"] == 60

@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from coordinator import Fail, FixedRateTest, Flow, IncrementalTest, UnboundedTest
+from coordinator.declared import load_test_file
+from coordinator.definitions import DefinitionError
+from coordinator.executor import TestResult
+from coordinator.junit import junit_xml
+
+
+def test_a_fixed_rate_test_becomes_options_for_each_role() -> None:
+    test = FixedRateTest(send_url="amqp://h/q", rate=50, parallel=4, duration=90, size="~1KB", warm_up="5s")
+    (flow,) = test.all_flows()
+    sender = test.sender_options(flow)
+    assert sender["send_url"] == ["amqp://h/q"] and sender["rate_per_s"] == 50 and sender["parallel_count"] == 4
+    assert sender["duration"] == "90s" and sender["warm_up_s"] == 5.0
+    receiver = test.receiver_options(flow)
+    assert receiver["receive_url"] == ["amqp://h/q"] and "duration" not in receiver and "rate_per_s" not in receiver
+    assert test.target_rate() == 200
+    assert FixedRateTest(send_url="amqp://h/q", count=1000).sender_options(flow)["duration"] == 1000
+    assert UnboundedTest(send_url="amqp://h/q").rate == 0
+
+
+def test_several_flows_with_their_own_senders() -> None:
+    # Seed 004 §7.4: two queues, one fed by two senders and one by five.
+    test = FixedRateTest(
+        rate=10, flows=(Flow("amqp://h/a", senders=2, receivers=1), Flow("amqp://h/b", senders=5, parallel=2))
+    )
+    assert test.target_rate() == 10 * 2 + 10 * 5 * 2
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({}, "needs send_url"),
+        ({"send_url": "amqp://h/q", "duration": "ten minutes"}, "ten minutes"),
+        ({"send_url": "amqp://h/q", "rate": -1}, "rate must be >= 0"),
+        ({"send_url": "amqp://h/q", "options": {"prefetsh": 1}}, "unknown option"),
+        ({"send_url": "amqp://h/q", "duration": "100 messages"}, "give a time"),
+    ],
+)
+def test_bad_definitions_are_refused_when_made(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(DefinitionError, match=message):
+        FixedRateTest(**fields)  # type: ignore[arg-type]
+
+
+def test_incremental_steps_raise_the_rate_then_the_parallel_count() -> None:
+    test = IncrementalTest(
+        FixedRateTest(send_url="amqp://h/q"),
+        initial_rate=100,
+        ceiling_rate=300,
+        rate_step=100,
+        initial_parallel=1,
+        ceiling_parallel=3,
+        parallel_step=2,
+    )
+    assert test.steps() == [(100, 1), (200, 1), (300, 1), (100, 3), (200, 3), (300, 3)]
+    with pytest.raises(DefinitionError):
+        IncrementalTest(FixedRateTest(send_url="amqp://h/q"), initial_rate=10, ceiling_rate=5, rate_step=1)
+
+
+def test_a_toml_file_declares_the_same_test(tmp_path: Path) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text(
+        'kind = "incremental"\nsend_url = "amqp://h/q"\nduration = "10s"\n'
+        "[fail]\nlatency_ms = 20\n[incremental]\ninitial_rate = 10\nceiling_rate = 30\nrate_step = 10\n"
+    )
+    test, text = load_test_file(path)
+    assert isinstance(test, IncrementalTest) and text == path.read_text()
+    assert test.base.fail == Fail(latency_ms=20) and test.steps() == [(10, 1), (20, 1), (30, 1)]
+    path.write_text('send_url = "amqp://h/q"\n[fail]\nlatency = 20\n')
+    with pytest.raises(DefinitionError, match=r"\[fail\]: unknown key latency"):
+        load_test_file(path)
+    path.write_text("send_url = \n")
+    with pytest.raises(DefinitionError, match="not valid TOML"):
+        load_test_file(path)
+
+
+def test_junit_has_one_case_per_phase_and_names_the_failure() -> None:
+    def result(test_id: str, reason: str | None) -> TestResult:
+        record = {"kind": "fixed-rate", "started": "2026-01-01T00:00:00+00:00", "ended": "2026-01-01T00:00:10+00:00"}
+        return TestResult(test_id, "failure" if reason else "success", reason, {}, record | {"labels": {"a": 1}}, "")
+
+    steps = [result("t.step01", None), result("t.step02", "latency p99 3 ms > bound 2 ms")]
+    suite = ET.fromstring(junit_xml(result("t", None), steps))
+    assert (suite.get("tests"), suite.get("failures"), suite.get("time")) == ("2", "1", "10.000")
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == ["t.step01", "t.step02"]
+    failure = cases[1].find("failure")
+    assert failure is not None and failure.get("message") == "latency p99 3 ms > bound 2 ms"
+    assert suite.find("properties/property").get("name") == "a"  # type: ignore[union-attr]

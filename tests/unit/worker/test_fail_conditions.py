@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+from protocol.hdr import new_histogram
+from worker.fail_conditions import FailConditions
+
+
+def _interval(values_us: list[int]):  # type: ignore[no-untyped-def]
+    histogram = new_histogram()
+    for value in values_us:
+        histogram.record_value(value)
+    return histogram
+
+
+def test_soft_latency_bound_judges_the_percentile_and_hard_the_max() -> None:
+    # 99 values of 1 ms and one of 50 ms: p99 is 1 ms, the max 50 ms.
+    interval = _interval([1000] * 99 + [50_000])
+    soft = FailConditions(latency_ms=10, latency_percentile=99)
+    hard = FailConditions(latency_ms=10, latency_policy="hard")
+    assert soft.latency(interval) is None
+    reason = hard.latency(interval)
+    assert reason is not None and reason.startswith("latency max 50.015 ms > bound 10 ms (hard)")
+    assert FailConditions(latency_ms=0.5).latency(interval) == "latency p99 1.000 ms > bound 0.5 ms (soft)"
+    assert FailConditions().latency(interval) is None  # no bound
+    assert soft.latency(new_histogram()) is None  # an empty interval says nothing
+
+
+def test_rate_and_stall() -> None:
+    conditions = FailConditions(min_rate_ratio=0.9, stall_s=30)
+    assert conditions.rate(sent=950, seconds=10, target_per_s=100) is None
+    assert conditions.rate(sent=800, seconds=10, target_per_s=100) == (
+        "rate 80.0 msg/s is 80.0% of the target 100 msg/s (bound 90%)"
+    )
+    assert conditions.rate(sent=0, seconds=10, target_per_s=0) is None  # unbounded: no target
+    assert conditions.stalled(29.9, "received") is None
+    assert conditions.stalled(31, "received") == "stalled: nothing received for 31 s (bound 30 s)"
+    assert FailConditions(stall_s=0).stalled(1e6, "sent") is None
