@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.declared import KINDS, build_test, load_test_file
-from coordinator.definitions import DefinitionError, FixedRateTest, IncrementalTest, TestDefinition
+from coordinator.definitions import DefinitionError, FixedRateTest, TestDefinition
 from coordinator.executor import FINISHED, TestResult, new_test_id
 from coordinator.local import LocalCluster, LocalError
 from coordinator.maestro import Maestro
@@ -85,7 +85,7 @@ def _add_where(parser: argparse.ArgumentParser, local_flag: bool = True) -> None
 def _cluster(args: argparse.Namespace, test: TestDefinition, local: bool) -> Iterator[Maestro]:
     """A connected Maestro; with `local`, on services and daemons started here first."""
     if local:
-        base = test.base if isinstance(test, IncrementalTest) else test
+        base = test if isinstance(test, FixedRateTest) else test.base
         workers = sum(f.senders + f.receivers for f in base.all_flows())
         with Maestro.local(workers, data=args.data, broker=args.broker, topic_prefix=args.topic_prefix) as maestro:
             yield maestro
@@ -147,6 +147,20 @@ def _add_test(commands: Any) -> None:
     inc.add_argument("--initial-parallel", type=int)
     inc.add_argument("--ceiling-parallel", type=int)
     inc.add_argument("--parallel-step", type=int)
+    search = p.add_argument_group("search (bisection on the rate per client)")
+    search.add_argument("--low-rate", type=float)
+    search.add_argument("--high-rate", type=float)
+    search.add_argument("--resolution", type=float, help="stop when the gap is under this fraction (default 0.05)")
+    rep = p.add_argument_group("repeated")
+    rep.add_argument("--times", type=int, help="repetitions (default: 3)")
+    sweep = p.add_argument_group("sweep")
+    sweep.add_argument(
+        "--grid",
+        type=_key_value,
+        action="append",
+        default=[],
+        help="KEY=V1,V2,… (repeatable): rate, parallel, size, option.NAME or url.NAME",
+    )
     _add_where(p)
     p.set_defaults(run=cmd_test)
 
@@ -189,10 +203,18 @@ def test_from_args(args: argparse.Namespace) -> tuple[TestDefinition, str | None
     fail = {field: getattr(args, flag) for flag, field in _FAIL_FLAGS.items() if getattr(args, flag) is not None}
     if fail:
         table["fail"] = fail
-    incremental = {k: getattr(args, k) for k in _INCREMENTAL_FLAGS if getattr(args, k) is not None}
-    if incremental:
-        table["incremental"] = incremental
-    return build_test(args.kind or "fixed-rate", table), None
+    kind = args.kind or "fixed-rate"
+    series: dict[str, Any] = {
+        "incremental": {k: getattr(args, k) for k in _INCREMENTAL_FLAGS if getattr(args, k) is not None},
+        "search": {
+            k: getattr(args, k) for k in ("low_rate", "high_rate", "resolution") if getattr(args, k) is not None
+        },
+        "repeated": {"times": args.times if args.times is not None else 3},
+        "sweep": {"grid": {key: [_scalar(v) for v in values.split(",")] for key, values in args.grid}},
+    }
+    if kind in series:
+        table[kind] = series[kind]
+    return build_test(kind, table), None
 
 
 def cmd_test(args: argparse.Namespace) -> int:

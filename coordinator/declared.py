@@ -26,6 +26,16 @@
     ceiling_rate = 1000
     rate_step = 100
 
+    [search]                       # kind = "search": bisection on the rate under the fail conditions
+    low_rate = 100
+    high_rate = 5000
+
+    [repeated]                     # kind = "repeated": mean and 95 % confidence interval
+    times = 5
+
+    [sweep]                        # kind = "sweep": one test per point of the grid
+    grid = { "url.linger_ms" = [0, 5, 20], "url.batch_size" = [16384, 131072] }
+
     [[flows]]                      # optional: several send/receive paths (then no send_url)
     send_url = "amqp://sut:5672/a"
     senders = 2
@@ -46,13 +56,16 @@ from coordinator.definitions import (
     FixedRateTest,
     Flow,
     IncrementalTest,
+    RepeatedTest,
+    SearchTest,
+    SweepTest,
     TestDefinition,
     UnboundedTest,
 )
 
 __all__ = ["build_test", "load_test_file"]
 
-KINDS = ("fixed-rate", "unbounded", "incremental")
+KINDS = ("fixed-rate", "unbounded", "incremental", "search", "repeated", "sweep")
 
 
 def _known(cls: type, table: dict[str, Any], where: str) -> dict[str, Any]:
@@ -68,7 +81,10 @@ def build_test(kind: str, table: dict[str, Any]) -> TestDefinition:
     if kind not in KINDS:
         raise DefinitionError(f"unknown test kind {kind!r} (known: {', '.join(KINDS)})")
     table = dict(table)
-    incremental = table.pop("incremental", None)
+    series = table.pop(kind, None) if kind in KINDS[2:] else None
+    for other in KINDS[2:]:
+        if other in table:
+            raise DefinitionError(f"a [{other}] table in a {kind} test")
     if "fail" in table:
         table["fail"] = Fail(**_known(Fail, table["fail"], "[fail]"))
     if "flows" in table:
@@ -80,12 +96,12 @@ def build_test(kind: str, table: dict[str, Any]) -> TestDefinition:
     if kind == "unbounded":
         return UnboundedTest(**base_fields)
     base = FixedRateTest(**base_fields)
-    if kind == "incremental":
-        if not incremental:
-            raise DefinitionError("an incremental test needs an [incremental] table (initial_rate, ceiling_rate…)")
-        steps = _known(IncrementalTest, incremental, "[incremental]")
-        return IncrementalTest(base=base, **steps)
-    return base
+    if kind == "fixed-rate":
+        return base
+    cls = {"incremental": IncrementalTest, "search": SearchTest, "repeated": RepeatedTest, "sweep": SweepTest}[kind]
+    if not series:
+        raise DefinitionError(f"a {kind} test needs a [{kind}] table")
+    return cls(base=base, **_known(cls, series, f"[{kind}]"))
 
 
 def load_test_file(path: Path) -> tuple[TestDefinition, str]:

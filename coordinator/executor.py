@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from coordinator.definitions import FixedRateTest, IncrementalTest, TestDefinition, to_dict
+from coordinator.definitions import FixedRateTest, TestDefinition, to_dict
 from coordinator.junit import junit_xml
 from coordinator.maestro import MaestroError, PeerRequestError
 from coordinator.progress import Progress
@@ -67,7 +66,7 @@ def new_test_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
-def _now_iso() -> str:
+def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
@@ -105,8 +104,18 @@ class TestResult:
                 f"\n  latency p50 {lat.get('p50', 0) / 1000:.3f} ms  p99 {lat.get('p99', 0) / 1000:.3f} ms"
                 f"  max {lat.get('max', 0) / 1000:.3f} ms"
             )
-        if self.best is not None:
-            text += f"\n  max sustainable throughput: {self.record.get('max_sustainable', {})}"
+        best = self.record.get("max_sustainable")
+        if best:
+            text += (
+                f"\n  max sustainable: {best['rate_per_client']:g} msg/s per client x {best['parallel']} clients"
+                f" (received {best['receive_rate'] or 0:,.1f} msg/s; {best['test_id']})"
+            )
+        for name, e in self.record.get("statistics", {}).items():
+            text += f"\n  {name}: mean {e['mean']:,.1f}, 95% CI [{e['ci95'][0]:,.1f}, {e['ci95'][1]:,.1f}] (n={e['n']})"
+        for row in self.record.get("comparison", []):
+            point = ", ".join(f"{k}={v}" for k, v in row["point"].items())
+            p99 = (row["latency_us"] or {}).get("p99", 0) / 1000
+            text += f"\n  {point}: {row['outcome']}, {row['receive_rate'] or 0:,.1f} msg/s, p99 {p99:.3f} ms"
         return text
 
 
@@ -199,10 +208,10 @@ class Phase:
         if self.reason is None:
             log.error("test %s fails: %s", self.test_id, reason)
             self.reason = reason
-            self.failed_iso = _now_iso()
+            self.failed_iso = now_iso()
 
     def run(self) -> TestResult:
-        self.started_iso = _now_iso()
+        self.started_iso = now_iso()
         started = False
         try:
             self._prepare()
@@ -219,7 +228,7 @@ class Phase:
                 self._guarded(self._stop_and_drain)
                 self._guarded(lambda: self._ping("after"))
             self._guarded(self._collect)
-            self.ended_iso = _now_iso()
+            self.ended_iso = now_iso()
         return self._finish()
 
     def _guarded(self, step: Any) -> None:
@@ -244,15 +253,22 @@ class Phase:
         common = {"test_id": self.test_id, "data_server_url": self.data_server}
         for flow, (senders, receivers) in zip(t.all_flows(), self.cast.flows, strict=True):
             for peer in receivers:
-                m.set(common | t.receiver_options(flow), to=peer)
+                m.set(self._placed(common | t.receiver_options(flow)), to=peer)
             for peer in senders:
-                m.set(common | t.sender_options(flow), to=peer)
+                m.set(self._placed(common | t.sender_options(flow)), to=peer)
         for peer in [*(p for p, _, _ in self.cast.inspectors), *self.cast.agents]:
             m.set(common | {"labels": t.labels}, to=peer)
         self._ping("before")
         note = StartTest(test_id=self.test_id, name=t.name, labels=t.labels)
         for peer in self.cast.everyone:
             m.request(note, to=peer)
+
+    def _placed(self, options: dict[str, Any]) -> dict[str, Any]:
+        """`{test_id}` in a SUT URL becomes this phase's id: a fresh queue or topic per phase."""
+        for key in ("send_url", "receive_url"):
+            if key in options:
+                options[key] = [url.replace("{test_id}", self.test_id) for url in options[key]]
+        return options
 
     def _ping(self, when: str) -> None:
         for peer in self._live(self.cast.everyone):
@@ -299,7 +315,10 @@ class Phase:
                 self.fail(f"peer lost: {', '.join(p.label for p in lost)} (abnormal disconnect)")
                 break
             if isinstance(note, TestFailed):
-                self.finished.add(note.header.sender_id)
+                # A receiver says so as soon as a condition trips, and keeps receiving until
+                # drained; a sender's failure is its end.
+                if note.header.sender_id in pending:
+                    self.finished.add(note.header.sender_id)
                 self.fail(f"{self._label(note.header.sender_id)}: {note.message}")
                 break
             if isinstance(note, TestSucceeded):
@@ -331,8 +350,16 @@ class Phase:
         if not receivers:
             return
         drain_s = self.test.drain_timeout_s
+        draining = []
         for peer in receivers:
-            m.request(DrainRequest(timeout_s=drain_s), to=peer)
+            try:
+                m.request(DrainRequest(timeout_s=drain_s), to=peer)
+                draining.append(peer)
+            except PeerRequestError as exc:  # it ended already (its failure is on record)
+                self.notes.append(str(exc))
+        if not draining:
+            return
+        receivers = draining
         drained = m.wait_for((DrainComplete,), receivers, timeout_s=drain_s + 15)
         for peer_id, note in drained.items():
             if isinstance(note, DrainComplete) and not note.success:
@@ -457,69 +484,43 @@ def run_test(
     maestro: Maestro, test: TestDefinition, data_server: str, test_id: str | None = None, progress: bool = True
 ) -> TestResult:
     test_id = test_id or new_test_id()
-    if isinstance(test, IncrementalTest):
-        result = _run_incremental(maestro, test, data_server, test_id, progress)
-    else:
+    if isinstance(test, FixedRateTest):
         result = Phase(maestro, test, test_id, data_server, Cast.choose(maestro, test), progress).run()
+    else:
+        from coordinator.series import run_series  # noqa: PLC0415 - series builds on this module
+
+        result = run_series(maestro, test, data_server, test_id, progress)
     FINISHED.append(result)
     return result
 
 
-def _run_incremental(
-    maestro: Maestro, test: IncrementalTest, data_server: str, test_id: str, progress: bool
-) -> TestResult:
-    cast = Cast.choose(maestro, test.base)
-    started = _now_iso()
-    steps: list[TestResult] = []
-    best: TestResult | None = None
-    for number, (rate, parallel) in enumerate(test.steps(), start=1):
-        phase_test = test.base.with_load(rate, parallel)
-        log.info("step %d: %g msg/s per client, %d clients", number, rate, parallel)
-        if progress:
-            print(f"step {number}: {rate:g} msg/s per client x {parallel} clients", file=sys.stderr, flush=True)
-        step = Phase(maestro, phase_test, f"{test_id}.step{number:02d}", data_server, cast, progress).run()
-        steps.append(step)
-        if not step.passed:
-            break
-        best = step
-        if maestro.lost_among({p.peer_id for p in cast.everyone}):
-            break
-    last = steps[-1]
-    ran_out = last.passed
-    reason = None if best is not None else f"the first step failed: {last.reason}"
-    record: dict[str, Any] = {
+def parent_record(test: TestDefinition, test_id: str, started: str, outcome: str, reason: str | None) -> dict[str, Any]:
+    """test.json of a test made of several phases; each phase has its own beside it."""
+    return {
         "test_id": test_id,
         "name": test.name,
         "kind": test.KIND,
         "definition": to_dict(test),
         "labels": test.labels,
         "started": started,
-        "ended": _now_iso(),
-        "outcome": "success" if best is not None else "failure",
+        "ended": now_iso(),
+        "outcome": outcome,
         "reason": reason,
-        "stopped_by": None if ran_out else f"step {len(steps)}: {last.reason}",
-        "steps": [
-            {
-                "test_id": s.test_id,
-                "rate_per_client": s.record["definition"]["rate"],
-                "parallel": s.record["definition"]["parallel"],
-                "target_rate": s.record["target_rate"],
-                "outcome": s.outcome,
-                "reason": s.reason,
-                "receive_rate": s.summary.get("receive_rate", {}).get("mean"),
-                "latency_us": s.summary.get("latency_us"),
-            }
-            for s in steps
-        ],
     }
-    if best is not None:
-        record["max_sustainable"] = {
-            "test_id": best.test_id,
-            "rate_per_client": best.record["definition"]["rate"],
-            "parallel": best.record["definition"]["parallel"],
-            "receive_rate": best.summary["receive_rate"]["mean"],
-        }
-    summary = best.summary if best is not None else last.summary
-    result = TestResult(test_id, record["outcome"], reason, summary, record, data_server, steps, best)
-    store_result(result, steps)
-    return result
+
+
+def phase_row(result: TestResult) -> dict[str, Any]:
+    """One phase in its parent's test.json."""
+    d = result.record["definition"]
+    return {
+        "test_id": result.test_id,
+        "rate_per_client": d["rate"],
+        "parallel": d["parallel"],
+        "target_rate": result.record["target_rate"],
+        "outcome": result.outcome,
+        "reason": result.reason,
+        "send_rate": result.summary.get("send_rate", {}).get("mean"),
+        "receive_rate": result.summary.get("receive_rate", {}).get("mean"),
+        "latency_us": result.summary.get("latency_us"),
+        "lost": result.summary.get("lost"),
+    }

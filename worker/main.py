@@ -307,7 +307,12 @@ class Worker(Peer):
             if reason and self._tripped is None:
                 log.error("fail condition: %s", reason)
                 self._tripped = reason
-                run.stop()
+                if isinstance(run, ReceiverRun):
+                    # Say so at once, but go on receiving until drained: what is in flight is
+                    # counted as received, not as lost.
+                    self.bus.publish(self.topics.notifications, TestFailed(test_id=self.test_id, message=reason))
+                else:
+                    run.stop()
 
     def _origin(self, run: Run) -> float:
         """The monotonic time the run's load starts (a sender's common start, else now)."""

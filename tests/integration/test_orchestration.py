@@ -23,6 +23,7 @@ import pytest
 from support.processes import Daemons
 
 from coordinator import Fail, FixedRateTest, IncrementalTest, Maestro
+from coordinator.definitions import RepeatedTest, SearchTest, SweepTest
 from coordinator.local import LocalCluster
 
 pytestmark = [pytest.mark.mosquitto, pytest.mark.rabbitmq]
@@ -175,3 +176,56 @@ def test_role_less_workers_are_given_the_roles_a_test_needs(
     assert result.passed, result.reason
     assert sorted(p["role"] for p in result.record["peers"]) == ["receiver", "sender"]
     assert result.summary["sent"] == result.summary["received"] == 60
+
+
+def slow_consumer_test(duration: str = "4s") -> FixedRateTest:
+    """One consumer taking 10 ms per message, one in flight: ~100 msg/s at most."""
+    return FixedRateTest(
+        send_url=queue_url() + "-{test_id}?prefetch=1",
+        duration=duration,
+        options={"processing_delay_ms": 10},
+        fail=Fail(latency_ms=200),
+    )
+
+
+def test_a_search_bisects_the_rate_and_keeps_the_curve(
+    daemons: Daemons, prefix: str, rabbitmq: None, data_server: tuple[str, Path]
+) -> None:
+    url, _ = data_server
+    start_workers(daemons, senders=1, receivers=1)
+    test = SearchTest(slow_consumer_test(), low_rate=20, high_rate=400, resolution=0.3, max_steps=5)
+    with Maestro.connect(daemons.broker_url, topic_prefix=prefix, discover_s=0, data_server=url) as maestro:
+        maestro.wait_for_peers(2, timeout_s=20)
+        result = maestro.run(test, progress=False)
+    assert result.passed, result.reason
+    rates = [step["rate_per_client"] for step in result.record["steps"]]
+    # 20 passes, 400 fails; then halves: 210 fails (twice the capacity), 115 ...
+    assert rates[:3] == [20, 400, 210] and len(rates) == 5
+    assert [s["outcome"] for s in result.record["steps"][:3]] == ["success", "failure", "failure"]
+    best = result.record["max_sustainable"]
+    assert 20 <= best["rate_per_client"] < 210
+    curve = result.record["curve"]
+    assert [row["target_rate"] for row in curve] == sorted(rates)
+    # Each phase used a queue of its own ({test_id} in the URL): nothing carried over.
+    assert all(step["lost"] == 0 for step in result.record["steps"])
+
+
+def test_repetitions_give_a_mean_and_a_confidence_interval(
+    daemons: Daemons, prefix: str, rabbitmq: None, data_server: tuple[str, Path]
+) -> None:
+    url, _ = data_server
+    start_workers(daemons, senders=1, receivers=1)
+    base = FixedRateTest(send_url=queue_url() + "-{test_id}", rate=25, parallel=2, duration="3s")
+    with Maestro.connect(daemons.broker_url, topic_prefix=prefix, discover_s=0, data_server=url) as maestro:
+        maestro.wait_for_peers(2, timeout_s=20)
+        repeated = maestro.run(RepeatedTest(base, times=2), progress=False)
+        sweep = maestro.run(SweepTest(base, {"rate": [10, 40]}), progress=False)
+    assert repeated.passed, repeated.reason
+    stats = repeated.record["statistics"]["receive_rate"]
+    assert stats["n"] == 2 and stats["mean"] == pytest.approx(50, rel=0.05)
+    assert stats["ci95"][0] <= stats["mean"] <= stats["ci95"][1]
+    assert sweep.passed, sweep.reason
+    rows = sweep.record["comparison"]
+    assert [row["point"] for row in rows] == [{"rate": 10}, {"rate": 40}]
+    assert [row["receive_rate"] for row in rows] == [pytest.approx(20, rel=0.05), pytest.approx(80, rel=0.05)]
+    assert sweep.record["best"]["test_id"] == rows[1]["test_id"]

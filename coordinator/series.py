@@ -1,0 +1,156 @@
+"""Tests made of several phases on one cast of peers: incremental, search (bisection),
+repeated and sweep. Each phase is a full test under `<test-id>.<label>` with its own files and
+test.json; the parent's test.json lists them and says what they add up to."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from coordinator.definitions import FixedRateTest, IncrementalTest, RepeatedTest, SearchTest, SweepTest
+from coordinator.executor import Cast, Phase, TestResult, now_iso, parent_record, phase_row, store_result
+from coordinator.statistics import estimate
+
+if TYPE_CHECKING:
+    from coordinator.maestro import Maestro
+
+__all__ = ["run_series"]
+
+log = logging.getLogger(__name__)
+
+Series = IncrementalTest | SearchTest | RepeatedTest | SweepTest
+
+
+class _Runner:
+    def __init__(self, maestro: Maestro, base: FixedRateTest, data_server: str, test_id: str, progress: bool) -> None:
+        self.maestro = maestro
+        self.data_server = data_server
+        self.test_id = test_id
+        self.progress = progress
+        self.cast = Cast.choose(maestro, base)
+        self.phases: list[TestResult] = []
+
+    def run(self, label: str, test: FixedRateTest, what: str) -> TestResult:
+        log.info("%s: %s", label, what)
+        if self.progress:
+            print(f"{label}: {what}", file=sys.stderr, flush=True)
+        result = Phase(self.maestro, test, f"{self.test_id}.{label}", self.data_server, self.cast, self.progress).run()
+        self.phases.append(result)
+        return result
+
+    @property
+    def cast_lost(self) -> bool:
+        return bool(self.maestro.lost_among({p.peer_id for p in self.cast.everyone}))
+
+
+def _load(rate: float, parallel: int) -> str:
+    return f"{rate:g} msg/s per client x {parallel} clients"
+
+
+def _incremental(runner: _Runner, test: IncrementalTest) -> tuple[TestResult | None, dict[str, Any]]:
+    best = None
+    for number, (rate, parallel) in enumerate(test.steps(), start=1):
+        step = runner.run(f"step{number:02d}", test.base.with_load(rate, parallel), _load(rate, parallel))
+        if not step.passed:
+            return best, {"stopped_by": f"step {number}: {step.reason}"}
+        best = step
+        if runner.cast_lost:
+            break
+    return best, {"stopped_by": None}
+
+
+def _search(runner: _Runner, test: SearchTest) -> tuple[TestResult | None, dict[str, Any]]:
+    parallel = test.base.parallel
+
+    def probe(number: int, rate: float) -> TestResult:
+        return runner.run(f"probe{number:02d}", test.base.with_load(rate, parallel), _load(rate, parallel))
+
+    low, high = test.low_rate, test.high_rate
+    best = probe(1, low)
+    if not best.passed:
+        return None, {"stopped_by": f"the low rate {low:g} already fails: {best.reason}"}
+    top = probe(2, high)
+    if top.passed:
+        return top, {"stopped_by": f"the high rate {high:g} passes: raise high_rate to find the limit"}
+    number = 2
+    while (high - low) / high > test.resolution and number < test.max_steps and not runner.cast_lost:
+        number += 1
+        middle = (low + high) / 2
+        result = probe(number, middle)
+        if result.passed:
+            low, best = middle, result
+        else:
+            high = middle
+    return best, {"stopped_by": f"passes at {low:g}, fails at {high:g} msg/s per client"}
+
+
+def _repeated(runner: _Runner, test: RepeatedTest) -> tuple[TestResult | None, dict[str, Any]]:
+    for number in range(1, test.times + 1):
+        runner.run(f"run{number:02d}", test.base, f"repetition {number} of {test.times}")
+        if runner.cast_lost:
+            break
+    passed = [r for r in runner.phases if r.passed]
+    metrics: dict[str, Callable[[TestResult], float]] = {
+        "receive_rate": lambda r: r.summary["receive_rate"]["mean"],
+        "send_rate": lambda r: r.summary["send_rate"]["mean"],
+        "latency_p50_us": lambda r: r.summary["latency_us"]["p50"],
+        "latency_p99_us": lambda r: r.summary["latency_us"]["p99"],
+        "latency_max_us": lambda r: r.summary["latency_us"]["max"],
+    }
+    if not passed:
+        return None, {"statistics": {}}
+    statistics = {name: estimate([get(r) for r in passed]).as_dict() for name, get in metrics.items()}
+    mean_rate = statistics["receive_rate"]["mean"]
+    # The repetition nearest the mean receive rate stands for the set in a one-line summary.
+    middle = min(passed, key=lambda r: abs(r.summary["receive_rate"]["mean"] - mean_rate))
+    return (middle if len(passed) == test.times else None), {"statistics": statistics}
+
+
+def _sweep(runner: _Runner, test: SweepTest) -> tuple[TestResult | None, dict[str, Any]]:
+    points = test.points()
+    rows = []
+    for number, point in enumerate(points, start=1):
+        what = ", ".join(f"{k}={v}" for k, v in point.items())
+        result = runner.run(f"point{number:02d}", test.at(point), what)
+        rows.append({"point": point, **phase_row(result)})
+        if runner.cast_lost:
+            break
+    passing = [(row, r) for row, r in zip(rows, runner.phases, strict=True) if r.passed]
+    best = max(passing, key=lambda pr: pr[0]["receive_rate"] or 0.0)[1] if passing else None
+    return best, {"comparison": rows}
+
+
+def run_series(maestro: Maestro, test: Series, data_server: str, test_id: str, progress: bool) -> TestResult:
+    started = now_iso()
+    runner = _Runner(maestro, test.base, data_server, test_id, progress)
+    match test:
+        case IncrementalTest():
+            best, extra = _incremental(runner, test)
+        case SearchTest():
+            best, extra = _search(runner, test)
+        case RepeatedTest():
+            best, extra = _repeated(runner, test)
+        case SweepTest():
+            best, extra = _sweep(runner, test)
+    phases = runner.phases
+    if isinstance(test, RepeatedTest | SweepTest):
+        failed = [p for p in phases if not p.passed]
+        reason = "; ".join(f"{p.test_id}: {p.reason}" for p in failed) or None
+        if len(phases) < (test.times if isinstance(test, RepeatedTest) else len(test.points())):
+            reason = reason or "a peer was lost before every phase ran"
+    else:
+        reason = None if best is not None else f"no passing step: {phases[-1].reason}"
+    record = parent_record(test, test_id, started, "success" if reason is None else "failure", reason)
+    record |= extra
+    record["steps"] = [phase_row(p) for p in phases]
+    if isinstance(test, SearchTest):
+        # The latency-vs-throughput curve: every rate measured, in order of load.
+        record["curve"] = sorted(record["steps"], key=lambda row: row["target_rate"])
+    if best is not None and isinstance(test, IncrementalTest | SearchTest | SweepTest):
+        record["max_sustainable" if not isinstance(test, SweepTest) else "best"] = phase_row(best)
+    summary = best.summary if best is not None else phases[-1].summary
+    result = TestResult(test_id, record["outcome"], reason, summary, record, data_server, phases, best)
+    store_result(result, phases)
+    return result
