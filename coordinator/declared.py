@@ -89,6 +89,8 @@ def build_test(kind: str, table: dict[str, Any]) -> TestDefinition:
         table["fail"] = Fail(**_known(Fail, table["fail"], "[fail]"))
     if "flows" in table:
         table["flows"] = tuple(Flow(**_known(Flow, f, "[[flows]]")) for f in table["flows"])
+    if "profile" in table:
+        table["profile"] = tuple(tuple(step) for step in table["profile"])
     for key in ("inspectors", "agents"):
         if key in table:
             table[key] = tuple(table[key])

@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from protocol.options import OptionError, parse_duration, parse_message_size, parse_options, parse_seconds
+from protocol.options import (
+    OptionError,
+    parse_duration,
+    parse_message_size,
+    parse_options,
+    parse_profile,
+    parse_seconds,
+)
 
 __all__ = [
     "DefinitionError",
@@ -99,6 +106,10 @@ class FixedRateTest:
     flows: tuple[Flow, ...] = ()
     fail: Fail = field(default_factory=Fail)
     options: dict[str, Any] = field(default_factory=dict)  # more SET options: confirm_window, qos…
+    # A test profile (seed 004 §3.1): (at, rate per client, clients) steps changing the load
+    # during the run, e.g. ((0, 100, 2), ("30s", 200, 4)); the first at 0. Overrides rate/parallel
+    # for senders.
+    profile: tuple[tuple[str | float, float, int], ...] = ()
     inspectors: tuple[str, ...] = ()  # "name" or "name=management-url"
     agents: tuple[str, ...] = ()  # agent peer names that join the test
     labels: dict[str, Any] = field(default_factory=dict)
@@ -117,6 +128,11 @@ class FixedRateTest:
             parse_options(self.options)
         except (ValueError, OptionError) as exc:
             raise DefinitionError(str(exc)) from exc
+        if self.profile:
+            try:
+                parse_profile([list(step) for step in self.profile])
+            except ValueError as exc:
+                raise DefinitionError(f"profile: {exc}") from exc
         if self.rate < 0 or self.parallel < 1 or self.senders < 0 or self.receivers < 0:
             raise DefinitionError("rate must be >= 0, parallel >= 1, senders and receivers >= 0")
 
@@ -136,6 +152,10 @@ class FixedRateTest:
 
     def sender_options(self, flow: Flow) -> dict[str, Any]:
         send, _ = flow.urls()
+        profile = {}
+        if self.profile:
+            steps = [list(step) for step in self.profile]
+            profile = {"profile": steps, "parallel_count": max(int(step[2]) for step in steps)}
         return {
             **self.options,
             "send_url": send,
@@ -145,6 +165,7 @@ class FixedRateTest:
             "message_size": self.size,
             "warm_up_s": parse_seconds(self.warm_up),
             **self.fail.options(),
+            **profile,
         }
 
     def receiver_options(self, flow: Flow) -> dict[str, Any]:
@@ -158,7 +179,10 @@ class FixedRateTest:
         }
 
     def target_rate(self) -> float:
-        """All senders' clients together, msg/s (0 = unbounded)."""
+        """All senders' clients together, msg/s (0 = unbounded); a profile's peak."""
+        if self.profile:
+            peak = max(float(rate) * int(parallel) for _, rate, parallel in self.profile)
+            return peak * sum(f.senders for f in self.all_flows())
         return sum((self.rate if f.rate is None else f.rate) * f.parallel * f.senders for f in self.all_flows())
 
     def expected_seconds(self) -> float | None:

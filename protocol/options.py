@@ -18,9 +18,11 @@ __all__ = [
     "Duration",
     "MessageSize",
     "OptionError",
+    "ProfileStep",
     "parse_duration",
     "parse_message_size",
     "parse_options",
+    "parse_profile",
     "parse_seconds",
 ]
 
@@ -182,6 +184,35 @@ def _mapping(value: Any) -> dict[str, Any]:
     return dict(value)
 
 
+@dataclass(frozen=True)
+class ProfileStep:
+    """From `at_s` into the run (after the common start), each client sends `rate_per_s`, and
+    only the first `parallel` clients send."""
+
+    at_s: float
+    rate_per_s: float
+    parallel: int
+
+
+def parse_profile(value: Any) -> tuple[ProfileStep, ...]:
+    """A test profile (seed 004 §3.1): `[[0, 100, 2], ["30s", 200, 4], …]` as (at, rate per
+    client, clients); the first step starts at 0 and the times rise."""
+    if not isinstance(value, list | tuple) or not value:
+        raise ValueError("expected a list of [at, rate_per_client, parallel] steps")
+    steps: list[ProfileStep] = []
+    for item in value:
+        if not isinstance(item, list | tuple) or len(item) != 3:
+            raise ValueError(f"step {item!r}: expected [at, rate_per_client, parallel]")
+        at, rate, parallel = item
+        step = ProfileStep(parse_seconds(at), float(_number(0)(rate)), int(_number(1, 100_000, integer=True)(parallel)))
+        if steps and step.at_s <= steps[-1].at_s:
+            raise ValueError(f"step at {step.at_s:g} s: the times must rise")
+        steps.append(step)
+    if steps[0].at_s != 0:
+        raise ValueError("the first step must start at 0")
+    return tuple(steps)
+
+
 def _sut_urls(value: Any) -> list[str]:
     """One URL, a comma-separated list (cluster nodes, round robin), or a list of URLs."""
     urls = [u.strip() for u in value.split(",")] if isinstance(value, str) else value
@@ -210,6 +241,7 @@ OPTIONS: dict[str, Callable[[Any], Any]] = {
     "warm_up_s": parse_seconds,
     "rate_per_s": _number(0),  # per client; 0 = as fast as the SUT takes it
     "arrivals": _choice("uniform", "poisson"),
+    "profile": parse_profile,  # rate and clients changing during the run; overrides rate_per_s
     "parallel_count": _number(1, 100_000, integer=True),
     "processes": _number(1, 256, integer=True),  # sender processes the clients are split over
     "message_size": parse_message_size,

@@ -116,8 +116,12 @@ class _Watch:
         seconds = now - warm_up_end
         if seconds < _RATE_JUDGED_AFTER_S:
             return None
-        target = run.plan.rate_per_s * run.plan.parallel_count
-        return c.rate(count - self.count_at_warm_up, seconds, target)
+        warm_up_s = self.options.get("warm_up_s", 0.0)
+        plan = run.plan
+        expected_total, expected_warm = plan.expected_sent(now - self.origin), plan.expected_sent(warm_up_s)
+        if expected_total is None or expected_warm is None:
+            return None  # unbounded: no target to fall short of
+        return c.rate(count - self.count_at_warm_up, seconds, (expected_total - expected_warm) / seconds)
 
 
 class Worker(Peer):
@@ -138,6 +142,9 @@ class Worker(Peer):
         for name in ("send_url", "receive_url"):
             for url in options.get(name, []):
                 parse_endpoint(url, name)
+        profile = options.get("profile", ())
+        if profile and max(step.parallel for step in profile) > options.get("parallel_count", 1):
+            raise OptionError("profile", "a step asks for more clients than parallel_count opens")
 
     # --- notes ----------------------------------------------------------------------------------
 
@@ -215,6 +222,7 @@ class Worker(Peer):
             precise_timing=o.get("precise_timing", False),
             reconnect_budget_s=o.get("reconnect_budget_s", 60.0),
             start_at_ns=start_at_ns,
+            profile=o.get("profile", ()),
         )
         processes = o.get("processes", 1)
         if processes > 1:

@@ -19,7 +19,7 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
-from protocol.options import Duration, MessageSize
+from protocol.options import Duration, MessageSize, ProfileStep
 from protocol.ratefile import RateFileWriter
 from worker.drivers import parse_endpoint
 from worker.drivers.base import DisconnectedError, Driver, DriverError, SendError, backoff_s, connect_within
@@ -74,6 +74,22 @@ class SenderPlan:
     precise_timing: bool = False
     reconnect_budget_s: float = 60.0
     start_at_ns: int = 0  # wall time of the first message (all senders together); 0 = at once
+    profile: tuple[ProfileStep, ...] = ()  # rate and clients changing during the run
+
+    def steps(self) -> tuple[ProfileStep, ...]:
+        return self.profile or (ProfileStep(0.0, self.rate_per_s, self.parallel_count),)
+
+    def expected_sent(self, seconds: float) -> float | None:
+        """Messages the schedule holds in the first `seconds` (all clients); None if unbounded."""
+        steps = self.steps()
+        total = 0.0
+        for i, step in enumerate(steps):
+            end = steps[i + 1].at_s if i + 1 < len(steps) else float("inf")
+            overlap = max(0.0, min(seconds, end) - step.at_s)
+            if overlap and not step.rate_per_s:
+                return None
+            total += step.rate_per_s * min(step.parallel, self.parallel_count) * overlap
+        return total
 
     def messages_for(self, client: int) -> int | None:
         """A message count is for the whole worker, spread evenly over its clients."""
@@ -182,7 +198,13 @@ class SenderRun:
         limit = plan.messages_for(client)
         started = time.perf_counter_ns()
         end_ns = None if plan.duration.seconds is None else started + int(plan.duration.seconds * 1e9)
-        schedule = Schedule(plan.rate_per_s, started, poisson=plan.poisson, seed=client)
+        steps = plan.steps()
+        step = 0
+
+        def step_start(i: int) -> int:
+            return started + int(steps[i].at_s * 1e9)
+
+        schedule = Schedule(steps[0].rate_per_s, started, poisson=plan.poisson, seed=client)
         window = asyncio.Semaphore(max(1, plan.confirm_window))
         in_flight: set[asyncio.Task[None]] = set()
         sequence = 0
@@ -190,6 +212,19 @@ class SenderRun:
         while not self._stop.is_set() and (limit is None or sequence < limit):
             now = time.perf_counter_ns()
             intended = schedule.next_intended(now)
+            # A profile's next step begins when the schedule reaches it (not the clock: a late
+            # sender still owes the messages of the step it is in).
+            while step + 1 < len(steps) and intended >= step_start(step + 1):
+                step += 1
+                schedule = Schedule(steps[step].rate_per_s, step_start(step), plan.poisson, seed=client + 7919 * step)
+                intended = schedule.next_intended(max(now, step_start(step)))
+            if client >= steps[step].parallel:  # idle in this step
+                if step + 1 >= len(steps):
+                    break
+                await self._sleep_or_stop(max(0, step_start(step + 1) - time.perf_counter_ns()) / 1e9)
+                step += 1
+                schedule = Schedule(steps[step].rate_per_s, step_start(step), plan.poisson, seed=client + 7919 * step)
+                continue
             if end_ns is not None and intended >= end_ns:
                 break
             if plan.precise_timing:

@@ -14,6 +14,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -25,6 +26,7 @@ from support.processes import Daemons
 from coordinator import Fail, FixedRateTest, IncrementalTest, Maestro
 from coordinator.definitions import RepeatedTest, SearchTest, SweepTest
 from coordinator.local import LocalCluster
+from protocol.ratefile import read_rate_file
 
 pytestmark = [pytest.mark.mosquitto, pytest.mark.rabbitmq]
 
@@ -229,3 +231,22 @@ def test_repetitions_give_a_mean_and_a_confidence_interval(
     assert [row["point"] for row in rows] == [{"rate": 10}, {"rate": 40}]
     assert [row["receive_rate"] for row in rows] == [pytest.approx(20, rel=0.05), pytest.approx(80, rel=0.05)]
     assert sweep.record["best"]["test_id"] == rows[1]["test_id"]
+
+
+def test_a_profile_changes_rate_and_clients_during_one_test(
+    daemons: Daemons, prefix: str, rabbitmq: None, data_server: tuple[str, Path]
+) -> None:
+    url, root = data_server
+    start_workers(daemons, senders=1, receivers=1)
+    # 2 s at 20/s on one client, 2 s at 50/s on two, 2 s at 10/s on one: 40 + 200 + 20 messages.
+    test = FixedRateTest(send_url=queue_url(), duration="6s", profile=((0, 20, 1), ("2s", 50, 2), ("4s", 10, 1)))
+    with Maestro.connect(daemons.broker_url, topic_prefix=prefix, discover_s=0, data_server=url) as maestro:
+        maestro.wait_for_peers(2, timeout_s=20)
+        result = maestro.run(test, progress=False)
+    assert result.passed, result.reason
+    assert result.summary["sent"] == result.summary["received"] == 260
+    sender = root / result.test_id / "sender" / "s1"
+    info = json.loads((sender / "peer.json").read_text())
+    etas = sorted(eta for name in info["files"] for eta, _ in read_rate_file(sender / name))
+    per_second = Counter((eta - etas[0]) // 1_000_000 for eta in etas)
+    assert [per_second[s] for s in range(6)] == [20, 20, 100, 100, 10, 10]

@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+import pytest
+
 from protocol.hdr import new_histogram
+from protocol.options import Duration, MessageSize, ProfileStep, parse_profile
 from worker.fail_conditions import FailConditions
+from worker.sender import SenderPlan
 
 
 def _interval(values_us: list[int]):  # type: ignore[no-untyped-def]
@@ -34,3 +38,15 @@ def test_rate_and_stall() -> None:
     assert conditions.stalled(29.9, "received") is None
     assert conditions.stalled(31, "received") == "stalled: nothing received for 31 s (bound 30 s)"
     assert FailConditions(stall_s=0).stalled(1e6, "sent") is None
+
+
+def test_a_profile_is_parsed_and_its_schedule_counted() -> None:
+    steps = parse_profile([[0, 20, 1], ["2s", 50, 2], ["4s", 0, 1]])
+    assert steps == (ProfileStep(0, 20, 1), ProfileStep(2, 50, 2), ProfileStep(4, 0, 1))
+    for bad, why in (([[1, 5, 1]], "start at 0"), ([[0, 5, 1], [0, 6, 1]], "must rise"), ([[0, 5]], "expected")):
+        with pytest.raises(ValueError, match=why):
+            parse_profile(bad)
+    plan = SenderPlan("t", "p", ["mqtt://h/t"], 0, 2, Duration(seconds=6), MessageSize(1, 1), profile=steps)
+    assert plan.expected_sent(1) == 20
+    assert plan.expected_sent(3) == 40 + 100
+    assert plan.expected_sent(5) is None  # the last step is unbounded: no target
