@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from coordinator.declared import KINDS, build_test, load_test_file
 from coordinator.definitions import DefinitionError, FixedRateTest, TestDefinition
@@ -87,7 +88,14 @@ def _cluster(args: argparse.Namespace, test: TestDefinition, local: bool) -> Ite
     if local:
         base = test if isinstance(test, FixedRateTest) else test.base
         workers = sum(f.senders + f.receivers for f in base.all_flows())
-        with Maestro.local(workers, data=args.data, broker=args.broker, topic_prefix=args.topic_prefix) as maestro:
+        with Maestro.local(
+            workers,
+            inspectors=1 if base.inspectors else 0,
+            agents=base.agents,
+            data=args.data,
+            broker=args.broker,
+            topic_prefix=args.topic_prefix,
+        ) as maestro:
             yield maestro
         return
     with Maestro.connect(
@@ -321,18 +329,32 @@ def cmd_demo(args: argparse.Namespace) -> int:
             warm_up=args.warm_up,
             name="maestro demo",
             labels={"demo": True},
+            inspectors=demo_inspectors(sut),
+            options={"inspector_interval_s": 1},
         )
         for role in ("receiver", "sender"):
             local.daemon("maestro-worker", f"demo-{role}", run_dir / "peers" / role, "--role", role)
+        local.daemon("maestro-inspector", "demo-inspector", run_dir / "peers" / "inspector")
         with Maestro.connect(
             local.broker_url, topic_prefix=args.topic_prefix, discover_s=0, data_server=data_server
         ) as maestro:
-            maestro.wait_for_peers(2, timeout_s=30)
+            maestro.wait_for_peers(3, timeout_s=30)
+            print(f"inspectors:     {', '.join(i.split('=')[0] for i in test.inspectors)}", flush=True)
             print(f"test id:        {test_id}", flush=True)
             result = maestro.run(test, test_id=test_id, progress=not args.quiet)
     print(result)
     _report(result, root, args.no_report)
     return 0 if result.passed else EXIT_FAILED
+
+
+def demo_inspectors(sut: str) -> tuple[str, ...]:
+    """The host, and the inspector that fits the SUT where there is one: RabbitMQ's management
+    API for amqp:// (on its default port, with the SUT URL's credentials)."""
+    parts = urlsplit(sut)
+    if parts.scheme in ("amqp", "amqps"):
+        user = f"{parts.username or 'guest'}:{parts.password or 'guest'}@"
+        return (f"rabbitmq=http://{user}{parts.hostname}:15672", "host")
+    return ("host",)
 
 
 def _demo_sut(local: LocalCluster, consumers: int) -> str:

@@ -136,8 +136,12 @@ class Cast:
         return [p for _, receivers in self.flows for p in receivers]
 
     @property
+    def inspector_peers(self) -> list[PeerInfo]:
+        return list({p.peer_id: p for p, _, _ in self.inspectors}.values())
+
+    @property
     def everyone(self) -> list[PeerInfo]:
-        return [*self.receivers, *self.senders, *(p for p, _, _ in self.inspectors), *self.agents]
+        return [*self.receivers, *self.senders, *self.inspector_peers, *self.agents]
 
     @classmethod
     def choose(cls, maestro: Maestro, test: FixedRateTest, timeout_s: float = 10.0) -> Cast:
@@ -165,12 +169,13 @@ class Cast:
             receivers = [pools[Role.RECEIVER].pop(0) for _ in range(flow.receivers)]
             cast_flows.append((senders, receivers))
         inspectors = []
-        free_inspectors = [p for p in live if p.role == Role.INSPECTOR]
-        for spec in test.inspectors:
+        inspector_peers = [p for p in live if p.role == Role.INSPECTOR]
+        for number, spec in enumerate(test.inspectors):
             name, _, url = spec.partition("=")
-            if not free_inspectors:
-                raise MaestroError(f"inspector {spec}: no live inspector peer left to run it")
-            inspectors.append((free_inspectors.pop(0), name, url))
+            if not inspector_peers:
+                raise MaestroError(f"inspector {name}: no live inspector peer to run it")
+            # Several inspectors share the inspector peers round robin (one peer can run several).
+            inspectors.append((inspector_peers[number % len(inspector_peers)], name, url))
         agents = [maestro.find(name) for name in test.agents]
         return cls(cast_flows, inspectors, agents)
 
@@ -256,8 +261,9 @@ class Phase:
                 m.set(self._placed(common | t.receiver_options(flow)), to=peer)
             for peer in senders:
                 m.set(self._placed(common | t.sender_options(flow)), to=peer)
-        for peer in [*(p for p, _, _ in self.cast.inspectors), *self.cast.agents]:
-            m.set(common | {"labels": t.labels}, to=peer)
+        inspection = {k: v for k, v in t.options.items() if k.startswith("inspector")}
+        for peer in [*self.cast.inspector_peers, *self.cast.agents]:
+            m.set(common | {"labels": t.labels} | inspection, to=peer)
         self._ping("before")
         note = StartTest(test_id=self.test_id, name=t.name, labels=t.labels)
         for peer in self.cast.everyone:
@@ -342,16 +348,22 @@ class Phase:
             m.request(StopWorker(), to=peer)
         if running_senders:
             self._await_finish(running_senders, timeout_s=30)
-        for peer in self._live([p for p, _, _ in self.cast.inspectors]):
-            self._quietly(StopInspector(), peer)
-        for peer in self._live(self.cast.agents):
-            self._quietly(StopAgent(), peer)
-        receivers = [p for p in self._live(self.cast.receivers) if p.peer_id not in self.finished]
-        if not receivers:
-            return
+        try:
+            self._drain()
+        finally:
+            # Last, so the inspectors saw the drain too.
+            for peer in self._live(self.cast.inspector_peers):
+                self._quietly(StopInspector(), peer)
+            for peer in self._live(self.cast.agents):
+                self._quietly(StopAgent(), peer)
+
+    def _drain(self) -> None:
+        m = self.maestro
         drain_s = self.test.drain_timeout_s
         draining = []
-        for peer in receivers:
+        for peer in self._live(self.cast.receivers):
+            if peer.peer_id in self.finished:
+                continue
             try:
                 m.request(DrainRequest(timeout_s=drain_s), to=peer)
                 draining.append(peer)
@@ -359,12 +371,11 @@ class Phase:
                 self.notes.append(str(exc))
         if not draining:
             return
-        receivers = draining
-        drained = m.wait_for((DrainComplete,), receivers, timeout_s=drain_s + 15)
+        drained = m.wait_for((DrainComplete,), draining, timeout_s=drain_s + 15)
         for peer_id, note in drained.items():
             if isinstance(note, DrainComplete) and not note.success:
                 self.fail(f"{self._label(peer_id)} did not drain: {note.message}")
-        self._await_finish(receivers, timeout_s=30)
+        self._await_finish(draining, timeout_s=30)
 
     def _await_finish(self, peers: list[PeerInfo], timeout_s: float) -> None:
         done = self.maestro.wait_for((TestSucceeded, TestFailed), peers, timeout_s)

@@ -133,12 +133,15 @@ class Maestro:
         cls,
         workers: int = 2,
         *,
+        inspectors: int = 0,
+        agents: tuple[str, ...] = (),
         data: Path = Path("results"),
         broker: str | None = None,
         topic_prefix: str = DEFAULT_PREFIX,
     ) -> Iterator[Maestro]:
         """Everything on this machine: an embedded control broker (unless `broker`), the data
-        server over `data`, and `workers` role-less worker daemons; all stopped on leaving.
+        server over `data`, `workers` role-less worker daemons, `inspectors` inspector daemons and
+        an agent daemon per name in `agents`; all stopped on leaving.
 
             with Maestro.local(workers=2) as maestro:
                 print(maestro.run(FixedRateTest(send_url="amqp://127.0.0.1/q", rate=100)))
@@ -148,12 +151,14 @@ class Maestro:
         with LocalCluster(run_dir, topic_prefix=topic_prefix, broker_url=broker or "") as cluster:
             server = cluster.data_server(root)
             tag = uuid.uuid4().hex[:4]
-            for n in range(1, workers + 1):
-                name = f"worker-{n}-{tag}"
-                cluster.daemon("maestro-worker", name, run_dir / "peers" / name)
+            names = [("maestro-worker", f"worker-{n}-{tag}") for n in range(1, workers + 1)]
+            names += [("maestro-inspector", f"inspector-{n}-{tag}") for n in range(1, inspectors + 1)]
+            names += [("maestro-agent", name) for name in agents]
+            for command, name in names:
+                cluster.daemon(command, name, run_dir / "peers" / name)
             with cls.connect(cluster.broker_url, topic_prefix=topic_prefix, discover_s=0, data_server=server) as m:
                 m.local_root = root
-                m.wait_for_peers(workers, timeout_s=30)
+                m.wait_for_peers(len(names), timeout_s=30)
                 yield m
 
     def close(self) -> None:

@@ -1,19 +1,180 @@
-"""`maestro-inspector`: reads a SUT's management interface on an interval."""
+"""`maestro-inspector`: reads a SUT's management interface on an interval.
+
+START_INSPECTOR names a source (`rabbitmq`, `host`; see `inspector/sources.py`) and its
+management URL; several may run at once. Each writes `<source>-<data set>.csv` under
+`<data dir>/<test id>/inspector/<name>/`, one row per entity per interval (default 10 s as
+Maestro, down to 1 s). A sample that fails is logged and counted, and the inspector goes on.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import time
 from collections.abc import Sequence
-from typing import ClassVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
 
+from inspector.csvfile import DataSetWriter
+from inspector.sources import SOURCES, Source, SourceError, redact
 from protocol.codes import Role
 from protocol.daemon_cli import daemon_parser, run_daemon
-from protocol.runtime import Peer
+from protocol.notes import Note, OkResponse, StartInspector, StartTest, StopInspector, StopTest, TestStarted
+from protocol.runtime import Peer, PeerError, UnsupportedError, resolve_test_dir, write_peer_json
+from protocol.version import VERSION
 
 __all__ = ["Inspector", "main"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_S = 10.0
+MIN_INTERVAL_S = 1.0
+
+
+@dataclass
+class _Running:
+    source: Source
+    url: str
+    directory: Path
+    interval_s: float
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    writers: dict[str, DataSetWriter] = field(default_factory=dict)
+    samples: int = 0
+    errors: int = 0
+    last_error: str | None = None
+    task: asyncio.Task[None] | None = None
+
+    def write(self, rows: dict[str, list[dict[str, Any]]]) -> None:
+        for data_set, entries in rows.items():
+            writer = self.writers.get(data_set)
+            if writer is None:
+                writer = self.writers[data_set] = DataSetWriter(self.directory / f"{self.source.name}-{data_set}.csv")
+            for entry in entries:
+                writer.write(entry)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "url": redact(self.url),
+            "interval_s": self.interval_s,
+            "samples": self.samples,
+            "errors": self.errors,
+            "last_error": self.last_error,
+            "files": sorted(w.path.name for w in self.writers.values()),
+        }
 
 
 class Inspector(Peer):
     LISTENS_TO_NOTIFICATIONS: ClassVar[bool] = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.test_id = ""
+        self._running: dict[str, _Running] = {}
+        self._started_ns = 0
+
+    async def handle_role_note(self, note: Note) -> Note | None:
+        match note:
+            case StartTest():
+                if self._running:
+                    raise PeerError(f"busy with test {self.test_id}")
+                self.test_id = note.test_id
+                self.bus.publish(self.topics.notifications, TestStarted(test_id=note.test_id))
+                return OkResponse()
+            case StartInspector():
+                return self._start(note)
+            case StopInspector() | StopTest():
+                await self._stop_all()
+                return OkResponse()
+            case _:
+                return await super().handle_role_note(note)
+
+    def _start(self, note: StartInspector) -> OkResponse:
+        factory = SOURCES.get(note.inspector)
+        if factory is None:
+            raise UnsupportedError(f"no inspector {note.inspector!r} (known: {', '.join(sorted(SOURCES))})")
+        if note.inspector in self._running:
+            raise PeerError(f"inspector {note.inspector} runs already")
+        test_id = self.test_id or self.options.get("test_id", "")
+        if not test_id:
+            raise PeerError("no test id: send START_TEST or SET test_id first")
+        self.test_id = test_id
+        url = note.url or self.options.get("management_url", "")
+        interval = float(note.options.get("interval_s", self.options.get("inspector_interval_s", DEFAULT_INTERVAL_S)))
+        if interval < MIN_INTERVAL_S:
+            raise PeerError(f"interval {interval:g} s: at least {MIN_INTERVAL_S:g} s")
+        try:
+            source = factory(url)
+        except SourceError as exc:
+            raise PeerError(str(exc)) from exc
+        directory = resolve_test_dir(self.config.data_dir, test_id) / Role.INSPECTOR.value / self.config.name
+        running = _Running(source, url, directory, interval)
+        if not self._running:
+            self._started_ns = time.time_ns()
+        self._running[note.inspector] = running
+        self.state = "running"
+        running.task = asyncio.create_task(self._poll(running))
+        log.info("inspector %s on %s every %g s", note.inspector, redact(url) or "this host", interval)
+        return OkResponse()
+
+    async def _poll(self, running: _Running) -> None:
+        start = time.monotonic()
+        tick = 0
+        while not running.stop.is_set():
+            try:
+                rows = await asyncio.to_thread(running.source.sample)
+            except SourceError as exc:
+                running.errors += 1
+                running.last_error = str(exc)
+                log.warning("%s", exc)
+            except Exception as exc:  # a source bug must not end the inspection
+                running.errors += 1
+                running.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("inspector %s failed a sample", running.source.name)
+            else:
+                running.samples += 1
+                running.write(rows)
+            tick += 1
+            delay = start + tick * running.interval_s - time.monotonic()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(running.stop.wait(), max(0.0, delay))
+
+    async def _stop_all(self) -> None:
+        if not self._running:
+            return
+        for running in self._running.values():
+            running.stop.set()
+        await asyncio.gather(*(r.task for r in self._running.values() if r.task), return_exceptions=True)
+        for running in self._running.values():
+            for writer in running.writers.values():
+                writer.close()
+            running.source.close()
+        directory = next(iter(self._running.values())).directory
+        info = {
+            "name": self.config.name,
+            "host": self.config.host,
+            "peer_id": self.peer_id,
+            "role": Role.INSPECTOR.value,
+            "test_id": self.test_id,
+            "version": VERSION,
+            "started_ns": self._started_ns,
+            "ended_ns": time.time_ns(),
+            "inspectors": {name: r.summary() for name, r in self._running.items()},
+            "files": sorted(name for r in self._running.values() for name in r.summary()["files"]),
+        }
+        write_peer_json(directory, info)
+        self._running.clear()
+        self.state = "idle"
+
+    def counters(self) -> dict[str, Any]:
+        counters = super().counters()
+        counters["inspectors"] = {name: r.summary() for name, r in self._running.items()}
+        return counters
+
+    async def shutdown(self) -> None:
+        await self._stop_all()
+        await super().shutdown()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

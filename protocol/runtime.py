@@ -10,6 +10,7 @@ answered while it runs.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -49,12 +50,20 @@ from protocol.topics import DEFAULT_PREFIX, Topics, check_topic_word
 from protocol.upload import upload_tree
 from protocol.version import VERSION
 
-__all__ = ["Peer", "PeerConfig", "PeerError", "UnsupportedError", "resolve_test_dir"]
+__all__ = ["Peer", "PeerConfig", "PeerError", "UnsupportedError", "resolve_test_dir", "write_peer_json"]
 
 log = logging.getLogger(__name__)
 
 # Remembered request ids, so a QoS 1 redelivery is not acted on twice.
 _SEEN_REQUESTS = 1024
+
+
+def write_peer_json(directory: Path, info: dict[str, Any]) -> None:
+    """A peer's account of its part in a test, written whole or not at all."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / "peer.json.tmp"
+    tmp.write_text(json.dumps(info, indent=2, sort_keys=True, default=str))
+    tmp.replace(directory / "peer.json")
 
 
 def resolve_test_dir(data_dir: Path, test_id: str) -> Path:

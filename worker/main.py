@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import platform
@@ -33,7 +32,7 @@ from protocol.notes import (
 )
 from protocol.options import Duration, MessageSize, OptionError
 from protocol.ratefile import RateFileWriter
-from protocol.runtime import Peer, PeerError, UnsupportedError, resolve_test_dir
+from protocol.runtime import Peer, PeerError, UnsupportedError, resolve_test_dir, write_peer_json
 from protocol.version import VERSION
 from worker.drivers import parse_endpoint
 from worker.drivers.base import DriverError
@@ -362,10 +361,7 @@ class Worker(Peer):
             info["foreign"] = dict(run.stats.foreign)
             info["latency_clamped"] = run.latency.clamped
             info["per_sender"] = run.per_sender()
-        directory.mkdir(parents=True, exist_ok=True)
-        tmp = directory / "peer.json.tmp"
-        tmp.write_text(json.dumps(info, indent=2, sort_keys=True))
-        tmp.replace(directory / "peer.json")  # never a half-written peer.json
+        write_peer_json(directory, info)
 
     def counters(self) -> dict[str, Any]:
         counters = super().counters()

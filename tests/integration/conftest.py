@@ -14,6 +14,7 @@ import pytest
 from support.processes import Daemons, Tansu, wait_for_port
 
 from coordinator import Maestro
+from coordinator.local import LocalCluster
 
 MOSQUITTO_URL = "mqtt://127.0.0.1:1883"
 
@@ -52,6 +53,14 @@ def daemons(mosquitto_url: str, prefix: str, tmp_path: Path) -> Iterator[Daemons
 def maestro(mosquitto_url: str, prefix: str) -> Iterator[Maestro]:
     with Maestro.connect(mosquitto_url, topic_prefix=prefix, discover_s=0) as client:
         yield client
+
+
+@pytest.fixture
+def data_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A real data server process over a fresh root: (its URL, the root)."""
+    root = tmp_path / "results"
+    with LocalCluster(tmp_path / "server-logs", broker_url="unused") as local:
+        yield local.data_server(root), root
 
 
 @pytest.fixture

@@ -51,6 +51,9 @@ def test_maestro_demo_needs_nothing_but_the_install(tmp_path: Path) -> None:
     assert record["outcome"] == "success"
     assert summary["sent"] == summary["received"] == 1000
     assert summary["lost"] == summary["duplicates"] == 0
+    # The demo's inspector watched the host; its CSV is with the rest.
+    test_dir = tmp_path / "results" / str(record["test_id"])
+    assert (test_dir / "inspector" / "demo-inspector" / "host-host.csv").read_text().count("\n") >= 3
 
 
 @pytest.mark.rabbitmq

@@ -15,7 +15,6 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -25,17 +24,9 @@ from support.processes import Daemons
 
 from coordinator import Fail, FixedRateTest, IncrementalTest, Maestro
 from coordinator.definitions import RepeatedTest, SearchTest, SweepTest
-from coordinator.local import LocalCluster
 from protocol.ratefile import read_rate_file
 
 pytestmark = [pytest.mark.mosquitto, pytest.mark.rabbitmq]
-
-
-@pytest.fixture
-def data_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    root = tmp_path / "results"
-    with LocalCluster(tmp_path / "server-logs", broker_url="unused") as local:
-        yield local.data_server(root), root
 
 
 def queue_url() -> str:

@@ -1,0 +1,219 @@
+"""What an inspector reads. A source is named (`rabbitmq`, `host`), built from a management
+URL, and each `sample()` returns {data set: [rows]}; the daemon writes and times them.
+
+Sources run in a worker thread (their clients block); a failing sample raises SourceError
+with a message that never carries credentials.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+__all__ = ["SOURCES", "HostSource", "RabbitMqSource", "Source", "SourceError", "redact"]
+
+Rows = dict[str, list[dict[str, Any]]]
+
+
+class SourceError(Exception):
+    pass
+
+
+def redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None and parts.username is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class Source:
+    name = ""
+
+    def sample(self) -> Rows:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the source holds (connections)."""
+
+
+@dataclass
+class RabbitMqSource(Source):
+    """RabbitMQ's management HTTP API (`http://user:password@host:15672`): overview, queues and
+    nodes, three requests per interval."""
+
+    url: str
+    timeout_s: float = 5.0
+    name = "rabbitmq"
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.url or "http://guest:guest@127.0.0.1:15672")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise SourceError(f"rabbitmq: {redact(self.url)!r} is not an http(s):// management URL")
+        self._auth = ""
+        if parts.username:
+            secret = f"{parts.username}:{parts.password or ''}".encode()
+            self._auth = "Basic " + base64.b64encode(secret).decode()
+        netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
+        self._base = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+    def _get(self, path: str) -> Any:
+        request = urllib.request.Request(self._base + path, headers={"Authorization": self._auth} if self._auth else {})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            raise SourceError(f"rabbitmq {self._base}{path}: HTTP {exc.code}") from exc
+        except (urllib.error.URLError, OSError) as exc:
+            raise SourceError(f"rabbitmq {self._base}{path}: {getattr(exc, 'reason', exc)}") from exc
+        except ValueError as exc:
+            raise SourceError(f"rabbitmq {self._base}{path}: not JSON ({exc})") from exc
+
+    def sample(self) -> Rows:
+        overview = self._get("/api/overview")
+        queues = self._get("/api/queues")
+        nodes = self._get("/api/nodes")
+        if not isinstance(overview, dict) or not isinstance(queues, list) or not isinstance(nodes, list):
+            raise SourceError(f"rabbitmq {self._base}: unexpected answer shapes")
+        stats = overview.get("message_stats", {})
+        totals = overview.get("queue_totals", {})
+        objects = overview.get("object_totals", {})
+        return {
+            "overview": [
+                {
+                    "publish_rate": _rate(stats, "publish"),
+                    "deliver_rate": _rate(stats, "deliver_get"),
+                    "ack_rate": _rate(stats, "ack"),
+                    "confirm_rate": _rate(stats, "confirm"),
+                    "messages": totals.get("messages", 0),
+                    "messages_ready": totals.get("messages_ready", 0),
+                    "messages_unacknowledged": totals.get("messages_unacknowledged", 0),
+                    "connections": objects.get("connections", 0),
+                    "channels": objects.get("channels", 0),
+                    "queues": objects.get("queues", 0),
+                    "consumers": objects.get("consumers", 0),
+                }
+            ],
+            "queues": [
+                {
+                    "vhost": q.get("vhost", ""),
+                    "queue": q.get("name", ""),
+                    "type": q.get("type", ""),
+                    "messages": q.get("messages", 0),
+                    "messages_ready": q.get("messages_ready", 0),
+                    "messages_unacknowledged": q.get("messages_unacknowledged", 0),
+                    "consumers": q.get("consumers", 0),
+                    "publish_rate": _rate(q.get("message_stats", {}), "publish"),
+                    "deliver_rate": _rate(q.get("message_stats", {}), "deliver_get"),
+                    "memory": q.get("memory", 0),
+                }
+                for q in queues
+            ],
+            "nodes": [
+                {
+                    "node": n.get("name", ""),
+                    "mem_used": n.get("mem_used", 0),
+                    "mem_limit": n.get("mem_limit", 0),
+                    "mem_alarm": n.get("mem_alarm", False),
+                    "fd_used": n.get("fd_used", 0),
+                    "fd_total": n.get("fd_total", 0),
+                    "sockets_used": n.get("sockets_used", 0),
+                    "disk_free": n.get("disk_free", 0),
+                    "disk_free_limit": n.get("disk_free_limit", 0),
+                    "disk_free_alarm": n.get("disk_free_alarm", False),
+                }
+                for n in nodes
+            ],
+        }
+
+
+def _rate(stats: dict[str, Any], name: str) -> float:
+    return float(stats.get(f"{name}_details", {}).get("rate", 0.0))
+
+
+@dataclass
+class HostSource(Source):
+    """The node the inspector runs on, from /proc (what seed 001 read with mpstat and dstat):
+    CPU user/system %, memory, disk bytes written and network bytes since the last sample."""
+
+    url: str = ""
+    proc: str = "/proc"
+    name = "host"
+    _last: dict[str, float] = field(default_factory=dict)
+    _last_time: float = 0.0
+
+    def _read(self, name: str) -> str:
+        with open(os.path.join(self.proc, name)) as f:
+            return f.read()
+
+    def _counters(self) -> dict[str, float]:
+        cpu = self._read("stat").splitlines()[0].split()[1:]
+        user, nice, system, idle, iowait, irq, softirq, steal = (float(x) for x in cpu[:8])
+        written = 0.0
+        for line in self._read("diskstats").splitlines():
+            parts = line.split()
+            # Whole disks and partitions both appear; count devices without a partition number.
+            if len(parts) > 9 and not parts[2].startswith(("loop", "ram")) and not parts[2][-1].isdigit():
+                written += float(parts[9]) * 512  # sectors written
+        rx = tx = 0.0
+        for line in self._read("net/dev").splitlines()[2:]:
+            iface, _, data = line.partition(":")
+            if iface.strip() == "lo":
+                continue
+            fields = data.split()
+            rx += float(fields[0])
+            tx += float(fields[8])
+        return {
+            "user": user + nice,
+            "system": system + irq + softirq,
+            "total": user + nice + system + idle + iowait + irq + softirq + steal,
+            "written": written,
+            "rx": rx,
+            "tx": tx,
+        }
+
+    def sample(self) -> Rows:
+        try:
+            now, counters = time.monotonic(), self._counters()
+            memory = {
+                line.split(":")[0]: int(line.split()[1]) * 1024 for line in self._read("meminfo").splitlines() if line
+            }
+        except (OSError, ValueError, IndexError) as exc:
+            raise SourceError(f"host: cannot read {self.proc}: {exc}") from exc
+        last, self._last = self._last, counters
+        seconds = now - self._last_time if self._last_time else 0.0
+        self._last_time = now
+        if not last:
+            return {}  # the first sample only sets the base for the deltas
+        total = max(counters["total"] - last["total"], 1e-9)
+        return {
+            "host": [
+                {
+                    "host": socket.gethostname(),
+                    "cpu_user_percent": round(100 * (counters["user"] - last["user"]) / total, 2),
+                    "cpu_system_percent": round(100 * (counters["system"] - last["system"]) / total, 2),
+                    "memory_total": memory.get("MemTotal", 0),
+                    "memory_available": memory.get("MemAvailable", 0),
+                    "disk_written_bytes": int(counters["written"] - last["written"]),
+                    "net_rx_bytes": int(counters["rx"] - last["rx"]),
+                    "net_tx_bytes": int(counters["tx"] - last["tx"]),
+                    "interval_s": round(seconds, 3),
+                }
+            ]
+        }
+
+
+SOURCES: dict[str, Callable[[str], Source]] = {
+    "rabbitmq": RabbitMqSource,
+    "host": HostSource,
+}

@@ -1,0 +1,106 @@
+"""Inspectors against the real RabbitMQ management API and the real /proc of this host."""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from support.processes import Daemons
+from support.runs import run_with
+
+from coordinator import FixedRateTest
+from inspector.sources import HostSource, RabbitMqSource, SourceError
+
+MANAGEMENT = "http://guest:guest@127.0.0.1:15672"
+
+pytestmark = pytest.mark.rabbitmq
+
+
+def start_pair_and_inspector(daemons: Daemons) -> None:
+    daemons.start("maestro-worker", "r1", "--role", "receiver")
+    daemons.start("maestro-worker", "s1", "--role", "sender")
+    daemons.start("maestro-inspector", "i1")
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with path.open() as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.mosquitto
+def test_rabbitmq_and_host_inspectors_record_a_backlog_during_a_test(
+    daemons: Daemons, prefix: str, data_server: tuple[str, Path]
+) -> None:
+    url, root = data_server
+    start_pair_and_inspector(daemons)
+    queue = f"maestro-insp-{uuid.uuid4().hex[:8]}"
+    # A consumer that manages ~100 msg/s against 150 msg/s offered: the queue grows, then drains.
+    test = FixedRateTest(
+        send_url=f"amqp://guest:guest@127.0.0.1:5672/{queue}?prefetch=1",
+        rate=150,
+        duration="6s",
+        options={"processing_delay_ms": 10, "inspector_interval_s": 1},
+        inspectors=(f"rabbitmq={MANAGEMENT}", "host"),
+    )
+    result = run_with(daemons, url, test, peers=3)
+    assert result.passed, result.reason
+    assert result.summary["received"] == result.summary["sent"] == 900
+    folder = root / result.test_id / "inspector" / "i1"
+    ours = [r for r in rows(folder / "rabbitmq-queues.csv") if r["queue"] == queue]
+    depths = [int(r["messages"]) for r in ours]
+    # The management API refreshes every 5 s by default: at least one sample sees the backlog.
+    assert len(ours) >= 6 and max(depths) > 20, depths
+    assert rows(folder / "rabbitmq-overview.csv") and rows(folder / "rabbitmq-nodes.csv")
+    host = rows(folder / "host-host.csv")
+    assert len(host) >= 5 and all(0 <= float(r["cpu_user_percent"]) <= 100 for r in host)
+    assert ours[0]["timestamp"].endswith("Z") and "T" in ours[0]["timestamp"]
+    info = json.loads((folder / "peer.json").read_text())
+    assert info["inspectors"]["rabbitmq"]["errors"] == 0 and info["inspectors"]["rabbitmq"]["samples"] >= 6
+    # Credentials never reach a file.
+    for path in folder.iterdir():
+        assert "guest:guest" not in path.read_text(), path.name
+
+
+@pytest.mark.mosquitto
+def test_an_unreachable_management_interface_is_counted_not_fatal(
+    daemons: Daemons, prefix: str, data_server: tuple[str, Path]
+) -> None:
+    url, root = data_server
+    start_pair_and_inspector(daemons)
+    test = FixedRateTest(
+        send_url=f"amqp://guest:guest@127.0.0.1:5672/maestro-insp-{uuid.uuid4().hex[:8]}",
+        rate=10,
+        duration="3s",
+        options={"inspector_interval_s": 1},
+        inspectors=("rabbitmq=http://admin:s3cret@127.0.0.1:1",),
+    )
+    result = run_with(daemons, url, test, peers=3)
+    assert result.passed, result.reason  # the test did not ask to fail on it
+    info = json.loads((root / result.test_id / "inspector" / "i1" / "peer.json").read_text())
+    summary = info["inspectors"]["rabbitmq"]
+    assert summary["errors"] >= 3 and summary["samples"] == 0
+    assert summary["url"] == "http://***@127.0.0.1:1"
+    assert "s3cret" not in json.dumps(info) and "s3cret" not in daemons.log("i1")
+
+
+def test_rabbitmq_source_reads_the_real_api() -> None:
+    sample = RabbitMqSource(MANAGEMENT).sample()
+    assert {"overview", "queues", "nodes"} <= set(sample)
+    assert sample["nodes"][0]["fd_total"] > 0
+    with pytest.raises(SourceError, match="HTTP 401"):
+        RabbitMqSource("http://guest:wrong@127.0.0.1:15672").sample()
+
+
+def test_host_values_move_when_the_machine_works(tmp_path: Path) -> None:
+    source = HostSource()
+    assert source.sample() == {}  # the base for the deltas
+    deadline = time.process_time() + 0.5
+    while time.process_time() < deadline:
+        pass
+    (row,) = source.sample()["host"]
+    assert float(row["cpu_user_percent"]) > 0
+    assert int(row["memory_available"]) > 0
