@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import runpy
+import subprocess
 import sys
 import time
 import uuid
@@ -108,9 +109,17 @@ def _report(result: TestResult, root: Path | None, no_report: bool) -> None:
     where = root / result.test_id if root is not None else result.url
     print(f"test id: {result.test_id}")
     print(f"files:   {where}")
-    if not no_report:
-        # The PySpark reporter is its own issue; until it lands the figures are in test.json.
-        print(f"report:  not built yet (the reporter is not part of this release); figures in {where}/test.json")
+    if no_report:
+        return
+    if root is None:
+        print(f"report:  the results are on {result.data_server}; run `maestro report DIR {result.test_id}` there")
+        return
+    ids = [result.test_id, *(step.test_id for step in result.steps)]
+    run = subprocess.run([sys.executable, "-m", "reports", "report", str(root), *ids], check=False)
+    if run.returncode == 0:
+        print(f"report:  {root / result.test_id / 'report' / 'index.html'}")
+    else:
+        print(f"report:  failed (exit {run.returncode}); the files are intact, run `maestro report` again")
 
 
 # --- maestro test ---------------------------------------------------------------------------
@@ -366,6 +375,30 @@ def _demo_sut(local: LocalCluster, consumers: int) -> str:
         return f"{local.broker_url}/maestro/demo/{uuid.uuid4().hex[:6]}"
 
 
+# --- maestro report ---------------------------------------------------------------------------
+
+
+def _add_report(commands: Any) -> None:
+    p = commands.add_parser(
+        "report",
+        help="write the HTML report and summary.json of tests (PySpark)",
+        description="Read a results folder with Spark and write <test>/report/index.html and summary.json for "
+        "each test (by default every test without a report), and the results index.",
+    )
+    p.add_argument("results", type=Path, help="the results folder (the data server's root)")
+    p.add_argument("test_ids", nargs="*", help="tests to report")
+    p.add_argument("--all", action="store_true", help="report every test again")
+    p.add_argument("--master", help="Spark master URL (default: local[*])")
+    p.set_defaults(run=cmd_report)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    argv = [sys.executable, "-m", "reports", "report", str(args.results), *args.test_ids]
+    argv += ["--all"] if args.all else []
+    argv += ["--master", args.master] if args.master else []
+    return subprocess.run(argv, check=False).returncode
+
+
 # --- maestro serve --------------------------------------------------------------------------
 
 
@@ -388,4 +421,5 @@ def add_commands(commands: Any) -> None:
     _add_demo(commands)
     _add_run(commands)
     _add_test(commands)
+    _add_report(commands)
     _add_serve(commands)

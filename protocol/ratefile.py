@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["RateFileWriter", "read_rate_file"]
+__all__ = ["RateFileWriter", "decode_rate_file", "read_rate_file"]
 
 _HEADER = "# maestro-rate v1 "
 
@@ -93,10 +93,15 @@ class RateFileWriter:
 
 def read_rate_file(path: Path) -> Iterator[tuple[int, int]]:
     """Absolute (eta_us, ata_us) rows; a file cut off by a crash yields what was flushed."""
-    text = _gunzip_tolerant(path.read_bytes()).decode()
+    return decode_rate_file(path.read_bytes(), str(path))
+
+
+def decode_rate_file(data: bytes, name: str = "rate file") -> Iterator[tuple[int, int]]:
+    """The rows of a rate file's bytes (for readers that fetch the bytes themselves: Spark)."""
+    text = _gunzip_tolerant(data).decode()
     lines = text.split("\n")
     if not lines[0].startswith(_HEADER):
-        raise ValueError(f"{path}: not a Maestro rate file")
+        raise ValueError(f"{name}: not a Maestro rate file")
     fields = dict(part.split("=", 1) for part in lines[0][len(_HEADER) :].split() if "=" in part)
     eta = ata = int(fields["base_us"])
     # The last piece has no newline: empty, or a row cut in half by a crash. Either way, not a row.

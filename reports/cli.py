@@ -1,22 +1,58 @@
-"""`python -m reports serve`: the data server as its own process (the `maestro` CLI starts it so:
-the coordinator package does not import this one)."""
+"""`python -m reports serve|report`: the data server, and the reporter, each as a process of its
+own (the `maestro` CLI starts them so: the coordinator package does not import this one)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import uvicorn
 
 from protocol.daemon_cli import configure_logging
+from reports.paths import UnsafePathError, resolve_inside
 from reports.server import create_app
 
 __all__ = ["main"]
 
 log = logging.getLogger(__name__)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from reports.report import build_index, build_report  # noqa: PLC0415 - Spark and Plotly only here
+    from reports.series import spark_session  # noqa: PLC0415
+
+    root: Path = args.results
+    if not root.is_dir():
+        print(f"maestro report: no results folder {root}", file=sys.stderr)
+        return 2
+    try:
+        tests = [resolve_inside(root, t) for t in args.test_ids]
+    except UnsafePathError as exc:
+        print(f"maestro report: {exc}", file=sys.stderr)
+        return 2
+    missing = [t.name for t in tests if not t.is_dir()]
+    if missing:
+        print(f"maestro report: no test {', '.join(missing)} in {root}", file=sys.stderr)
+        return 2
+    if not tests:
+        candidates = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+        tests = [d for d in candidates if args.all or not (d / "report" / "index.html").exists()]
+    if tests:
+        started = time.monotonic()
+        spark = spark_session(args.master)
+        print(f"spark session up in {time.monotonic() - started:.1f} s", file=sys.stderr)
+        try:
+            for test_dir in tests:
+                folder = build_report(spark, test_dir)
+                print(f"report: {folder / 'index.html'}")
+        finally:
+            spark.stop()
+    print(f"index:  {build_index(root)}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -29,8 +65,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=int, default=8080, help="(default: %(default)s)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    report = sub.add_parser("report", help="write the report of tests in a results folder")
+    report.add_argument("results", type=Path, help="the results folder (the data server's root)")
+    report.add_argument("test_ids", nargs="*", help="tests to report (default: every test without a report)")
+    report.add_argument("--all", action="store_true", help="report every test again")
+    report.add_argument("--master", help="Spark master URL (default: local[*])")
+    report.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
+    if args.command == "report":
+        return _report(args)
     try:
         app = create_app(args.data)
     except OSError as exc:

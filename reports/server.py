@@ -5,7 +5,8 @@ download them.
     GET  /api/results                          every test, newest first, with its outcome
     GET  /api/results/{test_id}                a test's files and its test.json
     GET  /api/results/{test_id}/summary        its figures, computed from the files
-    GET  /results/{test_id}/{path}             download one file
+    GET  /results/{test_id}/{path}             download one file (a report page, too)
+    GET  /                                     the results index of `maestro report`
 
 A file is written to a temporary name, checked against the sender's SHA-256, then renamed:
 the data root never holds half a file, and a bad checksum leaves nothing behind. Sending the
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
 
 from protocol.upload import CHECKSUM_HEADER, REPLACE_HEADER, file_sha256
 from reports.paths import UnsafePathError, check_test_id, resolve_inside
@@ -84,6 +85,21 @@ async def put_file(test_id: str, path: str, request: Request) -> JSONResponse:
     log.info("%s %s/%s (%d bytes)", "stored" if created else "already had", test_id, path, size)
     answer = {"test_id": test_id, "path": path, "bytes": size, "sha256": actual}
     return JSONResponse(answer | {"status": "created" if created else "exists"}, status_code=201 if created else 200)
+
+
+@router.get("/", response_model=None)
+def home(request: Request) -> FileResponse | RedirectResponse:
+    """The results index `maestro report` writes; the JSON list until there is one."""
+    index = request.app.state.root / "index.html"
+    if index.is_file():
+        return FileResponse(index)
+    return RedirectResponse("/api/results")
+
+
+@router.get("/results/{test_id}", response_model=None)
+def test_home(test_id: str, request: Request) -> RedirectResponse:
+    inside(request, test_id)
+    return RedirectResponse(f"/results/{test_id}/report/index.html")
 
 
 @router.get("/api/results")

@@ -55,10 +55,14 @@ def summarize(test_dir: Path) -> dict[str, Any]:
     warm_up_end_us = max((p.get("warm_up_end_ns", 0) // 1000 for p in warmed), default=0)
 
     sent_by_key: dict[str, int] = {}
+    peer_of_key: dict[str, str] = {}
     send_times: list[int] = []
     first_send = last_send = None
     for directory, info in senders:
         sent_by_key |= {key: client["sent"] for key, client in info.get("senders", {}).items()}
+        peer_of_key |= {
+            key: f"{info.get('name')}/{client['client']}" for key, client in info.get("senders", {}).items()
+        }
         for name in info.get("files", []):
             for eta, ata in read_rate_file(directory / name):
                 first_send = ata if first_send is None else min(first_send, ata)
@@ -94,11 +98,25 @@ def summarize(test_dir: Path) -> dict[str, Any]:
                     latency.add(interval)
 
     received = lost = duplicates = 0
-    for key in sent_by_key.keys() | bitsets.keys():
+    per_sender = []
+    for key in sorted(sent_by_key.keys() | bitsets.keys()):
         merged = merge_bitsets(bitsets.get(key, []), deliveries[key])
+        expected = sent_by_key.get(key, 0)
+        key_lost = max(0, expected - merged.distinct)
         received += merged.distinct
         duplicates += merged.duplicates
-        lost += max(0, sent_by_key.get(key, 0) - merged.distinct)
+        lost += key_lost
+        per_sender.append(
+            {
+                "sender": peer_of_key.get(key, key),
+                "key": key,
+                "expected": expected,
+                "received": merged.distinct,
+                "lost": key_lost,
+                "lost_percent": 100 * key_lost / expected if expected else 0.0,
+                "duplicates": merged.duplicates,
+            }
+        )
     end = max(x for x in (last_send, last_receive) if x is not None) if first_send is not None else None
     return {
         "test_id": test_dir.name,
@@ -115,6 +133,7 @@ def summarize(test_dir: Path) -> dict[str, Any]:
             "max": float(latency.get_max_value()),
         },
         "latency_samples": latency.get_total_count(),
+        "per_sender": per_sender,
         "peers": [
             {
                 "name": info.get("name"),

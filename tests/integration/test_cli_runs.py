@@ -51,6 +51,10 @@ def test_maestro_demo_needs_nothing_but_the_install(tmp_path: Path) -> None:
     assert record["outcome"] == "success"
     assert summary["sent"] == summary["received"] == 1000
     assert summary["lost"] == summary["duplicates"] == 0
+    # The report was written at the end, and says the same.
+    assert f"report:  {tmp_path / 'results' / str(record['test_id']) / 'report' / 'index.html'}" in run.stdout
+    report = json.loads((tmp_path / "results" / str(record["test_id"]) / "report" / "summary.json").read_text())
+    assert (report["sent"], report["received"], report["outcome"]) == (1000, 1000, "success")
     # The demo's inspector watched the host; its CSV is with the rest.
     test_dir = tmp_path / "results" / str(record["test_id"])
     assert (test_dir / "inspector" / "demo-inspector" / "host-host.csv").read_text().count("\n") >= 3
@@ -59,7 +63,7 @@ def test_maestro_demo_needs_nothing_but_the_install(tmp_path: Path) -> None:
 @pytest.mark.rabbitmq
 @pytest.mark.embedded_broker
 def test_maestro_test_local_runs_and_exits_by_outcome(tmp_path: Path) -> None:
-    common = ["--local", "--send-url", queue_url(), "--rate", "20", "--duration", "3s", "--quiet"]
+    common = ["--local", "--send-url", queue_url(), "--rate", "20", "--duration", "3s", "--quiet", "--no-report"]
     run = maestro("test", "fixed-rate", *common, cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     record = test_record(tmp_path / "results", run.stdout)
@@ -80,7 +84,7 @@ def test_maestro_test_from_a_toml_file_stores_the_definition(tmp_path: Path) -> 
         f'kind = "fixed-rate"\nname = "from a file"\nsend_url = "{queue_url()}"\nrate = 25\nduration = "2s"\n'
         '[labels]\ninstance_type = "m5.large"\nprice_per_hour = 0.096\n'
     )
-    run = maestro("test", "--file", str(definition), "--local", "--quiet", cwd=tmp_path)
+    run = maestro("test", "--file", str(definition), "--local", "--quiet", "--no-report", cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     record = test_record(tmp_path / "results", run.stdout)
     assert record["labels"] == {"instance_type": "m5.large", "price_per_hour": 0.096}
@@ -133,8 +137,13 @@ def test_maestro_serve_answers_help() -> None:
 @pytest.mark.embedded_broker
 def test_ctrl_c_stops_the_test_and_still_collects_the_files(tmp_path: Path) -> None:
     argv = [str(BIN / "maestro"), "test", "fixed-rate", "--local", "--send-url", queue_url(), "--rate", "20"]
+    argv += ["--duration", "60s", "--quiet", "--no-report"]
     proc = subprocess.Popen(
-        [*argv, "--duration", "60s", "--quiet"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        argv,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     results = tmp_path / "results"
     deadline = time.monotonic() + 60

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from support.synthetic import T0_US, one_loss_one_duplicate
 
-from protocol.ratefile import RateFileWriter
-from protocol.sequences import SequenceTracker, dump_bitsets
 from reports.summary import rate_over_seconds, summarize
-from worker.latency import LatencyRecorder
-
-T0_US = 1_800_000_000_000_000  # a whole second
-KEY = 0xA1
 
 
 def test_rates_count_whole_seconds_only() -> None:
@@ -27,61 +21,8 @@ def test_rates_count_whole_seconds_only() -> None:
     assert rate_over_seconds([T0_US, T0_US + 10])["mean"] == 2.0
 
 
-def _peer(directory: Path, info: dict[str, object]) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "peer.json").write_text(json.dumps(info))
-
-
 def test_a_test_folder_with_one_loss_and_one_duplicate(tmp_path: Path) -> None:
-    test = tmp_path / "t1"
-    # One sender, 40 messages at 10/s from T0 + 0.25 s.
-    sender_dir = test / "sender" / "s1"
-    sender_dir.mkdir(parents=True)
-    rates = RateFileWriter(sender_dir, "sender", {})
-    for i in range(40):
-        eta = T0_US + 250_000 + i * 100_000
-        rates.write(eta, eta + 10)
-    rates.close()
-    _peer(
-        sender_dir,
-        {
-            "name": "s1",
-            "role": "sender",
-            "host": "h",
-            "sent": 40,
-            "senders": {f"{KEY:016x}": {"client": 0, "sent": 40}},
-            "files": [p.name for p in rates.paths],
-            "warm_up_s": 0.0,
-            "warm_up_end_ns": T0_US * 1000,
-        },
-    )
-    # r1 got 0-19, r2 got 19-38: 19 twice (a duplicate), 39 never (lost).
-    latencies = iter(range(1000, 1_000_000, 25_000))  # 40 values, µs
-    for name, sequences in (("r1", range(20)), ("r2", range(19, 39))):
-        directory = test / "receiver" / name
-        directory.mkdir(parents=True)
-        tracker = SequenceTracker()
-        recorder = LatencyRecorder(directory)
-        rows = RateFileWriter(directory, "receiver", {})
-        for seq in sequences:
-            tracker.record(seq)
-            value = next(latencies)
-            recorder.record(value, value // 2)
-            rows.write(T0_US + 250_000 + seq * 100_000, T0_US + 250_000 + seq * 100_000 + value)
-        recorder.close()
-        rows.close()
-        (directory / "receiver-sequences.json").write_text(json.dumps(dump_bitsets({KEY: tracker})))
-        _peer(
-            directory,
-            {
-                "name": name,
-                "role": "receiver",
-                "host": "h",
-                "received": 20,
-                "per_sender": {f"{KEY:016x}": {"deliveries": 20}},
-                "files": [p.name for p in rows.paths],
-            },
-        )
+    test = one_loss_one_duplicate(tmp_path)
     s = summarize(test)
     assert (s["sent"], s["received"], s["lost"], s["duplicates"]) == (40, 39, 1, 1)
     # Sends at 10/s: seconds 1, 2 and 3 are whole and hold 10 each.

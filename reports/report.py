@@ -1,0 +1,274 @@
+"""`maestro report`: `<test>/report/index.html` and `summary.json` per test, and an index of
+all tests at the results root. Charts are Plotly, with plotly.min.js copied beside each page:
+a report works offline and from a copied folder.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import plotly
+import plotly.graph_objects as go
+
+from protocol.hdr import new_histogram, read_intervals
+from reports.series import inspector_tables, latency_series, rate_series
+from reports.summary import summarize
+
+__all__ = ["SUMMARY_KEYS", "build_index", "build_report", "summary_json"]
+
+log = logging.getLogger(__name__)
+
+# The keys DESIGN.md fixes for summary.json; tools outside the code rely on exactly these.
+SUMMARY_KEYS = (
+    "test_id",
+    "outcome",
+    "reason",
+    "duration_s",
+    "sent",
+    "received",
+    "lost",
+    "duplicates",
+    "send_rate",
+    "receive_rate",
+    "latency_us",
+    "peers",
+)
+_PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+_DISTRIBUTION = (0, 10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99, 99.999, 100)
+
+
+def _test_json(test_dir: Path) -> dict[str, Any]:
+    try:
+        info: dict[str, Any] = json.loads((test_dir / "test.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return info
+
+
+def summary_json(figures: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    full = {**figures, "outcome": record.get("outcome"), "reason": record.get("reason")}
+    return {key: full.get(key) for key in SUMMARY_KEYS}
+
+
+def _when(second: int) -> datetime:
+    return datetime.fromtimestamp(second, UTC)
+
+
+def _figure(fig: go.Figure, title: str, y: str) -> str:
+    fig.update_layout(
+        title=title, yaxis_title=y, height=380, margin={"l": 60, "r": 20, "t": 50, "b": 40}, template="plotly_white"
+    )
+    return str(fig.to_html(full_html=False, include_plotlyjs=False))
+
+
+def _rate_chart(rates: dict[tuple[str, str], dict[int, int]]) -> str:
+    fig = go.Figure()
+    for role in ("sender", "receiver"):
+        totals: dict[int, int] = {}
+        for (r, peer), series in sorted(rates.items()):
+            if r != role:
+                continue
+            seconds = sorted(series)
+            fig.add_scatter(x=[_when(s) for s in seconds], y=[series[s] for s in seconds], name=f"{peer} ({role})")
+            for second, count in series.items():
+                totals[second] = totals.get(second, 0) + count
+        if totals:
+            seconds = sorted(totals)
+            name = "sent, total" if role == "sender" else "received, total"
+            fig.add_scatter(x=[_when(s) for s in seconds], y=[totals[s] for s in seconds], name=name, line={"width": 3})
+    return _figure(fig, "Throughput", "messages per second")
+
+
+def _latency_chart(latency: dict[int, dict[str, float]], title: str) -> str:
+    fig = go.Figure()
+    seconds = sorted(latency)
+    for key in ("p50", "p90", "p99", "p99.9", "max"):
+        fig.add_scatter(x=[_when(s) for s in seconds], y=[latency[s][key] / 1000 for s in seconds], name=key)
+    return _figure(fig, title, "milliseconds")
+
+
+def _distribution_chart(test_dir: Path) -> str:
+    total = new_histogram()
+    for path in test_dir.glob("receiver/*/receiver-latency.hlog"):
+        for interval in read_intervals(path):
+            total.add(interval)
+    if not total.get_total_count():
+        return ""
+    # HDR-style axis: 1 / (1 - percentile), so the tail gets the room it deserves.
+    xs = [1 / (1 - min(p, 99.9999) / 100) for p in _DISTRIBUTION]
+    ys = [total.get_value_at_percentile(p) / 1000 for p in _DISTRIBUTION]
+    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines+markers", text=[f"p{p:g}" for p in _DISTRIBUTION]))
+    fig.update_xaxes(type="log", tickvals=xs, ticktext=[f"{p:g}%" for p in _DISTRIBUTION], title="percentile")
+    return _figure(fig, "Latency by percentile (whole test, corrected)", "milliseconds")
+
+
+def _inspector_charts(test_dir: Path) -> list[str]:
+    charts = []
+    for name, rows in inspector_tables(test_dir).items():
+        if not rows:
+            continue
+        numeric = [c for c in rows[0] if c != "timestamp" and _is_number(rows[0][c])]
+        keys = [c for c in rows[0] if c not in numeric and c != "timestamp"]
+        fig = go.Figure()
+        groups: dict[str, list[dict[str, str]]] = {}
+        for row in rows:
+            groups.setdefault("/".join(row[k] for k in keys) or name, []).append(row)
+        for group, entries in sorted(groups.items())[:20]:
+            for column in numeric[:8]:
+                fig.add_scatter(
+                    x=[e["timestamp"] for e in entries],
+                    y=[float(e[column]) for e in entries if _is_number(e[column])],
+                    name=f"{group} {column}" if len(groups) > 1 else column,
+                )
+        charts.append(_figure(fig, f"Inspector {name}", "value"))
+    return charts
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c)))}</td>" for c in columns) + "</tr>" for r in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return "" if value is None else str(value)
+
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:24px;color:#222}h1{font-size:1.4em}
+table{border-collapse:collapse;margin:12px 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
+th{background:#f4f4f4;cursor:pointer}.success{color:#17702a}.failure{color:#b00020}
+"""
+
+
+def build_report(spark: Any, test_dir: Path) -> Path:
+    """Write `<test_dir>/report/` and return the folder."""
+    record = _test_json(test_dir)
+    figures = summarize(test_dir)
+    summary = summary_json(figures, record)
+    rates, rows = rate_series(spark, test_dir)
+    latency = latency_series(test_dir)
+    out = test_dir / "report"
+    out.mkdir(exist_ok=True)
+    shutil.copyfile(_PLOTLY_JS, out / "plotly.min.js")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    outcome = summary["outcome"] or "unknown"
+    lat = summary["latency_us"]
+    key_figures = [
+        {"figure": "sent", "value": summary["sent"]},
+        {"figure": "received", "value": summary["received"]},
+        {"figure": "lost", "value": summary["lost"]},
+        {"figure": "duplicates", "value": summary["duplicates"]},
+        {"figure": "send rate, mean msg/s", "value": summary["send_rate"]["mean"]},
+        {"figure": "receive rate, mean msg/s", "value": summary["receive_rate"]["mean"]},
+        *({"figure": f"latency {k}, ms", "value": v / 1000} for k, v in lat.items()),
+        {"figure": "duration, s", "value": summary["duration_s"]},
+    ]
+    charts = [_rate_chart(rates)]
+    if latency.get("corrected"):
+        charts.append(_latency_chart(latency["corrected"], "Latency per second (from the intended send time)"))
+    if latency.get("service"):
+        charts.append(_latency_chart(latency["service"], "Service latency per second (from the actual send time)"))
+    charts.append(_distribution_chart(test_dir))
+    charts += _inspector_charts(test_dir)
+    peers = [
+        {**p, "clock offset ms": _offset(p.get("clock", {}))}
+        for p in record.get(
+            "peers", [{"name": p["name"], "role": p["role"], "host": p["host"]} for p in figures["peers"]]
+        )
+    ]
+    reason = f"<p>Reason: {html.escape(str(summary['reason']))}</p>" if summary["reason"] else ""
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(test_dir.name)}</title>
+<script src="plotly.min.js"></script><style>{_STYLE}</style></head><body>
+<h1>Test {html.escape(test_dir.name)}: <span class="{html.escape(outcome)}">{html.escape(outcome)}</span></h1>
+{reason}<p>{html.escape(str(record.get("name") or ""))} {html.escape(str(record.get("kind") or ""))}
+started {html.escape(str(record.get("started") or ""))}; {rows:,} rate records read.
+Rates and latency leave the warm-up out; counts cover the whole test.</p>
+{_table(key_figures, ["figure", "value"])}
+{"".join(c for c in charts if c)}
+<h2>Loss and duplicates per sender</h2>
+{_table(figures["per_sender"], ["sender", "expected", "received", "lost", "lost_percent", "duplicates"])}
+<h2>Peers</h2>
+{_table(peers, ["name", "role", "host", "clock offset ms"])}
+</body></html>"""
+    (out / "index.html").write_text(page)
+    return out
+
+
+def _offset(clock: dict[str, Any]) -> str:
+    before = (clock or {}).get("before")
+    if not before:
+        return ""
+    return f"{before['offset_us'] / 1000:+.2f} ± {before['uncertainty_us'] / 1000:.2f}"
+
+
+def build_index(root: Path) -> Path:
+    """`<root>/index.html`: every test with its key figures, newest first, sortable."""
+    rows = []
+    for test_dir in sorted((d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")), reverse=True):
+        summary_path = test_dir / "report" / "summary.json"
+        record = _test_json(test_dir)
+        s: dict[str, Any] = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+        link = f'<a href="{html.escape(test_dir.name)}/report/index.html">{html.escape(test_dir.name)}</a>'
+        rows.append(
+            "<tr>"
+            + f"<td>{link if s else html.escape(test_dir.name)}</td>"
+            + "".join(
+                f"<td>{html.escape(_cell(v))}</td>"
+                for v in (
+                    record.get("kind"),
+                    record.get("started"),
+                    record.get("outcome"),
+                    s.get("sent"),
+                    s.get("lost"),
+                    (s.get("receive_rate") or {}).get("mean"),
+                    (s.get("latency_us") or {}).get("p99", 0) / 1000 if s else None,
+                )
+            )
+            + "</tr>"
+        )
+    head = "".join(
+        f"<th onclick='sortBy({i})'>{h}</th>"
+        for i, h in enumerate(["test", "kind", "started", "outcome", "sent", "lost", "receive msg/s", "p99 ms"])
+    )
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Maestro results</title>
+<style>{_STYLE}</style></head><body><h1>Maestro results</h1>
+<table id="tests"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>
+<script>
+function sortBy(col) {{
+  const body = document.querySelector('#tests tbody');
+  const rows = Array.from(body.rows);
+  const num = t => parseFloat(t.replace(/,/g, ''));
+  const key = r => r.cells[col].textContent;
+  const asc = body.dataset.col == col && body.dataset.dir != 'asc';
+  rows.sort((a, b) => {{
+    const x = key(a), y = key(b);
+    const c = isNaN(num(x)) || isNaN(num(y)) ? x.localeCompare(y) : num(x) - num(y);
+    return asc ? c : -c;
+  }});
+  body.dataset.col = col; body.dataset.dir = asc ? 'asc' : 'desc';
+  rows.forEach(r => body.appendChild(r));
+}}
+</script></body></html>"""
+    (root / "index.html").write_text(page)
+    return root / "index.html"

@@ -1,0 +1,119 @@
+"""The time series of a test: messages per second per peer (Spark, over the rotated rate files in
+parallel), latency percentiles per second (from the HDR interval logs), inspector columns.
+
+Spark runs local[*] by default; `--master` points it at a cluster, whose executors must then
+see the results folder at the same path (a shared filesystem).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from operator import add
+from pathlib import Path
+from typing import Any
+
+from protocol.hdr import new_histogram, read_intervals
+from protocol.ratefile import read_rate_file
+
+__all__ = ["Series", "latency_series", "rate_series", "spark_session"]
+
+log = logging.getLogger(__name__)
+
+PERCENTILES = (50.0, 75.0, 90.0, 95.0, 99.0, 99.9)
+
+
+def spark_session(master: str | None = None) -> Any:
+    """One session per `maestro report` run, reused across its tests."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # else Spark binds to eth0's address
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession  # noqa: PLC0415 - the JVM starts only when a report is made
+
+    spark = (
+        SparkSession.builder.appName("maestro-report")
+        .master(master or "local[*]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _count_file(item: tuple[str, str, str]) -> Iterator[tuple[tuple[str, str, int], int]]:
+    """Runs on an executor: one rate file -> ((role, peer, second), messages)."""
+    role, peer, path = item
+    per_second = Counter(ata // 1_000_000 for _, ata in read_rate_file(Path(path)))
+    for second, count in per_second.items():
+        yield (role, peer, second), count
+
+
+@dataclass
+class Series:
+    """Per-second figures, seconds as Unix time."""
+
+    rates: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)  # (role, peer) -> second -> count
+    latency: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)  # kind -> second -> pXX
+    rows: int = 0
+
+
+def rate_files(test_dir: Path) -> list[tuple[str, str, str]]:
+    found = []
+    for peer_json in sorted(test_dir.glob("*/*/peer.json")):
+        info = json.loads(peer_json.read_text())
+        role, peer = info.get("role", ""), info.get("name", "")
+        for name in info.get("files", []):
+            if name.endswith(".csv.gz") and role in ("sender", "receiver"):
+                found.append((role, peer, str(peer_json.parent / name)))
+    return found
+
+
+def rate_series(spark: Any, test_dir: Path) -> tuple[dict[tuple[str, str], dict[int, int]], int]:
+    """Messages per second by (role, peer), and the rows read."""
+    files = rate_files(test_dir)
+    if not files:
+        return {}, 0
+    counts = spark.sparkContext.parallelize(files, numSlices=len(files)).flatMap(_count_file).reduceByKey(add)
+    rates: dict[tuple[str, str], dict[int, int]] = defaultdict(dict)
+    rows = 0
+    for (role, peer, second), count in counts.collect():
+        rates[(role, peer)][second] = count
+        rows += count
+    return dict(rates), rows
+
+
+def latency_series(test_dir: Path) -> dict[str, dict[int, dict[str, float]]]:
+    """Per second, all receivers merged: percentiles of the corrected and the service latency (µs)."""
+    out: dict[str, dict[int, dict[str, float]]] = {}
+    for kind, name in (("corrected", "receiver-latency.hlog"), ("service", "receiver-service-latency.hlog")):
+        merged: dict[int, Any] = {}
+        for path in sorted(test_dir.glob(f"receiver/*/{name}")):
+            for interval in read_intervals(path):
+                second = interval.get_start_time_stamp() // 1000
+                merged.setdefault(second, new_histogram()).add(interval)
+        out[kind] = {
+            second: {
+                **{f"p{p:g}": float(h.get_value_at_percentile(p)) for p in PERCENTILES},
+                "max": float(h.get_max_value()),
+                "count": float(h.get_total_count()),
+            }
+            for second, h in sorted(merged.items())
+            if h.get_total_count()
+        }
+    return out
+
+
+def inspector_tables(test_dir: Path) -> dict[str, list[dict[str, str]]]:
+    """Each inspector CSV by `peer/file`, as rows."""
+    tables = {}
+    for path in sorted(test_dir.glob("inspector/*/*.csv")):
+        with path.open(newline="") as f:
+            tables[f"{path.parent.name}/{path.stem}"] = list(csv.DictReader(f))
+    return tables
