@@ -389,6 +389,10 @@ def _add_report(commands: Any) -> None:
     p.add_argument("test_ids", nargs="*", help="tests to report")
     p.add_argument("--all", action="store_true", help="report every test again")
     p.add_argument("--master", help="Spark master URL (default: local[*])")
+    p.add_argument("--baseline", help="compare with this test id; exit 3 on a regression")
+    p.add_argument("--max-throughput-drop", help="fraction of the receive rate (default: 0.05)")
+    p.add_argument("--max-latency-rise", help="fraction of p50/p99/p99.9 (default: 0.10)")
+    p.add_argument("--max-loss-rise", help="loss ratio points (default: 0)")
     p.set_defaults(run=cmd_report)
 
 
@@ -396,6 +400,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     argv = [sys.executable, "-m", "reports", "report", str(args.results), *args.test_ids]
     argv += ["--all"] if args.all else []
     argv += ["--master", args.master] if args.master else []
+    for flag in ("baseline", "max_throughput_drop", "max_latency_rise", "max_loss_rise"):
+        if getattr(args, flag) is not None:
+            argv += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
     return subprocess.run(argv, check=False).returncode
 
 

@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 
 
 def _report(args: argparse.Namespace) -> int:
-    from reports.report import build_index, build_report  # noqa: PLC0415 - Spark and Plotly only here
+    from reports.baseline import Thresholds  # noqa: PLC0415 - Spark and Plotly only here
+    from reports.report import build_index, build_report  # noqa: PLC0415
     from reports.series import spark_session  # noqa: PLC0415
 
     root: Path = args.results
@@ -41,18 +42,35 @@ def _report(args: argparse.Namespace) -> int:
     if not tests:
         candidates = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
         tests = [d for d in candidates if args.all or not (d / "report" / "index.html").exists()]
+    baseline = None
+    if args.baseline:
+        try:
+            baseline = resolve_inside(root, args.baseline)
+        except UnsafePathError as exc:
+            print(f"maestro report: baseline: {exc}", file=sys.stderr)
+            return 2
+        if not baseline.is_dir():
+            print(f"maestro report: no baseline test {args.baseline} in {root}", file=sys.stderr)
+            return 2
+    thresholds = Thresholds(args.max_throughput_drop, args.max_latency_rise, args.max_loss_rise)
+    regressions = []
     if tests:
         started = time.monotonic()
         spark = spark_session(args.master)
         print(f"spark session up in {time.monotonic() - started:.1f} s", file=sys.stderr)
         try:
             for test_dir in tests:
-                folder = build_report(spark, test_dir)
+                folder, summary = build_report(spark, test_dir, baseline, thresholds)
                 print(f"report: {folder / 'index.html'}")
+                comparison = summary.get("baseline")
+                if comparison:
+                    print(f"against {comparison['test_id']}: {comparison['verdict']} {comparison['regressions'] or ''}")
+                    if comparison["verdict"] != "pass":
+                        regressions.append(test_dir.name)
         finally:
             spark.stop()
     print(f"index:  {build_index(root)}")
-    return 0
+    return 3 if regressions else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -70,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.add_argument("test_ids", nargs="*", help="tests to report (default: every test without a report)")
     report.add_argument("--all", action="store_true", help="report every test again")
     report.add_argument("--master", help="Spark master URL (default: local[*])")
+    report.add_argument("--baseline", help="compare with this test; exit 3 on a regression")
+    report.add_argument("--max-throughput-drop", type=float, default=0.05, help="fraction (default: %(default)s)")
+    report.add_argument("--max-latency-rise", type=float, default=0.10, help="fraction (default: %(default)s)")
+    report.add_argument("--max-loss-rise", type=float, default=0.0, help="loss ratio points (default: %(default)s)")
     report.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     args = parser.parse_args(argv)
     configure_logging(args.log_level)

@@ -17,6 +17,7 @@ import plotly
 import plotly.graph_objects as go
 
 from protocol.hdr import new_histogram, read_intervals
+from reports.baseline import Thresholds, compare
 from reports.series import inspector_tables, latency_series, rate_series
 from reports.summary import summarize
 
@@ -161,11 +162,24 @@ th{background:#f4f4f4;cursor:pointer}.success{color:#17702a}.failure{color:#b000
 """
 
 
-def build_report(spark: Any, test_dir: Path) -> Path:
-    """Write `<test_dir>/report/` and return the folder."""
+# A script error is written onto the page itself, where a headless browser test can read it.
+_ERRORS = """<script>window.addEventListener('error', e => {
+  const root = document.documentElement;
+  root.dataset.jsErrors = (root.dataset.jsErrors || '') + e.message + ';';
+});</script>"""
+
+
+def build_report(
+    spark: Any, test_dir: Path, baseline: Path | None = None, thresholds: Thresholds | None = None
+) -> tuple[Path, dict[str, Any]]:
+    """Write `<test_dir>/report/`; the folder and the summary. With a baseline test folder, the
+    summary carries a `baseline` comparison (the one key beyond DESIGN's list, only then)."""
     record = _test_json(test_dir)
     figures = summarize(test_dir)
     summary = summary_json(figures, record)
+    if baseline is not None:
+        base = summary_json(summarize(baseline), _test_json(baseline))
+        summary["baseline"] = compare(summary, base, thresholds or Thresholds())
     rates, rows = rate_series(spark, test_dir)
     latency = latency_series(test_dir)
     out = test_dir / "report"
@@ -184,6 +198,7 @@ def build_report(spark: Any, test_dir: Path) -> Path:
         *({"figure": f"latency {k}, ms", "value": v / 1000} for k, v in lat.items()),
         {"figure": "duration, s", "value": summary["duration_s"]},
     ]
+    verdict = _baseline_section(summary.get("baseline"))
     charts = [_rate_chart(rates)]
     if latency.get("corrected"):
         charts.append(_latency_chart(latency["corrected"], "Latency per second (from the intended send time)"))
@@ -199,12 +214,13 @@ def build_report(spark: Any, test_dir: Path) -> Path:
     ]
     reason = f"<p>Reason: {html.escape(str(summary['reason']))}</p>" if summary["reason"] else ""
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(test_dir.name)}</title>
-<script src="plotly.min.js"></script><style>{_STYLE}</style></head><body>
+{_ERRORS}<script src="plotly.min.js"></script><style>{_STYLE}</style></head><body>
 <h1>Test {html.escape(test_dir.name)}: <span class="{html.escape(outcome)}">{html.escape(outcome)}</span></h1>
 {reason}<p>{html.escape(str(record.get("name") or ""))} {html.escape(str(record.get("kind") or ""))}
 started {html.escape(str(record.get("started") or ""))}; {rows:,} rate records read.
 Rates and latency leave the warm-up out; counts cover the whole test.</p>
 {_table(key_figures, ["figure", "value"])}
+{verdict}
 {"".join(c for c in charts if c)}
 <h2>Loss and duplicates per sender</h2>
 {_table(figures["per_sender"], ["sender", "expected", "received", "lost", "lost_percent", "duplicates"])}
@@ -212,7 +228,29 @@ Rates and latency leave the warm-up out; counts cover the whole test.</p>
 {_table(peers, ["name", "role", "host", "clock offset ms"])}
 </body></html>"""
     (out / "index.html").write_text(page)
-    return out
+    return out, summary
+
+
+def _baseline_section(comparison: dict[str, Any] | None) -> str:
+    if not comparison:
+        return ""
+    verdict = comparison["verdict"]
+    css = "success" if verdict == "pass" else "failure"
+    rows = [
+        {
+            "figure": name,
+            "baseline": c["baseline"],
+            "current": c["current"],
+            "change": f"{c.get('change_percent', 100 * c.get('change_points', 0)):+.2f} %",
+            "allowed": f"{c.get('threshold_percent', 100 * c.get('threshold_points', 0)):.2f} %",
+            "regression": "REGRESSION" if c["regression"] else "ok",
+        }
+        for name, c in comparison["changes"].items()
+    ]
+    return (
+        f'<h2>Against baseline {html.escape(comparison["test_id"])}: <span class="{css}">{verdict}</span></h2>'
+        + _table(rows, ["figure", "baseline", "current", "change", "allowed", "regression"])
+    )
 
 
 def _offset(clock: dict[str, Any]) -> str:
@@ -252,7 +290,7 @@ def build_index(root: Path) -> Path:
         for i, h in enumerate(["test", "kind", "started", "outcome", "sent", "lost", "receive msg/s", "p99 ms"])
     )
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Maestro results</title>
-<style>{_STYLE}</style></head><body><h1>Maestro results</h1>
+{_ERRORS}<style>{_STYLE}</style></head><body><h1>Maestro results</h1>
 <table id="tests"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>
 <script>
 function sortBy(col) {{

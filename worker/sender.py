@@ -182,21 +182,22 @@ class SenderRun:
         # Connect first, so the time a connection takes does not skew the common start.
         await connect_within(driver, plan.reconnect_budget_s)
         try:
+            # With a common start every client's schedule has the same origin, to the
+            # nanosecond (a profile's steps change together); else it starts once connected.
+            origin = time.perf_counter_ns()
             if plan.start_at_ns:
-                start_mono = self.timebase.mono0_ns + (plan.start_at_ns - self.timebase.wall0_ns)
-                await self._sleep_or_stop(max(0, start_mono - time.perf_counter_ns()) / 1e9)
-            if plan.start_jitter_s:
-                await self._sleep_or_stop(random.uniform(0, plan.start_jitter_s))
+                origin = self.timebase.mono0_ns + (plan.start_at_ns - self.timebase.wall0_ns)
+            begin = origin + int(random.uniform(0, plan.start_jitter_s) * 1e9)
+            await self._sleep_or_stop(max(0, begin - time.perf_counter_ns()) / 1e9)
             if self._stop.is_set():
                 return
-            await self._send_loop(client, driver)
+            await self._send_loop(client, driver, begin)
         finally:
             await driver.close()
 
-    async def _send_loop(self, client: int, driver: Driver) -> None:
+    async def _send_loop(self, client: int, driver: Driver, started: int) -> None:
         plan = self.plan
         limit = plan.messages_for(client)
-        started = time.perf_counter_ns()
         end_ns = None if plan.duration.seconds is None else started + int(plan.duration.seconds * 1e9)
         steps = plan.steps()
         step = 0

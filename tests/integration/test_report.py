@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,7 +14,8 @@ from typing import Any
 import pytest
 from support.synthetic import T0_US, one_loss_one_duplicate
 
-from reports.report import SUMMARY_KEYS, build_report
+from coordinator.local import LocalCluster
+from reports.report import SUMMARY_KEYS, build_index, build_report
 from reports.series import rate_series, spark_session
 
 
@@ -26,7 +29,7 @@ def spark() -> Iterator[Any]:
 def test_the_report_of_a_known_folder(spark: Any, tmp_path: Path) -> None:
     test = one_loss_one_duplicate(tmp_path)
     (test / "test.json").write_text(json.dumps({"outcome": "failure", "reason": "lost 1 of 40", "kind": "fixed-rate"}))
-    out = build_report(spark, test)
+    out, _ = build_report(spark, test)
     summary = json.loads((out / "summary.json").read_text())
     assert tuple(summary) == SUMMARY_KEYS  # exactly DESIGN.md's keys, in its order
     assert (summary["sent"], summary["received"], summary["lost"], summary["duplicates"]) == (40, 39, 1, 1)
@@ -66,3 +69,57 @@ def test_maestro_report_cli_writes_reports_and_the_index(tmp_path: Path) -> None
         check=False,
     )
     assert bad.returncode == 2 and "test id" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_baseline_comparison_gates_on_a_regression(tmp_path: Path) -> None:
+    one_loss_one_duplicate(tmp_path, "base")
+    one_loss_one_duplicate(tmp_path, "same")
+    one_loss_one_duplicate(tmp_path, "slower", gap_us=125_000)  # 8 msg/s instead of 10: -20 %
+    argv = [sys.executable, "-m", "coordinator", "report", str(tmp_path)]
+    run = subprocess.run([*argv, "same", "--baseline", "base"], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    summary = json.loads((tmp_path / "same" / "report" / "summary.json").read_text())
+    assert summary["baseline"]["verdict"] == "pass"
+    run = subprocess.run([*argv, "slower", "--baseline", "base"], capture_output=True, text=True, check=False)
+    assert run.returncode == 3, run.stdout + run.stderr
+    summary = json.loads((tmp_path / "slower" / "report" / "summary.json").read_text())
+    assert summary["baseline"]["regressions"] == ["receive_rate"]
+    # Not exactly -20 %: the synthetic arrivals carry latencies of 1 ms to 976 ms, which move
+    # messages across whole-second boundaries; the sends alone are exactly 8 against 10 a second.
+    assert -25 < summary["baseline"]["changes"]["receive_rate"]["change_percent"] < -10
+    assert summary["send_rate"]["mean"] == 8.0
+    page = (tmp_path / "slower" / "report" / "index.html").read_text()
+    assert "Against baseline base" in page and "REGRESSION" in page
+
+
+def chromium(*args: str) -> str:
+    argv = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True).stdout
+
+
+def test_a_browser_renders_the_index_and_a_report_from_maestro_serve(spark: Any, tmp_path: Path) -> None:
+    if shutil.which("chromium") is None:
+        pytest.fail("chromium is not installed: `apt-get install -y chromium` (.ci/run does)")
+    root = tmp_path / "results"
+    test = one_loss_one_duplicate(root, "t-browser")
+    build_report(spark, test)
+    build_index(root)
+    with LocalCluster(tmp_path / "logs", broker_url="unused") as local:
+        url = local.data_server(root)
+        index = chromium("--virtual-time-budget=5000", "--dump-dom", f"{url}/")
+        report = f"{url}/results/t-browser/report/index.html"
+        page = chromium("--virtual-time-budget=10000", "--dump-dom", report)
+        artifacts = Path(os.environ.get("MAESTRO_TEST_ARTIFACTS", "test-artifacts"))
+        artifacts.mkdir(parents=True, exist_ok=True)
+        shot = artifacts / "report.png"
+        chromium(
+            "--window-size=1280,3000",
+            "--virtual-time-budget=10000",
+            f"--screenshot={shot.resolve()}",
+            f"{url}/results/t-browser/report/index.html",
+        )
+    assert 'href="t-browser/report/index.html"' in index and "data-js-errors" not in index
+    assert "data-js-errors" not in page, page.split("data-js-errors")[1][:300]
+    # Every chart drew its SVG: throughput, two latency series, the distribution.
+    assert page.count('class="main-svg"') >= 2 * 4
+    assert shot.stat().st_size > 10_000

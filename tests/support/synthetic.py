@@ -18,15 +18,15 @@ def _peer(directory: Path, info: dict[str, object]) -> None:
     (directory / "peer.json").write_text(json.dumps(info))
 
 
-def one_loss_one_duplicate(root: Path, test_id: str = "t1") -> Path:
-    """A test folder with known answers: 40 sent at 10/s from T0 + 0.25 s, one lost, one duplicated."""
+def one_loss_one_duplicate(root: Path, test_id: str = "t1", gap_us: int = 100_000) -> Path:
+    """A test folder with known answers: 40 sent every `gap_us` (10/s) from T0 + 0.25 s, one lost, one duplicated."""
     test = root / test_id
     # One sender, 40 messages at 10/s from T0 + 0.25 s.
     sender_dir = test / "sender" / "s1"
     sender_dir.mkdir(parents=True)
     rates = RateFileWriter(sender_dir, "sender", {})
     for i in range(40):
-        eta = T0_US + 250_000 + i * 100_000
+        eta = T0_US + 250_000 + i * gap_us
         rates.write(eta, eta + 10)
     rates.close()
     _peer(
@@ -54,7 +54,7 @@ def one_loss_one_duplicate(root: Path, test_id: str = "t1") -> Path:
             tracker.record(seq)
             value = next(latencies)
             recorder.record(value, value // 2)
-            rows.write(T0_US + 250_000 + seq * 100_000, T0_US + 250_000 + seq * 100_000 + value)
+            rows.write(T0_US + 250_000 + seq * gap_us, T0_US + 250_000 + seq * gap_us + value)
         recorder.close()
         rows.close()
         (directory / "receiver-sequences.json").write_text(json.dumps(dump_bitsets({KEY: tracker})))
