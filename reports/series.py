@@ -40,6 +40,7 @@ def spark_session(master: str | None = None) -> Any:
         SparkSession.builder.appName("maestro-report")
         .master(master or "local[*]")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "1g")
         .getOrCreate()
     )

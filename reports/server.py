@@ -20,7 +20,10 @@ import hashlib
 import json
 import logging
 import os
+import subprocess
+import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -151,11 +154,36 @@ def summary(test_id: str, request: Request) -> dict[str, Any]:
 @router.get("/results/{test_id}/{path:path}")
 def download(test_id: str, path: str, request: Request) -> FileResponse:
     target = inside(request, test_id, path)
+    test_dir = inside(request, test_id)
+    if (
+        path.split("/", maxsplit=1)[0] == "report"
+        and test_dir.is_dir()
+        and not (test_dir / "report" / "index.html").exists()
+    ):
+        _report_on_request(request.app.state.root, test_id)
     if target.is_dir():
         target = target / "index.html"
     if not target.is_file():
         raise HTTPException(404, f"no file {path} in test {check_test_id(test_id)}")
     return FileResponse(target)
+
+
+_REPORT_LOCK = threading.Lock()
+
+
+def _report_on_request(root: Path, test_id: str) -> None:
+    """A test without a report gets one when someone asks for it (the reporter in its own
+    process: Spark's JVM does not belong in the server). One at a time."""
+    with _REPORT_LOCK:
+        if (root / test_id / "report" / "index.html").exists():
+            return
+        log.info("writing the report of %s on request", test_id)
+        run = subprocess.run(
+            [sys.executable, "-m", "reports", "report", str(root), test_id], capture_output=True, text=True, check=False
+        )
+        if run.returncode != 0:
+            log.error("report of %s failed: %s", test_id, run.stderr[-2000:])
+            raise HTTPException(500, f"the report of {test_id} could not be written; the server log says why")
 
 
 def _commit(tmp_name: str, target: Path, path: str, actual: str, expected: str, *, replace: bool) -> bool:

@@ -7,6 +7,8 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -123,3 +125,17 @@ def test_a_browser_renders_the_index_and_a_report_from_maestro_serve(spark: Any,
     # Every chart drew its SVG: throughput, two latency series, the distribution.
     assert page.count('class="main-svg"') >= 2 * 4
     assert shot.stat().st_size > 10_000
+
+
+def test_a_test_without_a_report_gets_one_on_request(tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    one_loss_one_duplicate(root, "t-later")
+    with LocalCluster(tmp_path / "logs", broker_url="unused") as local:
+        url = local.data_server(root)
+        with urllib.request.urlopen(f"{url}/results/t-later/report/summary.json", timeout=120) as response:
+            summary = json.loads(response.read())
+        assert summary["sent"] == 40
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(f"{url}/results/no-such-test/report/index.html", timeout=30)
+        missing.value.close()
+        assert missing.value.code == 404
