@@ -208,6 +208,7 @@ class Phase:
     started_iso: str = ""
     ended_iso: str = ""
     failed_iso: str | None = None  # when the coordinator learnt the reason
+    finished: set[str] = field(default_factory=set)  # peers whose run ended (success or failure)
 
     def fail(self, reason: str) -> None:
         if self.reason is None:
@@ -305,7 +306,6 @@ class Phase:
         m, t = self.maestro, self.test
         involved = self._ids(self.cast.everyone)
         pending = self._ids(self.cast.senders)
-        self.finished: set[str] = set()
         expected = t.expected_seconds()
         deadline = None if expected is None else time.monotonic() + _START_MARGIN_S + expected + _FINISH_GRACE_S
         progress = Progress(expected, enabled=self.show_progress)

@@ -241,3 +241,20 @@ def test_a_profile_changes_rate_and_clients_during_one_test(
     etas = sorted(eta for name in info["files"] for eta, _ in read_rate_file(sender / name))
     per_second = Counter((eta - etas[0]) // 1_000_000 for eta in etas)
     assert [per_second[s] for s in range(6)] == [20, 20, 100, 100, 10, 10]
+
+
+def test_a_test_the_peers_refuse_fails_with_their_reason_and_no_traceback(
+    daemons: Daemons, prefix: str, rabbitmq: None, data_server: tuple[str, Path]
+) -> None:
+    url, _ = data_server
+    start_workers(daemons, senders=1, receivers=1)
+    with Maestro.connect(daemons.broker_url, topic_prefix=prefix, discover_s=0, data_server=url) as maestro:
+        maestro.wait_for_peers(2, timeout_s=20)
+        refused = maestro.run(FixedRateTest(send_url=queue_url() + "?prefetsh=5", duration="2s"), progress=False)
+        # An unreachable SUT: the receiver cannot start consuming within its reconnect budget.
+        unreachable = maestro.run(
+            FixedRateTest(send_url="amqp://127.0.0.1:1/q", duration="2s", options={"reconnect_budget_s": 1}),
+            progress=False,
+        )
+    assert not refused.passed and "unknown option 'prefetsh'" in (refused.reason or "")
+    assert not unreachable.passed and "127.0.0.1:1" in (unreachable.reason or "")
