@@ -25,6 +25,7 @@ from protocol.options import (
 )
 
 __all__ = [
+    "Action",
     "DefinitionError",
     "Fail",
     "FixedRateTest",
@@ -90,6 +91,22 @@ class Flow:
 
 
 @dataclass(frozen=True)
+class Action:
+    """At `at` into the load (a time, "3m"), ask agent `agent` to run `command` with `args`:
+    a built-in action on a configured service (`Action("30s", "a1", "restart", ("broker",))`,
+    `("broker", "duration_s=10")` to undo it after 10 s) or a handler by name."""
+
+    at: str | float
+    agent: str
+    command: str
+    args: tuple[str, ...] = ()
+
+    @property
+    def at_s(self) -> float:
+        return parse_seconds(self.at)
+
+
+@dataclass(frozen=True)
 class FixedRateTest:
     """Fixed rate for a time or a message count, through one flow or several."""
 
@@ -111,7 +128,8 @@ class FixedRateTest:
     # for senders.
     profile: tuple[tuple[str | float, float, int], ...] = ()
     inspectors: tuple[str, ...] = ()  # "name" or "name=management-url"
-    agents: tuple[str, ...] = ()  # agent peer names that join the test
+    agents: tuple[str, ...] = ()  # agent peer names that join the test (those named in actions do too)
+    actions: tuple[Action, ...] = ()  # fault actions on a schedule
     labels: dict[str, Any] = field(default_factory=dict)
     name: str = ""
     drain_timeout_s: float = 60.0
@@ -133,6 +151,11 @@ class FixedRateTest:
                 parse_profile([list(step) for step in self.profile])
             except ValueError as exc:
                 raise DefinitionError(f"profile: {exc}") from exc
+        for action in self.actions:
+            try:
+                action.at_s  # noqa: B018 - parses the time
+            except ValueError as exc:
+                raise DefinitionError(f"action {action.command}: {exc}") from exc
         if self.rate < 0 or self.parallel < 1 or self.senders < 0 or self.receivers < 0:
             raise DefinitionError("rate must be >= 0, parallel >= 1, senders and receivers >= 0")
 

@@ -19,13 +19,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from coordinator.definitions import FixedRateTest, TestDefinition, to_dict
+from coordinator.definitions import Action, FixedRateTest, TestDefinition, to_dict
 from coordinator.junit import junit_xml
 from coordinator.maestro import MaestroError, PeerRequestError
 from coordinator.progress import Progress
 from coordinator.registry import PeerInfo
 from protocol.codes import Role
 from protocol.notes import (
+    AgentAction,
+    CommandFinished,
     DrainComplete,
     DrainRequest,
     LogRequest,
@@ -40,6 +42,7 @@ from protocol.notes import (
     TestFailed,
     TestSucceeded,
     UploadComplete,
+    UserCommand,
 )
 from protocol.upload import UploadError, upload_bytes
 
@@ -176,7 +179,8 @@ class Cast:
                 raise MaestroError(f"inspector {name}: no live inspector peer to run it")
             # Several inspectors share the inspector peers round robin (one peer can run several).
             inspectors.append((inspector_peers[number % len(inspector_peers)], name, url))
-        agents = [maestro.find(name) for name in test.agents]
+        names = dict.fromkeys([*test.agents, *(a.agent for a in test.actions)])
+        agents = [maestro.find(name) for name in names]
         return cls(cast_flows, inspectors, agents)
 
 
@@ -209,6 +213,8 @@ class Phase:
     ended_iso: str = ""
     failed_iso: str | None = None  # when the coordinator learnt the reason
     finished: set[str] = field(default_factory=set)  # peers whose run ended (success or failure)
+    events: list[dict[str, Any]] = field(default_factory=list)  # agents' actions, in order
+    load_start_s: float = 0.0  # wall time (s) of the senders' common start
 
     def fail(self, reason: str) -> None:
         if self.reason is None:
@@ -294,6 +300,7 @@ class Phase:
         senders = self.cast.senders
         worst_rtt_s = max(((p.clock.rtt_us if p.clock else 0) for p in senders), default=0) / 1e6
         start_at = time.time_ns() + int((_START_MARGIN_S + len(senders) * 2 * worst_rtt_s) * 1e9)
+        self.load_start_s = start_at / 1e9
         for peer in senders:
             # In the peer's own clock, so every sender starts at the same instant.
             offset_ns = int(peer.clock.offset_us * 1000) if peer.clock else 0
@@ -310,7 +317,11 @@ class Phase:
         deadline = None if expected is None else time.monotonic() + _START_MARGIN_S + expected + _FINISH_GRACE_S
         progress = Progress(expected, enabled=self.show_progress)
         m.live_stats.clear()
+        due = sorted(t.actions, key=lambda a: a.at_s)
         while pending:
+            while due and time.time() >= self.load_start_s + due[0].at_s:
+                self._fire(due.pop(0))
+            self._take_events()
             note = m.next_notification((TestSucceeded, TestFailed), involved, timeout_s=0.5)
             while m.live_stats:
                 report = m.live_stats.popleft()
@@ -334,6 +345,29 @@ class Phase:
                 self.fail(f"the senders did not finish within {expected:g} s + {_FINISH_GRACE_S:g} s")
                 break
         progress.done("senders done" if self.reason is None else f"stopping: {self.reason}")
+
+    def _fire(self, action: Action) -> None:
+        peer = next(p for p in self.cast.agents if p.name == action.agent)
+        log.info("action at %g s: %s %s on %s", action.at_s, action.command, " ".join(action.args), action.agent)
+        try:
+            self.maestro.request(UserCommand(command=action.command, args=list(action.args)), to=peer)
+        except PeerRequestError as exc:
+            self.fail(f"action {action.command} at {action.at} refused: {exc}")
+
+    def _take_events(self) -> None:
+        """Agents' action starts and ends, and their handlers' results, for test.json."""
+        ids = self._ids(self.cast.agents)
+        while (note := self.maestro.next_notification((AgentAction, CommandFinished), ids, 0)) is not None:
+            who = self._label(note.header.sender_id)
+            if isinstance(note, AgentAction):
+                self.events.append(
+                    {"agent": who, "action": note.action, "phase": note.phase, "target": note.target}
+                    | {"time": datetime.fromtimestamp(note.time_ns / 1e9, UTC).isoformat(), **note.detail}
+                )
+            elif isinstance(note, CommandFinished):
+                self.events.append(
+                    {"agent": who, "command": note.command, "exit_code": note.exit_code, "output": note.output_tail}
+                )
 
     def _label(self, peer_id: str) -> str:
         peer = self.maestro.registry.get(peer_id)
@@ -418,6 +452,7 @@ class Phase:
     # --- outcome ------------------------------------------------------------------------------
 
     def _finish(self) -> TestResult:
+        self._take_events()
         summary = fetch_summary(self.data_server, self.test_id)
         if "error" not in summary:
             self._judge(summary)
@@ -449,6 +484,7 @@ class Phase:
                 for p in self.cast.everyone
             ],
             "collection": self.collection,
+            "events": self.events,
             "notes": self.notes,
             "summary": summary,
         }

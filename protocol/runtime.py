@@ -174,7 +174,13 @@ class Peer:
         """Long work, so the dispatcher goes on answering notes (PING, HALT) meanwhile."""
         task = asyncio.create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            # Else it would vanish until garbage collection, and with it the reason a note went unanswered.
+            log.error("background work failed", exc_info=exc)
 
     def _subscriptions(self) -> list[str]:
         t = self.topics
