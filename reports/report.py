@@ -68,8 +68,16 @@ def _figure(fig: go.Figure, title: str, y: str) -> str:
     return str(fig.to_html(full_html=False, include_plotlyjs=False))
 
 
-def _rate_chart(rates: dict[tuple[str, str], dict[int, int]]) -> str:
+def _rate_chart(rates: dict[tuple[str, str], dict[int, int]], events: list[dict[str, Any]]) -> str:
     fig = go.Figure()
+    # Agent actions on the time axis: a line at each start and end.
+    for event in events:
+        if "time" not in event or "action" not in event:
+            continue
+        when = datetime.fromisoformat(event["time"])
+        fig.add_shape(type="line", x0=when, x1=when, yref="paper", y0=0, y1=1, line={"dash": "dot", "color": "#b00020"})
+        label = f"{event['action']} {event.get('target', '')} {event['phase']}"
+        fig.add_annotation(x=when, yref="paper", y=1.02, text=label, showarrow=False, font={"size": 10})
     for role in ("sender", "receiver"):
         totals: dict[int, int] = {}
         for (r, peer), series in sorted(rates.items()):
@@ -199,7 +207,7 @@ def build_report(
         {"figure": "duration, s", "value": summary["duration_s"]},
     ]
     verdict = _baseline_section(summary.get("baseline"))
-    charts = [_rate_chart(rates)]
+    charts = [_rate_chart(rates, record.get("events", []))]
     if latency.get("corrected"):
         charts.append(_latency_chart(latency["corrected"], "Latency per second (from the intended send time)"))
     if latency.get("service"):

@@ -30,7 +30,9 @@ def spark() -> Iterator[Any]:
 
 def test_the_report_of_a_known_folder(spark: Any, tmp_path: Path) -> None:
     test = one_loss_one_duplicate(tmp_path)
-    (test / "test.json").write_text(json.dumps({"outcome": "failure", "reason": "lost 1 of 40", "kind": "fixed-rate"}))
+    event = {"time": "2027-01-15T08:00:02+00:00", "action": "restart", "phase": "start", "target": "sut"}
+    record = {"outcome": "failure", "reason": "lost 1 of 40", "kind": "fixed-rate", "events": [event]}
+    (test / "test.json").write_text(json.dumps(record))
     out, _ = build_report(spark, test)
     summary = json.loads((out / "summary.json").read_text())
     assert tuple(summary) == SUMMARY_KEYS  # exactly DESIGN.md's keys, in its order
@@ -41,6 +43,7 @@ def test_the_report_of_a_known_folder(spark: Any, tmp_path: Path) -> None:
     page = (out / "index.html").read_text()
     assert '<script src="plotly.min.js"></script>' in page and (out / "plotly.min.js").stat().st_size > 1_000_000
     assert "http://" not in page.split("<body>")[1].split("plotly")[0]  # no CDN before the charts load
+    assert "restart sut start" in page  # the agent's action, marked on the time axis
     assert "Loss and duplicates per sender" in page and "<td>s1/0</td><td>40</td><td>39</td><td>1</td>" in page
 
 
