@@ -308,7 +308,8 @@ def _add_demo(commands: Any) -> None:
         help="a short fixed-rate test on this machine, nothing else needed",
         description="Start an embedded control broker, the data server, a sender and a receiver, a SUT that ships "
         "with the Python packages (tansu, a Kafka-compatible broker; the embedded MQTT broker where tansu is not "
-        "available), run a short fixed-rate test and print where the results are.",
+        "available), an inspector and an agent, run a short fixed-rate test, write the report and print where "
+        "the results are.",
     )
     p.add_argument("--sut", help="a real SUT URL instead (amqp://, amqp10://, kafka://, mqtt://)")
     p.add_argument("--rate", type=float, default=100.0, help="msg/s per client (default: %(default)s)")
@@ -339,15 +340,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
             name="maestro demo",
             labels={"demo": True},
             inspectors=demo_inspectors(sut),
+            agents=("demo-agent",),
             options={"inspector_interval_s": 1},
         )
         for role in ("receiver", "sender"):
             local.daemon("maestro-worker", f"demo-{role}", run_dir / "peers" / role, "--role", role)
         local.daemon("maestro-inspector", "demo-inspector", run_dir / "peers" / "inspector")
+        # An agent with no configuration: it joins the test and may touch nothing.
+        local.daemon("maestro-agent", "demo-agent", run_dir / "peers" / "agent")
         with Maestro.connect(
             local.broker_url, topic_prefix=args.topic_prefix, discover_s=0, data_server=data_server
         ) as maestro:
-            maestro.wait_for_peers(3, timeout_s=30)
+            maestro.wait_for_peers(4, timeout_s=30)
             print(f"inspectors:     {', '.join(i.split('=')[0] for i in test.inspectors)}", flush=True)
             print(f"test id:        {test_id}", flush=True)
             result = maestro.run(test, test_id=test_id, progress=not args.quiet)

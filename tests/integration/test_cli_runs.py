@@ -58,6 +58,7 @@ def test_maestro_demo_needs_nothing_but_the_install(tmp_path: Path) -> None:
     # The demo's inspector watched the host; its CSV is with the rest.
     test_dir = tmp_path / "results" / str(record["test_id"])
     assert (test_dir / "inspector" / "demo-inspector" / "host-host.csv").read_text().count("\n") >= 3
+    assert (test_dir / "agent" / "demo-agent" / "agent-events.csv").exists()
 
 
 @pytest.mark.rabbitmq
