@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from support.processes import Daemons
 
-from coordinator import Fail, FixedRateTest, IncrementalTest, Maestro
+from coordinator import Fail, FixedRateTest, Flow, IncrementalTest, Maestro
 from coordinator.definitions import RepeatedTest, SearchTest, SweepTest
 from protocol.ratefile import read_rate_file
 
@@ -258,3 +258,21 @@ def test_a_test_the_peers_refuse_fails_with_their_reason_and_no_traceback(
         )
     assert not refused.passed and "unknown option 'prefetsh'" in (refused.reason or "")
     assert not unreachable.passed and "127.0.0.1:1" in (unreachable.reason or "")
+
+
+def test_two_queues_fed_by_different_numbers_of_senders(
+    daemons: Daemons, prefix: str, rabbitmq: None, data_server: tuple[str, Path]
+) -> None:
+    """Seed 004 §7.4, scaled: queue A fed by two senders, queue B by one, a receiver each."""
+    url, _ = data_server
+    start_workers(daemons, senders=3, receivers=2)
+    a, b = queue_url() + "-a", queue_url() + "-b"
+    test = FixedRateTest(rate=20, duration="3s", flows=(Flow(a, senders=2), Flow(b, senders=1)))
+    with Maestro.connect(daemons.broker_url, topic_prefix=prefix, discover_s=0, data_server=url) as maestro:
+        maestro.wait_for_peers(5, timeout_s=20)
+        result = maestro.run(test, progress=False)
+    assert result.passed, result.reason
+    assert result.summary["sent"] == result.summary["received"] == 3 * 20 * 3
+    # Each receiver got exactly its own queue's share: 2 senders' worth and 1 sender's worth.
+    received = sorted(p["received"] for p in result.summary["peers"] if p["role"] == "receiver")
+    assert received == [60, 120]
