@@ -221,6 +221,9 @@ def build_report(
         )
     ]
     reason = f"<p>Reason: {html.escape(str(summary['reason']))}</p>" if summary["reason"] else ""
+    reason += "".join(
+        f'<p class="failure">Generator-bound: {html.escape(why)}</p>' for why in generator_bound(test_dir)
+    )
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(test_dir.name)}</title>
 {_ERRORS}<script src="plotly.min.js"></script><style>{_STYLE}</style></head><body>
 <h1>Test {html.escape(test_dir.name)}: <span class="{html.escape(outcome)}">{html.escape(outcome)}</span></h1>
@@ -259,6 +262,28 @@ def _baseline_section(comparison: dict[str, Any] | None) -> str:
         f'<h2>Against baseline {html.escape(comparison["test_id"])}: <span class="{css}">{verdict}</span></h2>'
         + _table(rows, ["figure", "baseline", "current", "change", "allowed", "regression"])
     )
+
+
+# A sender this busy was the limit itself: its figures describe the load generator, not the SUT.
+_BUSY_CPU_PERCENT = 90.0
+_BUSY_LOOP_LAG_MS = 100.0
+
+
+def generator_bound(test_dir: Path) -> list[str]:
+    """Why the load generator, not the SUT, may have limited the run: a sender whose process
+    was nearly always on the CPU, or whose event loop woke far too late to keep a schedule."""
+    found = []
+    for path in sorted(test_dir.glob("sender/*/peer.json")):
+        info = json.loads(path.read_text())
+        monitor = info.get("self_monitor", {})
+        cpu, loop = monitor.get("cpu_percent_mean", 0.0), monitor.get("loop_lag_ms_max", 0.0)
+        lag = info.get("schedule_lag_us", {}).get("99", 0) / 1000
+        if cpu >= _BUSY_CPU_PERCENT or loop >= _BUSY_LOOP_LAG_MS:
+            found.append(
+                f"sender {info.get('name')} used {cpu:.0f} % of a core on average (event loop up to {loop:.0f} ms "
+                f"late, schedule lag p99 {lag:.1f} ms): these figures show the generator's limit, not the SUT's"
+            )
+    return found
 
 
 def _offset(clock: dict[str, Any]) -> str:
