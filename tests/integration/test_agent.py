@@ -104,3 +104,29 @@ def test_handlers_run_time_out_and_anything_else_is_refused(daemons: Daemons, ma
     assert not port_open(port)
     wait_for_port(port, timeout_s=10)
     maestro.halt(to=agent)
+
+
+def test_several_agents_and_inspectors_join_one_test(
+    daemons: Daemons, tmp_path: Path, data_server: tuple[str, Path]
+) -> None:
+    """Seed 004 §7.6: more than one agent and inspector in one test, each addressed by name."""
+    url, root = data_server
+    for name in ("a1", "a2"):
+        daemons.start("maestro-agent", name)
+    for name in ("i1", "i2"):
+        daemons.start("maestro-inspector", name)
+    daemons.start("maestro-worker", "r1", "--role", "receiver")
+    daemons.start("maestro-worker", "s1", "--role", "sender")
+    test = FixedRateTest(
+        send_url="mqtt://127.0.0.1:1883/maestro/agents?qos=1",
+        rate=10,
+        duration="2s",
+        agents=("a1", "a2"),
+        inspectors=("host", "host"),
+        options={"inspector_interval_s": 1},
+    )
+    result = run_with(daemons, url, test, peers=6)
+    assert result.passed, result.reason
+    folder = root / result.test_id
+    assert sorted(p.name for p in (folder / "agent").iterdir()) == ["a1", "a2"]
+    assert sorted(p.name for p in (folder / "inspector").iterdir()) == ["i1", "i2"]
