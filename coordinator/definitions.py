@@ -221,8 +221,22 @@ def UnboundedTest(**fields: Any) -> FixedRateTest:  # noqa: N802 - reads as a te
     return FixedRateTest(**{"rate": 0.0, **fields})
 
 
+class _OnBase:
+    """A test made of phases of `base`: its name and labels are the base test's."""
+
+    base: FixedRateTest
+
+    @property
+    def name(self) -> str:
+        return self.base.name
+
+    @property
+    def labels(self) -> dict[str, Any]:
+        return self.base.labels
+
+
 @dataclass(frozen=True)
-class IncrementalTest:
+class IncrementalTest(_OnBase):
     """Maestro's incremental test: raise the rate by `rate_step` from `initial_rate` to
     `ceiling_rate`; past the ceiling, raise the parallel count by `parallel_step` and start the
     rate again; stop at the first step a fail condition trips. The result names the highest
@@ -255,17 +269,9 @@ class IncrementalTest:
             parallel += self.parallel_step
         return points
 
-    @property
-    def name(self) -> str:
-        return self.base.name
-
-    @property
-    def labels(self) -> dict[str, Any]:
-        return self.base.labels
-
 
 @dataclass(frozen=True)
-class SearchTest:
+class SearchTest(_OnBase):
     """A faster search than the incremental test: bisection on the rate per client between
     `low_rate` and `high_rate` under the base test's fail conditions (a latency bound, usually),
     until the step between passing and failing is under `resolution` of the rate. Every point
@@ -285,17 +291,9 @@ class SearchTest:
         if not 0 < self.resolution < 1 or self.max_steps < 2:
             raise DefinitionError("need 0 < resolution < 1 and max_steps >= 2")
 
-    @property
-    def name(self) -> str:
-        return self.base.name
-
-    @property
-    def labels(self) -> dict[str, Any]:
-        return self.base.labels
-
 
 @dataclass(frozen=True)
-class RepeatedTest:
+class RepeatedTest(_OnBase):
     """The same test `times` times; the figures get a mean and a 95 % confidence interval
     (seed 003: one run is an anecdote)."""
 
@@ -308,17 +306,9 @@ class RepeatedTest:
         if self.times < 2:
             raise DefinitionError("repeat a test at least twice")
 
-    @property
-    def name(self) -> str:
-        return self.base.name
-
-    @property
-    def labels(self) -> dict[str, Any]:
-        return self.base.labels
-
 
 @dataclass(frozen=True)
-class SweepTest:
+class SweepTest(_OnBase):
     """One test per point of a grid, and a comparison (seed 001: batch size x linger x
     partitions). A key is a test field (`rate`, `parallel`, `size`), a SET option
     (`option.confirm_window`) or a SUT URL query parameter (`url.linger_ms`, set on the send and
@@ -364,14 +354,6 @@ class SweepTest:
                 flows.append(dataclasses.replace(f, send_url=_with_query(f.send_url, query), receive_url=receive))
             fields["flows"] = tuple(flows)
         return dataclasses.replace(test, options=options, **fields)
-
-    @property
-    def name(self) -> str:
-        return self.base.name
-
-    @property
-    def labels(self) -> dict[str, Any]:
-        return self.base.labels
 
 
 def _with_query(urls: str | list[str], query: dict[str, str]) -> str | list[str]:
