@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from coordinator.commands import add_commands
+from coordinator.commands import DELEGATED, add_commands
 from coordinator.definitions import DefinitionError
 from coordinator.local import LocalError
 from coordinator.maestro import Maestro, MaestroError
@@ -125,7 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command in DELEGATED:
+        args.delegated = rest
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     configure_logging(args.log_level)
     try:
         code: int = args.run(args)

@@ -379,52 +379,26 @@ def _demo_sut(local: LocalCluster, consumers: int) -> str:
         return f"{local.broker_url}/maestro/demo/{uuid.uuid4().hex[:6]}"
 
 
-# --- maestro report ---------------------------------------------------------------------------
+# --- maestro report, maestro serve ------------------------------------------------------------
+
+# Commands of the reports package: their arguments are defined there, once, and everything after
+# the command name goes to it. A process of its own: the coordinator does not import reports.
+DELEGATED = {
+    "report": "write the HTML report and summary.json of tests (PySpark); --baseline gates on regressions",
+    "serve": "run the data server and report browser (peers upload results to it)",
+}
 
 
-def _add_report(commands: Any) -> None:
-    p = commands.add_parser(
-        "report",
-        help="write the HTML report and summary.json of tests (PySpark)",
-        description="Read a results folder with Spark and write <test>/report/index.html and summary.json for "
-        "each test (by default every test without a report), and the results index.",
-    )
-    p.add_argument("results", type=Path, help="the results folder (the data server's root)")
-    p.add_argument("test_ids", nargs="*", help="tests to report")
-    p.add_argument("--all", action="store_true", help="report every test again")
-    p.add_argument("--master", help="Spark master URL (default: local[*])")
-    p.add_argument("--baseline", help="compare with this test id; exit 3 on a regression")
-    p.add_argument("--max-throughput-drop", help="fraction of the receive rate (default: 0.05)")
-    p.add_argument("--max-latency-rise", help="fraction of p50/p99/p99.9 (default: 0.10)")
-    p.add_argument("--max-loss-rise", help="loss ratio points (default: 0)")
-    p.set_defaults(run=cmd_report)
+def _add_delegated(commands: Any) -> None:
+    for name, text in DELEGATED.items():
+        # No -h of its own: `maestro report --help` is answered by the reports package.
+        p = commands.add_parser(name, help=text, add_help=False)
+        p.set_defaults(run=run_delegated)
 
 
-def cmd_report(args: argparse.Namespace) -> int:
-    argv = [sys.executable, "-m", "reports", "report", str(args.results), *args.test_ids]
-    argv += ["--all"] if args.all else []
-    argv += ["--master", args.master] if args.master else []
-    for flag in ("baseline", "max_throughput_drop", "max_latency_rise", "max_loss_rise"):
-        if getattr(args, flag) is not None:
-            argv += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
-    return subprocess.run(argv, check=False).returncode
-
-
-# --- maestro serve --------------------------------------------------------------------------
-
-
-def _add_serve(commands: Any) -> None:
-    p = commands.add_parser("serve", help="run the data server (peers upload results to it)")
-    p.add_argument("--data", type=Path, default=Path("results"), help="the data root (default: %(default)s)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    p.add_argument("--port", type=int, default=8080, help="(default: %(default)s)")
-    p.set_defaults(run=cmd_serve)
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    # Its own process image: the coordinator does not import the reports package.
-    argv = [sys.executable, "-m", "reports", "serve", "--data", str(args.data), "--host", args.host]
-    os.execv(sys.executable, [*argv, "--port", str(args.port)])
+def run_delegated(args: argparse.Namespace) -> int:
+    argv = [sys.executable, "-m", "reports", args.command, *args.delegated]
+    os.execv(sys.executable, argv)
     return 0  # not reached
 
 
@@ -432,5 +406,4 @@ def add_commands(commands: Any) -> None:
     _add_demo(commands)
     _add_run(commands)
     _add_test(commands)
-    _add_report(commands)
-    _add_serve(commands)
+    _add_delegated(commands)

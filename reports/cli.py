@@ -74,16 +74,19 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="maestro serve", description="The data server: peers upload result files here."
-    )
+    parser = argparse.ArgumentParser(prog="maestro", description="The data server and report browser; the reporter.")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the data server")
     serve.add_argument("--data", type=Path, default=Path("results"), help="the data root (default: %(default)s)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=int, default=8080, help="(default: %(default)s)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    report = sub.add_parser("report", help="write the report of tests in a results folder")
+    report = sub.add_parser(
+        "report",
+        help="write the report of tests in a results folder",
+        description="Read a results folder with Spark and write <test>/report/index.html and summary.json for "
+        "each test (by default every test without a report), and the results index. Test ids go before options.",
+    )
     report.add_argument("results", type=Path, help="the results folder (the data server's root)")
     report.add_argument("test_ids", nargs="*", help="tests to report (default: every test without a report)")
     report.add_argument("--all", action="store_true", help="report every test again")
