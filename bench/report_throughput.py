@@ -19,6 +19,7 @@ import pandas as pd
 
 from protocol.ratefile import RateFileWriter, read_rate_file
 from reports.series import rate_series, spark_session
+from reports.summary import read_peers
 
 T0_US = 1_800_000_000_000_000
 
@@ -61,7 +62,7 @@ def main() -> None:
         print(f"spark session start: {time.perf_counter() - started:.1f} s")
         try:
             started = time.perf_counter()
-            _, rows = rate_series(spark, test_dir)
+            _, rows = rate_series(spark, read_peers(test_dir))
             spark_s = time.perf_counter() - started
         finally:
             spark.stop()

@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 from protocol.hdr import new_histogram, read_intervals
 from reports.baseline import Thresholds, compare
 from reports.series import inspector_tables, latency_series, rate_series
-from reports.summary import summarize
+from reports.summary import Peers, read_peers, read_test_json, summarize
 
 __all__ = ["SUMMARY_KEYS", "build_index", "build_report", "summary_json"]
 
@@ -42,14 +42,6 @@ SUMMARY_KEYS = (
 )
 _PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 _DISTRIBUTION = (0, 10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99, 99.999, 100)
-
-
-def _test_json(test_dir: Path) -> dict[str, Any]:
-    try:
-        info: dict[str, Any] = json.loads((test_dir / "test.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return info
 
 
 def summary_json(figures: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
@@ -182,13 +174,14 @@ def build_report(
 ) -> tuple[Path, dict[str, Any]]:
     """Write `<test_dir>/report/`; the folder and the summary. With a baseline test folder, the
     summary carries a `baseline` comparison (the one key beyond DESIGN's list, only then)."""
-    record = _test_json(test_dir)
-    figures = summarize(test_dir)
+    record = read_test_json(test_dir)
+    peers = read_peers(test_dir)
+    figures = summarize(test_dir, peers)
     summary = summary_json(figures, record)
     if baseline is not None:
-        base = summary_json(summarize(baseline), _test_json(baseline))
+        base = summary_json(summarize(baseline), read_test_json(baseline))
         summary["baseline"] = compare(summary, base, thresholds or Thresholds())
-    rates, rows = rate_series(spark, test_dir)
+    rates, rows = rate_series(spark, peers)
     latency = latency_series(test_dir)
     out = test_dir / "report"
     out.mkdir(exist_ok=True)
@@ -214,16 +207,14 @@ def build_report(
         charts.append(_latency_chart(latency["service"], "Service latency per second (from the actual send time)"))
     charts.append(_distribution_chart(test_dir))
     charts += _inspector_charts(test_dir)
-    peers = [
+    peer_rows = [
         {**p, "clock offset ms": _offset(p.get("clock", {}))}
         for p in record.get(
             "peers", [{"name": p["name"], "role": p["role"], "host": p["host"]} for p in figures["peers"]]
         )
     ]
     reason = f"<p>Reason: {html.escape(str(summary['reason']))}</p>" if summary["reason"] else ""
-    reason += "".join(
-        f'<p class="failure">Generator-bound: {html.escape(why)}</p>' for why in generator_bound(test_dir)
-    )
+    reason += "".join(f'<p class="failure">Generator-bound: {html.escape(why)}</p>' for why in generator_bound(peers))
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(test_dir.name)}</title>
 {_ERRORS}<script src="plotly.min.js"></script><style>{_STYLE}</style></head><body>
 <h1>Test {html.escape(test_dir.name)}: <span class="{html.escape(outcome)}">{html.escape(outcome)}</span></h1>
@@ -236,7 +227,7 @@ Rates and latency leave the warm-up out; counts cover the whole test.</p>
 <h2>Loss and duplicates per sender</h2>
 {_table(figures["per_sender"], ["sender", "expected", "received", "lost", "lost_percent", "duplicates"])}
 <h2>Peers</h2>
-{_table(peers, ["name", "role", "host", "clock offset ms"])}
+{_table(peer_rows, ["name", "role", "host", "clock offset ms"])}
 </body></html>"""
     (out / "index.html").write_text(page)
     return out, summary
@@ -269,12 +260,13 @@ _BUSY_CPU_PERCENT = 90.0
 _BUSY_LOOP_LAG_MS = 100.0
 
 
-def generator_bound(test_dir: Path) -> list[str]:
+def generator_bound(peers: Peers) -> list[str]:
     """Why the load generator, not the SUT, may have limited the run: a sender whose process
     was nearly always on the CPU, or whose event loop woke far too late to keep a schedule."""
     found = []
-    for path in sorted(test_dir.glob("sender/*/peer.json")):
-        info = json.loads(path.read_text())
+    for _, info in peers:
+        if info.get("role") != "sender":
+            continue
         monitor = info.get("self_monitor", {})
         cpu, loop = monitor.get("cpu_percent_mean", 0.0), monitor.get("loop_lag_ms_max", 0.0)
         lag = info.get("schedule_lag_us", {}).get("99", 0) / 1000
@@ -298,7 +290,7 @@ def build_index(root: Path) -> Path:
     rows = []
     for test_dir in sorted((d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")), reverse=True):
         summary_path = test_dir / "report" / "summary.json"
-        record = _test_json(test_dir)
+        record = read_test_json(test_dir)
         s: dict[str, Any] = json.loads(summary_path.read_text()) if summary_path.exists() else {}
         link = f'<a href="{html.escape(test_dir.name)}/report/index.html">{html.escape(test_dir.name)}</a>'
         rows.append(

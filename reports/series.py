@@ -8,21 +8,20 @@ see the results folder at the same path (a shared filesystem).
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import os
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from operator import add
 from pathlib import Path
 from typing import Any
 
 from protocol.hdr import new_histogram, read_intervals
 from protocol.ratefile import read_rate_file
+from reports.summary import Peers
 
-__all__ = ["Series", "latency_series", "rate_series", "spark_session"]
+__all__ = ["inspector_tables", "latency_series", "rate_series", "spark_session"]
 
 log = logging.getLogger(__name__)
 
@@ -56,29 +55,20 @@ def _count_file(item: tuple[str, str, str]) -> Iterator[tuple[tuple[str, str, in
         yield (role, peer, second), count
 
 
-@dataclass
-class Series:
-    """Per-second figures, seconds as Unix time."""
-
-    rates: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)  # (role, peer) -> second -> count
-    latency: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)  # kind -> second -> pXX
-    rows: int = 0
-
-
-def rate_files(test_dir: Path) -> list[tuple[str, str, str]]:
-    found = []
-    for peer_json in sorted(test_dir.glob("*/*/peer.json")):
-        info = json.loads(peer_json.read_text())
-        role, peer = info.get("role", ""), info.get("name", "")
-        for name in info.get("files", []):
-            if name.endswith(".csv.gz") and role in ("sender", "receiver"):
-                found.append((role, peer, str(peer_json.parent / name)))
-    return found
+def rate_files(peers: Peers) -> list[tuple[str, str, str]]:
+    """(role, peer, path) of every sender's and receiver's rate file."""
+    return [
+        (info.get("role", ""), info.get("name", ""), str(directory / name))
+        for directory, info in peers
+        if info.get("role") in ("sender", "receiver")
+        for name in info.get("files", [])
+        if name.endswith(".csv.gz")
+    ]
 
 
-def rate_series(spark: Any, test_dir: Path) -> tuple[dict[tuple[str, str], dict[int, int]], int]:
+def rate_series(spark: Any, peers: Peers) -> tuple[dict[tuple[str, str], dict[int, int]], int]:
     """Messages per second by (role, peer), and the rows read."""
-    files = rate_files(test_dir)
+    files = rate_files(peers)
     if not files:
         return {}, 0
     counts = spark.sparkContext.parallelize(files, numSlices=len(files)).flatMap(_count_file).reduceByKey(add)

@@ -17,7 +17,6 @@ unless the sender says it replaces it (the coordinator rewrites test.json as a t
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import subprocess
@@ -32,7 +31,7 @@ from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
 
 from protocol.upload import CHECKSUM_HEADER, REPLACE_HEADER, file_sha256
 from reports.paths import UnsafePathError, check_test_id, resolve_inside
-from reports.summary import summarize
+from reports.summary import read_test_json, summarize
 
 __all__ = ["create_app"]
 
@@ -111,7 +110,7 @@ def list_tests(request: Request) -> list[dict[str, Any]]:
     for directory in request.app.state.root.iterdir():
         if not directory.is_dir() or directory.name.startswith("."):
             continue
-        info = _test_json(directory)
+        info = read_test_json(directory)
         tests.append(
             {
                 "test_id": directory.name,
@@ -134,7 +133,7 @@ def show_test(test_id: str, request: Request) -> dict[str, Any]:
         for p in sorted(directory.rglob("*"))
         if p.is_file() and not p.name.startswith(".")
     ]
-    return {"test_id": test_id, "test": _test_json(directory), "files": files}
+    return {"test_id": test_id, "test": read_test_json(directory), "files": files}
 
 
 @router.get("/api/results/{test_id}/summary")
@@ -147,7 +146,7 @@ def summary(test_id: str, request: Request) -> dict[str, Any]:
         figures = summarize(directory)
     except (OSError, ValueError, KeyError) as exc:
         raise HTTPException(422, f"cannot read the files of {test_id}: {exc}") from exc
-    info = _test_json(directory)
+    info = read_test_json(directory)
     return {"outcome": info.get("outcome"), "reason": info.get("reason"), **figures}
 
 
@@ -201,12 +200,3 @@ def _commit(tmp_name: str, target: Path, path: str, actual: str, expected: str, 
 
 def _discard(tmp_name: str) -> None:
     Path(tmp_name).unlink(missing_ok=True)
-
-
-def _test_json(directory: Path) -> dict[str, Any]:
-    path = directory / "test.json"
-    try:
-        info: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return info

@@ -18,12 +18,16 @@ from protocol.hdr import new_histogram, read_intervals
 from protocol.ratefile import read_rate_file
 from protocol.sequences import load_bitset, merge_bitsets
 
-__all__ = ["rate_over_seconds", "summarize"]
+__all__ = ["Peers", "rate_over_seconds", "read_peers", "read_test_json", "summarize"]
 
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
 
 
-def _peers(test_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
+Peers = list[tuple[Path, dict[str, Any]]]  # each peer's folder and its peer.json
+
+
+def read_peers(test_dir: Path) -> Peers:
+    """Every peer.json of a test folder, with the folder it describes."""
     found = []
     for path in sorted(test_dir.glob("*/*/peer.json")):
         try:
@@ -31,6 +35,15 @@ def _peers(test_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
         except ValueError as exc:
             raise ValueError(f"{path}: not JSON ({exc})") from exc
     return found
+
+
+def read_test_json(test_dir: Path) -> dict[str, Any]:
+    """The coordinator's record of a test; empty while there is none (or it is unreadable)."""
+    try:
+        info: dict[str, Any] = json.loads((test_dir / "test.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return info
 
 
 def rate_over_seconds(times_us: Iterable[int]) -> dict[str, float]:
@@ -46,8 +59,9 @@ def rate_over_seconds(times_us: Iterable[int]) -> dict[str, float]:
     return {"mean": sum(whole) / len(whole), "min": float(min(whole)), "max": float(max(whole))}
 
 
-def summarize(test_dir: Path) -> dict[str, Any]:
-    peers = _peers(test_dir)
+def summarize(test_dir: Path, peers: Peers | None = None) -> dict[str, Any]:
+    """`peers`: the folder's peer.json files, when the caller has read them already."""
+    peers = read_peers(test_dir) if peers is None else peers
     senders = [(d, p) for d, p in peers if p.get("role") == "sender"]
     receivers = [(d, p) for d, p in peers if p.get("role") == "receiver"]
     warmed = [p for _, p in senders if p.get("warm_up_s", 0) > 0]

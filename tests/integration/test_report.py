@@ -19,6 +19,7 @@ from support.synthetic import T0_US, one_loss_one_duplicate
 from coordinator.local import LocalCluster
 from reports.report import SUMMARY_KEYS, build_index, build_report
 from reports.series import rate_series, spark_session
+from reports.summary import read_peers
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,7 @@ def test_the_report_of_a_known_folder(spark: Any, tmp_path: Path) -> None:
 
 def test_per_second_rates_from_spark_are_exact(spark: Any, tmp_path: Path) -> None:
     test = one_loss_one_duplicate(tmp_path)
-    rates, rows = rate_series(spark, test)
+    rates, rows = rate_series(spark, read_peers(test))
     t0 = T0_US // 1_000_000
     # Sends at T0 + 0.25 s + i x 0.1 s, i < 40 (ata 10 µs later): 8, 10, 10, 10 and 2 per second.
     assert rates[("sender", "s1")] == {t0: 8, t0 + 1: 10, t0 + 2: 10, t0 + 3: 10, t0 + 4: 2}

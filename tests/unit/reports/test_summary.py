@@ -9,7 +9,7 @@ import pytest
 from support.synthetic import T0_US, one_loss_one_duplicate
 
 from reports.report import generator_bound
-from reports.summary import rate_over_seconds, summarize
+from reports.summary import rate_over_seconds, read_peers, summarize
 
 
 def test_rates_count_whole_seconds_only() -> None:
@@ -39,11 +39,11 @@ def test_a_test_folder_with_one_loss_and_one_duplicate(tmp_path: Path) -> None:
 
 def test_a_saturated_sender_marks_the_run_generator_bound(tmp_path: Path) -> None:
     test = one_loss_one_duplicate(tmp_path)
-    assert generator_bound(test) == []
+    assert generator_bound(read_peers(test)) == []
     info_path = test / "sender" / "s1" / "peer.json"
     info = json.loads(info_path.read_text())
     info["self_monitor"] = {"cpu_percent_mean": 97.0, "loop_lag_ms_max": 12.0}
     info["schedule_lag_us"] = {"99": 250_000}
     info_path.write_text(json.dumps(info))
-    (why,) = generator_bound(test)
+    (why,) = generator_bound(read_peers(test))
     assert why.startswith("sender s1 used 97 % of a core") and "schedule lag p99 250.0 ms" in why
