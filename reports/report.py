@@ -16,7 +16,6 @@ from typing import Any
 import plotly
 import plotly.graph_objects as go
 
-from protocol.hdr import new_histogram, read_intervals
 from reports.baseline import Thresholds, compare
 from reports.series import inspector_tables, latency_series, rate_series
 from reports.summary import Peers, read_peers, read_test_json, summarize
@@ -41,7 +40,6 @@ SUMMARY_KEYS = (
     "peers",
 )
 _PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-_DISTRIBUTION = (0, 10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99, 99.999, 100)
 
 
 def summary_json(figures: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
@@ -94,19 +92,17 @@ def _latency_chart(latency: dict[int, dict[str, float]], title: str) -> str:
     return _figure(fig, title, "milliseconds")
 
 
-def _distribution_chart(test_dir: Path) -> str:
-    total = new_histogram()
-    for path in test_dir.glob("receiver/*/receiver-latency.hlog"):
-        for interval in read_intervals(path):
-            total.add(interval)
-    if not total.get_total_count():
+def _distribution_chart(figures: dict[str, Any]) -> str:
+    """From the summary's own histogram: the same warm-up cut as its percentiles."""
+    if not figures["latency_samples"]:
         return ""
+    points = figures["latency_distribution_us"]
     # HDR-style axis: 1 / (1 - percentile), so the tail gets the room it deserves.
-    xs = [1 / (1 - min(p, 99.9999) / 100) for p in _DISTRIBUTION]
-    ys = [total.get_value_at_percentile(p) / 1000 for p in _DISTRIBUTION]
-    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines+markers", text=[f"p{p:g}" for p in _DISTRIBUTION]))
-    fig.update_xaxes(type="log", tickvals=xs, ticktext=[f"{p:g}%" for p in _DISTRIBUTION], title="percentile")
-    return _figure(fig, "Latency by percentile (whole test, corrected)", "milliseconds")
+    xs = [1 / (1 - min(p, 99.9999) / 100) for p, _ in points]
+    ys = [value / 1000 for _, value in points]
+    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines+markers", text=[f"p{p:g}" for p, _ in points]))
+    fig.update_xaxes(type="log", tickvals=xs, ticktext=[f"{p:g}%" for p, _ in points], title="percentile")
+    return _figure(fig, "Latency by percentile (whole test after warm-up, corrected)", "milliseconds")
 
 
 def _inspector_charts(test_dir: Path) -> list[str]:
@@ -205,7 +201,7 @@ def build_report(
         charts.append(_latency_chart(latency["corrected"], "Latency per second (from the intended send time)"))
     if latency.get("service"):
         charts.append(_latency_chart(latency["service"], "Service latency per second (from the actual send time)"))
-    charts.append(_distribution_chart(test_dir))
+    charts.append(_distribution_chart(figures))
     charts += _inspector_charts(test_dir)
     peer_rows = [
         {**p, "clock offset ms": _offset(p.get("clock", {}))}

@@ -21,6 +21,8 @@ from protocol.sequences import load_bitset, merge_bitsets
 __all__ = ["Peers", "rate_over_seconds", "read_peers", "read_test_json", "summarize"]
 
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
+# The points of the whole-test percentile distribution (the report's HDR-style plot).
+DISTRIBUTION = (0, 10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99, 99.999, 100)
 
 
 Peers = list[tuple[Path, dict[str, Any]]]  # each peer's folder and its peer.json
@@ -147,6 +149,7 @@ def summarize(test_dir: Path, peers: Peers | None = None) -> dict[str, Any]:
             "max": float(latency.get_max_value()),
         },
         "latency_samples": latency.get_total_count(),
+        "latency_distribution_us": [[p, float(latency.get_value_at_percentile(p))] for p in DISTRIBUTION],
         "per_sender": per_sender,
         "peers": [
             {
