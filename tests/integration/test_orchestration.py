@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from support.processes import Daemons
+from support.runs import run_with
 
 from coordinator import Fail, FixedRateTest, Flow, IncrementalTest, Maestro
 from coordinator.definitions import RepeatedTest, SearchTest, SweepTest
@@ -51,12 +52,8 @@ def test_a_fixed_rate_script_with_two_senders_and_two_receivers(
 ) -> None:
     url, root = data_server
     start_workers(daemons, senders=2, receivers=2)
-    with Maestro.connect(daemons.broker_url, topic_prefix=prefix, discover_s=0, data_server=url) as maestro:
-        maestro.wait_for_peers(4, timeout_s=20)
-        result = maestro.run(
-            FixedRateTest(send_url=queue_url(), rate=50, size=512, parallel=2, duration="6s", senders=2, receivers=2),
-            progress=False,
-        )
+    test = FixedRateTest(send_url=queue_url(), rate=50, size=512, parallel=2, duration="6s", senders=2, receivers=2)
+    result = run_with(daemons, url, test, peers=4)
     assert result.passed, result.reason
     # 2 senders x 2 clients x 50 msg/s x 6 s, each received exactly once.
     s = result.summary
@@ -109,9 +106,7 @@ def test_an_incremental_test_stops_at_the_first_failing_step(
     )
     test = IncrementalTest(base=base, initial_rate=40, ceiling_rate=360, rate_step=160)
     assert test.steps() == [(40, 1), (200, 1), (360, 1)]
-    with Maestro.connect(daemons.broker_url, topic_prefix=prefix, discover_s=0, data_server=url) as maestro:
-        maestro.wait_for_peers(2, timeout_s=20)
-        result = maestro.run(test, progress=False)
+    result = run_with(daemons, url, test, peers=2)
     assert [s.outcome for s in result.steps] == ["success", "failure"]
     assert "latency p99" in (result.steps[1].reason or "") and "> bound 200 ms" in (result.steps[1].reason or "")
     assert result.passed and result.best is result.steps[0]
@@ -163,9 +158,7 @@ def test_role_less_workers_are_given_the_roles_a_test_needs(
     url, _ = data_server
     for name in ("w1", "w2"):
         daemons.start("maestro-worker", name)
-    with Maestro.connect(daemons.broker_url, topic_prefix=prefix, discover_s=0, data_server=url) as maestro:
-        maestro.wait_for_peers(2, timeout_s=20)
-        result = maestro.run(FixedRateTest(send_url=queue_url(), rate=20, duration="3s"), progress=False)
+    result = run_with(daemons, url, FixedRateTest(send_url=queue_url(), rate=20, duration="3s"), peers=2)
     assert result.passed, result.reason
     assert sorted(p["role"] for p in result.record["peers"]) == ["receiver", "sender"]
     assert result.summary["sent"] == result.summary["received"] == 60
@@ -187,9 +180,7 @@ def test_a_search_bisects_the_rate_and_keeps_the_curve(
     url, _ = data_server
     start_workers(daemons, senders=1, receivers=1)
     test = SearchTest(slow_consumer_test(), low_rate=20, high_rate=400, resolution=0.3, max_steps=5)
-    with Maestro.connect(daemons.broker_url, topic_prefix=prefix, discover_s=0, data_server=url) as maestro:
-        maestro.wait_for_peers(2, timeout_s=20)
-        result = maestro.run(test, progress=False)
+    result = run_with(daemons, url, test, peers=2)
     assert result.passed, result.reason
     rates = [step["rate_per_client"] for step in result.record["steps"]]
     # 20 passes, 400 fails; then halves: 210 fails (twice the capacity), 115 ...
@@ -231,9 +222,7 @@ def test_a_profile_changes_rate_and_clients_during_one_test(
     start_workers(daemons, senders=1, receivers=1)
     # 2 s at 20/s on one client, 2 s at 50/s on two, 2 s at 10/s on one: 40 + 200 + 20 messages.
     test = FixedRateTest(send_url=queue_url(), duration="6s", profile=((0, 20, 1), ("2s", 50, 2), ("4s", 10, 1)))
-    with Maestro.connect(daemons.broker_url, topic_prefix=prefix, discover_s=0, data_server=url) as maestro:
-        maestro.wait_for_peers(2, timeout_s=20)
-        result = maestro.run(test, progress=False)
+    result = run_with(daemons, url, test, peers=2)
     assert result.passed, result.reason
     assert result.summary["sent"] == result.summary["received"] == 260
     sender = root / result.test_id / "sender" / "s1"
@@ -268,9 +257,7 @@ def test_two_queues_fed_by_different_numbers_of_senders(
     start_workers(daemons, senders=3, receivers=2)
     a, b = queue_url() + "-a", queue_url() + "-b"
     test = FixedRateTest(rate=20, duration="3s", flows=(Flow(a, senders=2), Flow(b, senders=1)))
-    with Maestro.connect(daemons.broker_url, topic_prefix=prefix, discover_s=0, data_server=url) as maestro:
-        maestro.wait_for_peers(5, timeout_s=20)
-        result = maestro.run(test, progress=False)
+    result = run_with(daemons, url, test, peers=5)
     assert result.passed, result.reason
     assert result.summary["sent"] == result.summary["received"] == 3 * 20 * 3
     # Each receiver got exactly its own queue's share: 2 senders' worth and 1 sender's worth.

