@@ -27,6 +27,7 @@ from coordinator.definitions import DefinitionError, FixedRateTest, TestDefiniti
 from coordinator.executor import FINISHED, TestResult, new_test_id
 from coordinator.local import LocalCluster, LocalError
 from coordinator.maestro import Maestro
+from coordinator.topology.cli import add_topology_command
 from protocol.broker_url import default_broker_url
 from protocol.topics import DEFAULT_PREFIX
 from protocol.upload import UploadError, upload_bytes
@@ -406,4 +407,5 @@ def add_commands(commands: Any) -> None:
     _add_demo(commands)
     _add_run(commands)
     _add_test(commands)
+    add_topology_command(commands)
     _add_delegated(commands)

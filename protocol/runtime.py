@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
+from protocol.atomic import write_text_atomically
 from protocol.broker_url import BrokerUrl
 from protocol.bus import ConnectFailedError, ControlBus, Identity
 from protocol.codec import DEFAULT_MAX_NOTE_BYTES, ProtocolError
@@ -61,9 +62,7 @@ _SEEN_REQUESTS = 1024
 def write_peer_json(directory: Path, info: dict[str, Any]) -> None:
     """A peer's account of its part in a test, written whole or not at all."""
     directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / "peer.json.tmp"
-    tmp.write_text(json.dumps(info, indent=2, sort_keys=True, default=str))
-    tmp.replace(directory / "peer.json")
+    write_text_atomically(directory / "peer.json", json.dumps(info, indent=2, sort_keys=True, default=str))
 
 
 def resolve_test_dir(data_dir: Path, test_id: str) -> Path:
