@@ -28,7 +28,10 @@ def configure_logging(level: str) -> None:
 
 
 def daemon_parser(prog: str, description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    # @FILE reads arguments from FILE, one per line: how Ansible writes each daemon's configuration.
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, fromfile_prefix_chars="@", epilog="@FILE reads arguments, one per line."
+    )
     parser.add_argument(
         "--broker",
         default=default_broker_url(),

@@ -74,7 +74,9 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="maestro", description="The data server and report browser; the reporter.")
+    parser = argparse.ArgumentParser(
+        prog="maestro", description="The data server and report browser; the reporter.", fromfile_prefix_chars="@"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the data server")
     serve.add_argument("--data", type=Path, default=Path("results"), help="the data root (default: %(default)s)")

@@ -1,0 +1,262 @@
+"""The Ansible playbooks, linted and run for real against this machine (ansible_connection=local).
+
+Two inventory hosts stand for two lab nodes: both are this machine, each with its own prefix,
+so their virtualenvs, configuration and daemons are separate. There is no systemd here (it is
+not PID 1), so the playbooks run in their process mode: each daemon under maestro-supervise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from support.ansible import ANSIBLE_DIR, BIN, ansible_env, changed, recap, run_playbook
+
+from coordinator import FixedRateTest, Maestro
+from protocol.embedded_broker import free_port
+
+REPO = ANSIBLE_DIR.parent
+PLAYBOOKS = ("site.yml", "upgrade.yml", "teardown.yml", "topology.yml", "check.yml")
+PEERS = {"s1", "r1", "w3", "node-b-inspector", "node-a-agent"}
+
+pytestmark = [pytest.mark.ansible]
+
+
+def _playbook(home: Path, inventory: Path, playbook: str, *extra: str) -> str:
+    result = run_playbook(home, inventory, playbook, *extra)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+def _processes_under(prefix: Path) -> list[str]:
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if str(prefix) in cmdline and state != "Z":
+            out.append(f"{proc.name}: {cmdline}")
+    return out
+
+
+def _peers(broker_url: str) -> dict[str, dict[str, object]]:
+    result = subprocess.run(
+        [str(BIN / "maestro"), "peers", "--json", "--broker", broker_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return {peer["name"]: peer for peer in json.loads(result.stdout)}
+
+
+def _wait_for_peers(broker_url: str, names: set[str], until: float = 30.0) -> dict[str, dict[str, object]]:
+    deadline = time.monotonic() + until
+    while True:
+        peers = _peers(broker_url)
+        if names <= set(peers) or time.monotonic() > deadline:
+            return peers
+        time.sleep(1)
+
+
+@dataclass
+class Lab:
+    root: Path
+    inventory: Path
+    broker_url: str
+    data_url: str
+
+    def prefix(self, node: str) -> Path:
+        return self.root / node
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    root = tmp_path_factory.mktemp("lab")
+    control_port, data_port = free_port(), free_port()
+    inventory = root / "inventory.ini"
+    node_b_workers = json.dumps([{"name": "r1", "role": "receiver"}, {"name": "w3"}])
+    inventory.write_text(
+        f"""\
+[all:vars]
+ansible_connection=local
+ansible_python_interpreter={sys.executable}
+maestro_python={sys.executable}
+maestro_control_port={control_port}
+maestro_data_port={data_port}
+maestro_data_listen=127.0.0.1
+maestro_install_packages=false
+
+[control]
+node-a ansible_host=127.0.0.1 maestro_prefix={root}/node-a
+
+[data]
+node-a
+
+[workers]
+node-a maestro_workers='[{{"name": "s1", "role": "sender"}}]'
+node-b ansible_host=127.0.0.1 maestro_prefix={root}/node-b maestro_workers='{node_b_workers}'
+
+[inspectors]
+node-b
+
+[agents]
+node-a
+"""
+    )
+    lab = Lab(root, inventory, f"mqtt://127.0.0.1:{control_port}", f"http://127.0.0.1:{data_port}")
+    yield lab
+    # Whatever a failed test left running goes, so that no daemon outlives the test run.
+    for line in _processes_under(root):
+        pid = int(line.split(":", 1)[0])
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(120)
+def test_every_playbook_passes_syntax_check_and_ansible_lint(tmp_path: Path) -> None:
+    for playbook in PLAYBOOKS:
+        result = subprocess.run(
+            [str(BIN / "ansible-playbook"), "--syntax-check", "-i", "inventory.example.ini", playbook],
+            cwd=ANSIBLE_DIR,
+            env=ansible_env(tmp_path),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, f"{playbook}: {result.stdout}{result.stderr}"
+    lint = subprocess.run(
+        [str(BIN / "ansible-lint"), "--nocolor"],
+        cwd=ANSIBLE_DIR,
+        env=ansible_env(tmp_path),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    assert "Profile 'production' was required, and it passed" in lint.stdout + lint.stderr
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.timeout(900)
+def test_site_deploys_a_cluster_that_runs_a_test_then_upgrade_and_teardown(lab: Lab, rabbitmq: None) -> None:
+    home = lab.root / "ansible-home"
+
+    # 1. One playbook: a working cluster that `maestro peers` sees.
+    first = recap(_playbook(home, lab.inventory, "site.yml"))
+    assert first["node-a"]["changed"] > 0 and first["node-a"]["failed"] == 0
+    peers = _wait_for_peers(lab.broker_url, PEERS)
+    assert set(peers) == PEERS
+    assert {peers["s1"]["role"], peers["r1"]["role"], peers["w3"]["role"]} == {"sender", "receiver", "other"}
+    assert (lab.prefix("node-a") / "etc/agent.toml").is_file()
+    env_file = (lab.prefix("node-b") / "etc/maestro.env").read_text()
+    assert f"MAESTRO_BROKER={lab.broker_url}" in env_file and f"MAESTRO_DATA_SERVER={lab.data_url}" in env_file
+
+    # ... and a test runs on it, its files landing on the deployed data server.
+    queue = f"ansible-{uuid.uuid4().hex[:8]}"
+    with Maestro.connect(lab.broker_url, discover_s=1, data_server=lab.data_url) as maestro:
+        result = maestro.run(
+            FixedRateTest(send_url=f"amqp://guest:guest@127.0.0.1:5672/{queue}", rate=50, size=64, duration="3s"),
+            progress=False,
+        )
+    assert result.passed, result.reason
+    assert result.summary["sent"] == result.summary["received"] == 150
+    assert result.summary["lost"] == result.summary["duplicates"] == 0
+    results = lab.prefix("node-a") / "results" / result.test_id
+    assert (results / "test.json").is_file()
+    assert (results / "sender/s1/peer.json").is_file() and (results / "receiver/r1/peer.json").is_file()
+
+    # 2. A second run changes nothing.
+    assert changed(_playbook(home, lab.inventory, "site.yml")) == {"localhost": 0, "node-a": 0, "node-b": 0}
+
+    # 3. A daemon that dies is restarted by its supervisor.
+    pid_before = peers["s1"]["pid"]
+    os.kill(int(str(pid_before)), signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while (peer := _peers(lab.broker_url).get("s1")) is None or peer["pid"] == pid_before:
+        assert time.monotonic() < deadline, "s1 was not restarted"
+        time.sleep(1)
+
+    # 4. An upgrade replaces the version in place and restarts the daemons on it.
+    wheel = _wheel_with_version(lab.root / "upgrade", "0.1.1.post7")
+    _playbook(home, lab.inventory, "upgrade.yml", "-e", f"maestro_wheel={wheel}")
+    for node in ("node-a", "node-b"):
+        version = subprocess.run(
+            [str(lab.prefix(node) / "venv/bin/maestro-worker"), "--version"], capture_output=True, text=True, check=True
+        )
+        assert version.stdout.split() == ["maestro-worker", "0.1.1.post7"]
+    peers = _wait_for_peers(lab.broker_url, PEERS)
+    assert {name: peer["version"] for name, peer in peers.items()} == dict.fromkeys(PEERS, "0.1.1.post7")
+
+    # 5. Teardown leaves nothing running and keeps the results.
+    _playbook(home, lab.inventory, "teardown.yml")
+    assert _processes_under(lab.root) == []
+    for node in ("node-a", "node-b"):
+        assert not (lab.prefix(node) / "venv").exists()
+        assert not (lab.prefix(node) / "etc").exists()
+    assert (results / "test.json").is_file()
+
+
+def _wheel_with_version(where: Path, version: str) -> Path:
+    """The project's wheel with another version number: what a new release would be."""
+    source = where / "source"
+    shutil.copytree(
+        REPO,
+        source,
+        ignore=shutil.ignore_patterns(".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", "test-artifacts"),
+    )
+    pyproject = source / "pyproject.toml"
+    pyproject.write_text(re.sub(r'(?m)^version = ".*"$', f'version = "{version}"', pyproject.read_text(), count=1))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(where), str(source)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = where.glob("maestro_py-*.whl")
+    return wheel
+
+
+@pytest.mark.timeout(120)
+def test_the_systemd_unit_is_one_systemd_accepts(tmp_path: Path) -> None:
+    """The systemd mode cannot run here (systemd is not PID 1), but its unit can be checked."""
+    unit = tmp_path / "maestro-w1.service"
+    item = {"name": "w1", "exe": str(BIN / "maestro-worker"), "args": ["@/opt/maestro/etc/w1 (lab).args"]}
+    variables = {"item": item, "maestro_prefix": str(tmp_path), "maestro_service_user": "root"}
+    template = f"src=roles/maestro/templates/maestro.service.j2 dest={unit} mode=0644"
+    subprocess.run(
+        [
+            str(BIN / "ansible"),
+            "localhost",
+            "-m",
+            "ansible.builtin.template",
+            "-e",
+            json.dumps(variables),
+            "-a",
+            template,
+        ],
+        cwd=ANSIBLE_DIR,
+        env=ansible_env(tmp_path),
+        capture_output=True,
+        check=True,
+    )
+    text = unit.read_text()
+    assert f"ExecStart={BIN / 'maestro-worker'} '@/opt/maestro/etc/w1 (lab).args'" in text
+    assert "Restart=on-failure" in text
+    verify = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, check=False)
+    assert verify.returncode == 0, verify.stderr
