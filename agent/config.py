@@ -11,19 +11,30 @@
     pidfile = "/run/mosquitto.pid"            # or: the agent's own child, started by `start`
     autostart = false                         # start it when the agent starts
 
-A note can only name a handler in one of the directories and a service listed here; its
-arguments travel as an argv list.
+    [proxies.sut-proxy]                       # a fault proxy: clients connect to listen
+    listen = "127.0.0.1:15672"
+    upstream = "127.0.0.1:5672"
+
+    [networks.sut-net]                        # tc and iptables act on this interface
+    interface = "veth-sut"
+    namespace = "sut"                         # optional: inside this network namespace
+
+A note can only name a handler in one of the directories and a service, proxy or network
+listed here; its arguments travel as an argv list.
 """
 
 from __future__ import annotations
 
+import re
 import signal
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["AgentConfig", "ConfigError", "ServiceConfig", "load_config"]
+__all__ = ["AgentConfig", "ConfigError", "NetworkConfig", "ProxyConfig", "ServiceConfig", "load_config"]
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,14}")  # what Linux takes as an interface or netns name
 
 
 class ConfigError(ValueError):
@@ -40,10 +51,29 @@ class ServiceConfig:
 
 
 @dataclass(frozen=True)
+class ProxyConfig:
+    name: str
+    listen: tuple[str, int]
+    upstream: tuple[str, int]
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    name: str
+    interface: str
+    namespace: str | None = None
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     handler_dirs: tuple[Path, ...] = ()
     handler_timeout_s: float = 60.0
     services: dict[str, ServiceConfig] = field(default_factory=dict)
+    proxies: dict[str, ProxyConfig] = field(default_factory=dict)
+    networks: dict[str, NetworkConfig] = field(default_factory=dict)
+
+    def target_names(self) -> list[str]:
+        return [*self.services, *self.proxies, *self.networks]
 
 
 def _argv(value: Any, where: str) -> tuple[str, ...]:
@@ -82,8 +112,51 @@ def load_config(path: Path | None) -> AgentConfig:
         )
         if not services[name].start and services[name].pidfile is None:
             raise ConfigError(f"{where}: needs start (an argv) or pidfile")
-    return AgentConfig(
+    config = AgentConfig(
         handler_dirs=tuple(Path(d).resolve() for d in handlers.get("directories", [])),
         handler_timeout_s=float(handlers.get("timeout_s", 60.0)),
         services=services,
+        proxies=_proxies(table.get("proxies", {}), path),
+        networks=_networks(table.get("networks", {}), path),
     )
+    names = config.target_names()
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise ConfigError(f"{path}: {', '.join(clash)} names more than one service, proxy or network")
+    sections = sorted(set(table) - {"handlers", "services", "proxies", "networks"})
+    if sections:
+        raise ConfigError(f"{path}: unknown section {', '.join(sections)}")
+    return config
+
+
+def _address(value: Any, where: str) -> tuple[str, int]:
+    host, sep, port = str(value).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError(f"{where}: expected host:port, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def _proxies(table: dict[str, Any], path: Path) -> dict[str, ProxyConfig]:
+    proxies = {}
+    for name, entry in table.items():
+        where = f"{path}: [proxies.{name}]"
+        if set(entry) != {"listen", "upstream"}:
+            raise ConfigError(f"{where}: needs listen and upstream (host:port), and nothing else")
+        proxies[name] = ProxyConfig(
+            name, _address(entry["listen"], f"{where} listen"), _address(entry["upstream"], f"{where} upstream")
+        )
+    return proxies
+
+
+def _networks(table: dict[str, Any], path: Path) -> dict[str, NetworkConfig]:
+    networks = {}
+    for name, entry in table.items():
+        where = f"{path}: [networks.{name}]"
+        unknown = set(entry) - {"interface", "namespace"}
+        if unknown or "interface" not in entry:
+            raise ConfigError(f"{where}: needs interface (and optionally namespace), and nothing else")
+        for key in ("interface", "namespace"):
+            if key in entry and not _NAME.fullmatch(str(entry[key])):
+                raise ConfigError(f"{where}: {key} {entry[key]!r} is not an interface or namespace name")
+        networks[name] = NetworkConfig(name, str(entry["interface"]), entry.get("namespace"))
+    return networks

@@ -16,14 +16,15 @@ import csv
 import logging
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
-from agent.config import AgentConfig, ConfigError, ServiceConfig, load_config
+from agent.config import AgentConfig, ConfigError, load_config
+from agent.proxy import FaultProxy
+from agent.services import Service
+from agent.targets import Change, NetworkTarget, ProxyTarget, ServiceTarget, Target, parse_params
 from protocol.codes import Role
 from protocol.daemon_cli import daemon_parser, run_daemon
 from protocol.notes import (
@@ -45,74 +46,9 @@ __all__ = ["Agent", "main"]
 
 log = logging.getLogger(__name__)
 
-ACTIONS = ("stop", "start", "restart", "kill", "pause", "resume")
-_STOP_WAIT_S = 10.0
+# Built-in actions, by the kind of target they act on (agent.targets says what each takes).
+ACTIONS = tuple(dict.fromkeys([*ServiceTarget.actions, *ProxyTarget.actions, *NetworkTarget.actions]))
 _OUTPUT_TAIL = 2000
-
-
-@dataclass
-class _Service:
-    config: ServiceConfig
-    log_dir: Path
-    proc: subprocess.Popen[bytes] | None = None
-    paused: bool = False
-
-    def pid(self) -> int | None:
-        if self.proc is not None:
-            return self.proc.pid if self.proc.poll() is None else None
-        if self.config.pidfile is not None:
-            try:
-                return int(self.config.pidfile.read_text().strip())
-            except (OSError, ValueError):
-                return None
-        return None
-
-    def running(self) -> bool:
-        pid = self.pid()
-        if pid is None:
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-
-    def start(self) -> None:
-        if self.running():
-            raise PeerError(f"service {self.config.name} runs already")
-        if not self.config.start:
-            raise PeerError(f"service {self.config.name} has no start command in the agent's configuration")
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        with (self.log_dir / f"{self.config.name}.log").open("ab") as out:
-            self.proc = subprocess.Popen(list(self.config.start), stdout=out, stderr=subprocess.STDOUT)
-
-    def send(self, sig: signal.Signals) -> int:
-        pid = self.pid()
-        if pid is None:
-            raise PeerError(f"service {self.config.name} is not running")
-        os.kill(pid, sig)
-        return pid
-
-    def stop(self, sig: signal.Signals | None = None) -> None:
-        """Signal, then wait for it to go (SIGKILL after a while); blocks."""
-        if self.paused:
-            self.send(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
-            self.paused = False
-        pid = self.send(sig or self.config.stop_signal)
-        deadline = time.monotonic() + _STOP_WAIT_S
-        while self.running() and time.monotonic() < deadline:
-            if self.proc is not None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.proc.wait(0.05)
-            else:
-                time.sleep(0.05)
-        if self.running():
-            log.warning("service %s (pid %d) ignored %s; killing it", self.config.name, pid, sig)
-            os.kill(pid, signal.SIGKILL)
-            if self.proc is not None:
-                self.proc.wait(5)
 
 
 class Agent(Peer):
@@ -122,12 +58,32 @@ class Agent(Peer):
         super().__init__(config)
         self.agent_config = agent_config or AgentConfig()
         self.services = {
-            name: _Service(svc, config.data_dir / "services") for name, svc in self.agent_config.services.items()
+            name: Service(svc, config.data_dir / "services") for name, svc in self.agent_config.services.items()
+        }
+        self.proxies = {
+            name: FaultProxy(name, proxy.listen, proxy.upstream) for name, proxy in self.agent_config.proxies.items()
+        }
+        self.networks = {name: NetworkTarget(net) for name, net in self.agent_config.networks.items()}
+        self.targets: dict[str, Target] = {
+            **{name: ServiceTarget(service) for name, service in self.services.items()},
+            **{name: ProxyTarget(proxy) for name, proxy in self.proxies.items()},
+            **self.networks,
         }
         self.test_id = ""
         self.events: list[dict[str, Any]] = []
-        self._changed: dict[str, str] = {}  # service -> what restores it ("start" or "resume")
-        self._lock = asyncio.Lock()  # one action on the services at a time
+        self._changed: dict[str, Change] = {}  # what stands changed -> how to put it back
+        self._lock = asyncio.Lock()  # one action at a time
+
+    async def startup(self) -> None:
+        for network in self.networks.values():
+            stale = await asyncio.to_thread(network.sweep)
+            if stale:
+                log.warning("network %s: removed %d rule(s) an earlier agent left", network.name, stale)
+        for proxy in self.proxies.values():
+            try:
+                await proxy.start()
+            except OSError as exc:
+                raise PeerError(f"fault proxy {proxy.name} cannot listen on {proxy.listen}: {exc}") from exc
         for service in self.services.values():
             if service.config.autostart:
                 service.start()
@@ -154,32 +110,27 @@ class Agent(Peer):
 
     def _command(self, note: UserCommand) -> OkResponse:
         if note.command in ACTIONS:
-            service, duration_s = self._action_args(note)
-            self.spawn(self._act(note.command, service, duration_s))
+            target = self._target(note)
+            params, duration_s = parse_params(note.command, target, list(note.args[1:]))
+            target.check(note.command, params)
+            self.spawn(self._act(note.command, target, params, duration_s))
             return OkResponse()
         path = self._handler(note.command)
         self.spawn(self._run_handler(note.command, path, list(note.args)))
         return OkResponse()
 
-    def _action_args(self, note: UserCommand) -> tuple[_Service, float]:
+    def _target(self, note: UserCommand) -> Target:
+        known = ", ".join(self.targets) or "none configured"
         if not note.args:
+            raise PeerError(f"{note.command}: name what it acts on ({known})")
+        target = self.targets.get(note.args[0])
+        if target is None:
+            raise PeerError(f"{note.command}: no {note.args[0]!r} in the agent's configuration ({known})")
+        if note.command not in target.actions:
             raise PeerError(
-                f"{note.command}: name the service ({', '.join(sorted(self.services)) or 'none configured'})"
+                f"{note.command}: {target.name} is a {target.kind}, which takes {', '.join(target.actions)}"
             )
-        service = self.services.get(note.args[0])
-        if service is None:
-            known = ", ".join(sorted(self.services)) or "none configured"
-            raise PeerError(f"{note.command}: no service {note.args[0]!r} in the agent's configuration ({known})")
-        duration_s = 0.0
-        for arg in note.args[1:]:
-            key, _, value = arg.partition("=")
-            if key != "duration_s":
-                raise PeerError(f"{note.command}: unknown argument {arg!r} (duration_s=N)")
-            try:
-                duration_s = float(value)
-            except ValueError as exc:
-                raise PeerError(f"{note.command}: duration_s {value!r} is not a number") from exc
-        return service, duration_s
+        return target
 
     def _handler(self, name: str) -> Path:
         if "/" in name or name.startswith("."):
@@ -197,47 +148,35 @@ class Agent(Peer):
         note = AgentAction(action=action, phase=phase, target=target, time_ns=now, detail=detail)
         self.bus.publish(self.topics.notifications, note)
 
-    async def _act(self, action: str, service: _Service, duration_s: float) -> None:
-        name = service.config.name
+    async def _act(self, action: str, target: Target, params: dict[str, str], duration_s: float) -> None:
         async with self._lock:
-            self._event(action, "start", name, duration_s=duration_s)
+            self._event(action, "start", target.name, duration_s=duration_s, **params)
             try:
-                await asyncio.to_thread(self._apply, action, service)
+                change = await target.apply(action, params)
             except (PeerError, OSError) as exc:
-                log.error("%s %s failed: %s", action, name, exc)
-                self._event(action, "end", name, error=str(exc))
+                log.error("%s %s failed: %s", action, target.name, exc)
+                self._event(action, "end", target.name, error=str(exc))
                 return
-            if not duration_s:
-                self._event(action, "end", name)
+            self._record(change)
+            if not duration_s or change is None or change.undo is None:
+                self._event(action, "end", target.name)
                 return
         await asyncio.sleep(duration_s)
         async with self._lock:
-            undo = self._changed.pop(name, None)
-            if undo:
-                await asyncio.to_thread(self._apply, undo, service)
-            self._event(action, "end", name, restored=undo)
+            standing = self._changed.pop(change.key, None)
+            if standing is not None and standing.undo is not None:
+                await standing.undo()
+            self._event(action, "end", target.name, restored=standing.restore if standing else None)
 
-    def _apply(self, action: str, service: _Service) -> None:
-        name = service.config.name
-        match action:
-            case "start":
-                service.start()
-                self._changed.pop(name, None)
-            case "stop" | "kill":
-                service.stop(signal.SIGKILL if action == "kill" else None)
-                self._changed[name] = "start"
-            case "restart":
-                if service.running():
-                    service.stop()
-                service.start()
-            case "pause":
-                service.send(signal.SIGSTOP)
-                service.paused = True
-                self._changed[name] = "resume"
-            case "resume":
-                service.send(signal.SIGCONT)
-                service.paused = False
-                self._changed.pop(name, None)
+    def _record(self, change: Change | None) -> None:
+        if change is None:
+            return
+        if change.undo is None:
+            # The action put things back itself (start after stop, heal): nothing left to undo.
+            for key in [k for k in self._changed if k == change.key or k.startswith(change.key + " ")]:
+                del self._changed[key]
+        else:
+            self._changed.setdefault(change.key, change)
 
     async def _run_handler(self, name: str, path: Path, args: list[str]) -> None:
         started = time.monotonic()
@@ -271,12 +210,13 @@ class Agent(Peer):
     async def _restore(self) -> None:
         """Undo every change still standing: the SUT is left as the test found it."""
         async with self._lock:
-            for name, undo in list(self._changed.items()):
+            for key, change in list(self._changed.items()):
                 try:
-                    await asyncio.to_thread(self._apply, undo, self.services[name])
-                    self._event(undo, "restore", name)
+                    if change.undo is not None:
+                        await change.undo()
+                    self._event(change.restore, "restore", key)
                 except (PeerError, OSError) as exc:
-                    log.error("could not %s %s when restoring: %s", undo, name, exc)
+                    log.error("could not %s %s when restoring: %s", change.restore, key, exc)
             self._changed.clear()
 
     def _write_files(self) -> None:
@@ -301,6 +241,8 @@ class Agent(Peer):
     async def shutdown(self) -> None:
         await super().shutdown()
         await self._restore()
+        for proxy in self.proxies.values():
+            await proxy.close()
         for service in self.services.values():
             if service.proc is not None and service.running():
                 await asyncio.to_thread(service.stop)

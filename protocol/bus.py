@@ -28,7 +28,7 @@ from protocol.correlation import Correlator, Replies
 from protocol.notes import AbnormalDisconnect, Header, Note
 from protocol.topics import Topics
 
-__all__ = ["BusError", "ConnectFailedError", "ControlBus", "Identity", "NoteHandler"]
+__all__ = ["BusError", "ConnectFailedError", "ControlBus", "Identity", "NoteHandler", "no_delay"]
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +233,7 @@ class ControlBus:
                 self._refused.set()
             log.error("control broker %s refused the connection: %s", self.url, reason)
             return
-        _no_delay(client)
+        no_delay(client)
         with self._lock:
             topics = sorted(self._subscriptions)
         if topics:
@@ -271,8 +271,9 @@ class ControlBus:
                 log.exception("note handler failed on %s", type(note).__name__)
 
 
-def _no_delay(client: mqtt.Client) -> None:
-    """Notes are small and latency matters: without this, Nagle and delayed ACKs add ~40 ms."""
+def no_delay(client: mqtt.Client) -> None:
+    """Small messages whose latency matters: without this, Nagle's algorithm holds a message
+    until the previous one is acknowledged, and delayed ACKs make that up to ~40 ms."""
     sock = client.socket()
     if isinstance(sock, socket.socket):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

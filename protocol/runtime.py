@@ -145,6 +145,12 @@ class Peer:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop, sig.name)
         try:
+            await self.startup()
+        except PeerError as exc:
+            log.error("%s", exc)
+            await self.shutdown()
+            return 1
+        try:
             await asyncio.to_thread(self.bus.connect, self.config.connect_timeout_s)
         except ConnectFailedError as exc:
             log.error("%s", exc)
@@ -157,6 +163,9 @@ class Peer:
         self.bus.close()
         log.info("%s %s stopped", self.role.value, self.config.name)
         return 0
+
+    async def startup(self) -> None:
+        """What the role needs before it joins the cluster; a PeerError ends the daemon (exit 1)."""
 
     def stop(self, why: str = "") -> None:
         if not self._stopping.is_set():

@@ -17,6 +17,7 @@ import plotly
 import plotly.graph_objects as go
 
 from reports.baseline import Thresholds, compare
+from reports.faults import fault_effects, read_traffic, windows_from_events
 from reports.series import inspector_tables, latency_series, rate_series
 from reports.summary import Peers, read_peers, read_test_json, summarize
 
@@ -196,6 +197,9 @@ def build_report(
         {"figure": "duration, s", "value": summary["duration_s"]},
     ]
     verdict = _baseline_section(summary.get("baseline"))
+    faults = fault_effects(windows_from_events(record.get("events", [])), read_traffic(peers))
+    if faults:
+        (out / "faults.json").write_text(json.dumps(faults, indent=2))
     charts = [_rate_chart(rates, record.get("events", []))]
     if latency.get("corrected"):
         charts.append(_latency_chart(latency["corrected"], "Latency per second (from the intended send time)"))
@@ -220,6 +224,7 @@ Rates and latency leave the warm-up out; counts cover the whole test.</p>
 {_table(key_figures, ["figure", "value"])}
 {verdict}
 {"".join(c for c in charts if c)}
+{_faults_section(faults)}
 <h2>Loss and duplicates per sender</h2>
 {_table(figures["per_sender"], ["sender", "expected", "received", "lost", "lost_percent", "duplicates"])}
 <h2>Peers</h2>
@@ -227,6 +232,37 @@ Rates and latency leave the warm-up out; counts cover the whole test.</p>
 </body></html>"""
     (out / "index.html").write_text(page)
     return out, summary
+
+
+_FAULT_COLUMNS = [
+    "agent",
+    "fault",
+    "start_s",
+    "end_s",
+    "outage_s",
+    "first_publish_after_s",
+    "first_consume_after_s",
+    "back_to_95_percent_s",
+    "p99_before_ms",
+    "p99_during_ms",
+    "p99_after_ms",
+    "lost",
+    "duplicates",
+    "disconnects",
+    "error",
+]
+
+
+def _faults_section(faults: list[dict[str, Any]]) -> str:
+    if not faults:
+        return ""
+    return (
+        '<h2 id="faults">Faults and their effect</h2><p>Seconds from the start of the test. Outage: the longest '
+        "pause in arrivals around the fault; first publish/consume and back to 95 % of the rate before: seconds "
+        "after the fault ended; p99 latency from the intended send time, in the 10 s before, during the fault "
+        "(and its outage), and in the 10 s after; lost: messages intended to be sent in that span that never "
+        "arrived.</p>" + _table(faults, _FAULT_COLUMNS)
+    )
 
 
 def _baseline_section(comparison: dict[str, Any] | None) -> str:

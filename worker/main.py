@@ -349,6 +349,7 @@ class Worker(Peer):
             info["warm_up_s"] = run.plan.warm_up_s
             info["errors"] = dict(run.stats.errors)
             info["retries"] = run.stats.retries
+            info["disconnects_ns"] = run.stats.disconnects_ns
             info["senders"] = {
                 f"{key:016x}": {"client": client, "sent": run.stats.sent_per_client[client]}
                 for client, key in run.keys.items()
@@ -361,6 +362,7 @@ class Worker(Peer):
             info["foreign"] = dict(run.stats.foreign)
             info["latency_clamped"] = run.latency.clamped
             info["per_sender"] = run.per_sender()
+            info["duplicates_per_s"] = {str(s): n for s, n in sorted(run.stats.duplicates_per_s.items())}
         write_peer_json(directory, info)
 
     def counters(self) -> dict[str, Any]:

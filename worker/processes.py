@@ -73,7 +73,13 @@ async def _child(spec: _ChildSpec, reports: Any, stop: multiprocessing.synchroni
 
 def _counters(run: SenderRun) -> dict[str, Any]:
     s = run.stats
-    return {"sent": s.sent, "errors": dict(s.errors), "retries": s.retries, "per_client": dict(s.sent_per_client)}
+    return {
+        "sent": s.sent,
+        "errors": dict(s.errors),
+        "retries": s.retries,
+        "per_client": dict(s.sent_per_client),
+        "disconnects_ns": list(s.disconnects_ns),
+    }
 
 
 @dataclass
@@ -157,6 +163,7 @@ class MultiProcessSender:
         stats.errors = sum((Counter(c["errors"]) for c in children), Counter())
         per_client = (Counter({int(k): v for k, v in c["per_client"].items()}) for c in children)
         stats.sent_per_client = sum(per_client, Counter())
+        stats.disconnects_ns = sorted(t for c in children for t in c.get("disconnects_ns", []))
 
     def interval_report(self) -> dict[str, Any]:
         self._drain_reports()

@@ -38,6 +38,9 @@ class ReceiverStats:
     received: int = 0
     foreign: Counter[str] = field(default_factory=Counter)  # not ours: no header, short, other test
     last_message_mono: float = 0.0
+    # Deliveries of a message already received, by the wall-clock second they arrived in: the
+    # rate file holds first deliveries only, and the report places duplicates in fault windows.
+    duplicates_per_s: Counter[int] = field(default_factory=Counter)
 
 
 class ReceiverRun:
@@ -82,6 +85,8 @@ class ReceiverRun:
             self.stats.received += 1
             self.latency.record((arrived_ns - header.intended_ns) // 1000, (arrived_ns - header.sent_ns) // 1000)
             self.rate_file.write(header.intended_ns // 1000, arrived_ns // 1000)
+        else:
+            self.stats.duplicates_per_s[arrived_ns // 1_000_000_000] += 1
         if self.plan.processing_delay_s:
             await asyncio.sleep(self.plan.processing_delay_s)
 

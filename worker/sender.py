@@ -106,6 +106,9 @@ class SenderStats:
     sent_per_client: Counter[int] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     retries: int = 0
+    # When a client found its connection gone (wall clock, ns): one per outage it rode out, for
+    # the report's per-fault reconnect counts.
+    disconnects_ns: list[int] = field(default_factory=list)
     # Schedule lag: how late each message left against its intended time, in µs. Messages
     # are recorded into the interval; `fold()` adds it to the whole run's.
     interval_lag_us: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, 3_600_000_000, 3))
@@ -137,6 +140,7 @@ class SenderRun:
         self.rate_file = rate_file
         self.timebase = timebase or Timebase()
         self.stats = SenderStats()
+        self._down_clients: set[int] = set()
         self.test_key = key_of(plan.test_id)
         self.clients = clients if clients is not None else range(plan.parallel_count)
         self.keys = {client: sender_key(plan.test_id, plan.peer, client) for client in self.clients}
@@ -279,6 +283,9 @@ class SenderRun:
                 return  # its fate is unknown: the sequence number stays spent
             except DisconnectedError:
                 self.stats.errors["disconnected"] += 1
+                if client not in self._down_clients:  # one per outage a client rides out, not per message
+                    self._down_clients.add(client)
+                    self.stats.disconnects_ns.append(time.time_ns())
                 down_since = down_since or time.monotonic()
                 if time.monotonic() - down_since > self.plan.reconnect_budget_s:
                     raise
@@ -287,6 +294,7 @@ class SenderRun:
                 await self._sleep_or_stop(backoff_s(attempt))
                 if self._stop.is_set():
                     return
+        self._down_clients.discard(client)
         self.stats.sent += 1
         self.stats.sent_per_client[client] += 1
         lag_us = max(1, (sent_mono - intended_mono) // 1000)

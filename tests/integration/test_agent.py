@@ -3,6 +3,7 @@ restarts), handlers from a configured directory, and what it refuses."""
 
 from __future__ import annotations
 
+import json
 import socket
 import stat
 import time
@@ -13,7 +14,10 @@ from support.processes import Daemons, private_mosquitto, wait_for_port
 from support.runs import run_with
 
 from coordinator import Action, Fail, FixedRateTest, Maestro, PeerRequestError
+from protocol.embedded_broker import free_port
 from protocol.notes import CommandFinished, UserCommand
+from reports.report import build_report
+from reports.series import spark_session
 
 pytestmark = pytest.mark.mosquitto
 
@@ -91,8 +95,10 @@ def test_handlers_run_time_out_and_anything_else_is_refused(daemons: Daemons, ma
     for command, args, why in (
         ("rm", ["-rf", "/"], "no action or handler 'rm'"),
         ("../bin/sh", [], "a file name, not a path"),
-        ("restart", ["database"], "no service 'database'"),
-        ("stop", ["sut", "now"], "unknown argument 'now'"),
+        ("restart", ["database"], "no 'database' in the agent's configuration"),
+        ("stop", ["sut", "now"], "expected key=value, got 'now'"),
+        ("stop", ["sut", "signal=9"], "unknown argument 'signal'"),
+        ("latency", ["sut", "ms=20"], "sut is a service, which takes stop, start"),
     ):
         with pytest.raises(PeerRequestError, match=why):
             maestro.request(UserCommand(command=command, args=args), to=agent)
@@ -130,3 +136,61 @@ def test_several_agents_and_inspectors_join_one_test(
     folder = root / result.test_id
     assert sorted(p.name for p in (folder / "agent").iterdir()) == ["a1", "a2"]
     assert sorted(p.name for p in (folder / "inspector").iterdir()) == ["i1", "i2"]
+
+
+@pytest.mark.timeout(180)
+def test_a_scheduled_restart_and_an_added_delay_show_in_the_report_with_their_effect(
+    daemons: Daemons, maestro: Maestro, tmp_path: Path, data_server: tuple[str, Path]
+) -> None:
+    """#8's done-when: an agent started with a config file, a restart and 20 ms of added delay
+    in one real test, both in the report with their effect, and nothing left changed."""
+    url, root = data_server
+    config, port = agent_config(tmp_path)
+    proxy_port = free_port()
+    proxy = f'[proxies.sut-proxy]\nlisten = "127.0.0.1:{proxy_port}"\nupstream = "127.0.0.1:{port}"\n'
+    config.write_text(config.read_text() + "\n" + proxy)
+    daemons.start("maestro-agent", "a1", "--config", str(config))
+    wait_for_port(port)
+    wait_for_port(proxy_port)
+    daemons.start("maestro-worker", "r1", "--role", "receiver")
+    daemons.start("maestro-worker", "s1", "--role", "sender")
+    test = FixedRateTest(
+        send_url=f"mqtt://127.0.0.1:{proxy_port}/maestro/effects?qos=1",  # through the proxy
+        receive_url=f"mqtt://127.0.0.1:{port}/maestro/effects?qos=1",  # straight from the broker
+        rate=50,
+        duration="18s",
+        # Ten unconfirmed at a time: one client waiting for each PUBACK would manage only
+        # 1 / (40 ms round trip) = 25 msg/s through the delay, and fall behind its schedule.
+        options={"confirm_window": 10},
+        fail=Fail(max_loss_ratio=1.0),
+        actions=(
+            Action("2s", "a1", "latency", ("sut-proxy", "ms=20", "duration_s=3")),
+            Action("12s", "a1", "restart", ("sut",)),
+        ),
+    )
+    result = run_with(daemons, url, test, peers=3)
+    assert result.passed, result.reason
+
+    spark = spark_session()
+    try:
+        out, _ = build_report(spark, root / result.test_id)
+    finally:
+        spark.stop()
+    faults = {row["fault"].split(" (")[0]: row for row in json.loads((out / "faults.json").read_text())}
+    assert set(faults) == {"latency sut-proxy", "restart sut"}
+    delay, restart = faults["latency sut-proxy"], faults["restart sut"]
+    assert 2.5 <= delay["end_s"] - delay["start_s"] <= 4.0
+    # 20 ms more on the way from the sender to the broker, and gone after.
+    assert 15 <= delay["p99_during_ms"] - delay["p99_before_ms"] <= 30, delay
+    assert delay["p99_after_ms"] < delay["p99_before_ms"] + 10
+    assert delay["outage_s"] == 0.0 and delay["lost"] == 0
+    # The restart: arrivals stop, then come back; what was lost is counted.
+    assert restart["outage_s"] > 0.1 and restart["first_consume_after_s"] is not None
+    assert restart["lost"] == result.summary["lost"]
+    assert restart["disconnects"] == 1  # one client, one outage
+    page = (out / "index.html").read_text()
+    assert "Faults and their effect" in page and "latency sut-proxy" in page and "restart sut" in page
+    # Nothing stays changed: the proxy passes traffic without delay, and the broker runs.
+    assert port_open(port) and port_open(proxy_port)
+    events = [e for e in result.record["events"] if e.get("target") == "sut-proxy"]
+    assert [e["phase"] for e in events] == ["start", "end"] and events[1].get("restored") == "clear latency"

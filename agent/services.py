@@ -1,0 +1,87 @@
+"""The services an agent may stop, start, restart, kill, pause and resume: by its own child
+process (`start` in the configuration) or a pid file."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.config import ServiceConfig
+from protocol.runtime import PeerError
+
+__all__ = ["Service"]
+
+log = logging.getLogger(__name__)
+
+_STOP_WAIT_S = 10.0
+
+
+@dataclass
+class Service:
+    config: ServiceConfig
+    log_dir: Path
+    proc: subprocess.Popen[bytes] | None = None
+    paused: bool = False
+
+    def pid(self) -> int | None:
+        if self.proc is not None:
+            return self.proc.pid if self.proc.poll() is None else None
+        if self.config.pidfile is not None:
+            try:
+                return int(self.config.pidfile.read_text().strip())
+            except (OSError, ValueError):
+                return None
+        return None
+
+    def running(self) -> bool:
+        pid = self.pid()
+        if pid is None:
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def start(self) -> None:
+        if self.running():
+            raise PeerError(f"service {self.config.name} runs already")
+        if not self.config.start:
+            raise PeerError(f"service {self.config.name} has no start command in the agent's configuration")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with (self.log_dir / f"{self.config.name}.log").open("ab") as out:
+            self.proc = subprocess.Popen(list(self.config.start), stdout=out, stderr=subprocess.STDOUT)
+
+    def send(self, sig: signal.Signals) -> int:
+        pid = self.pid()
+        if pid is None:
+            raise PeerError(f"service {self.config.name} is not running")
+        os.kill(pid, sig)
+        return pid
+
+    def stop(self, sig: signal.Signals | None = None) -> None:
+        """Signal, then wait for it to go (SIGKILL after a while); blocks."""
+        if self.paused:
+            self.send(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
+            self.paused = False
+        pid = self.send(sig or self.config.stop_signal)
+        deadline = time.monotonic() + _STOP_WAIT_S
+        while self.running() and time.monotonic() < deadline:
+            if self.proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(0.05)
+            else:
+                time.sleep(0.05)
+        if self.running():
+            log.warning("service %s (pid %d) ignored %s; killing it", self.config.name, pid, sig)
+            os.kill(pid, signal.SIGKILL)
+            if self.proc is not None:
+                self.proc.wait(5)
