@@ -3,6 +3,7 @@
     # agent.toml
     [handlers]
     directories = ["/opt/maestro/handlers"]   # executables USER_COMMAND may run, by file name
+    sources = ["https://git.lab/perf/", "/srv/handlers"]  # what AGENT_SOURCE may fetch
     timeout_s = 60
 
     [services.broker]                         # a target of the built-in actions
@@ -68,6 +69,7 @@ class NetworkConfig:
 class AgentConfig:
     handler_dirs: tuple[Path, ...] = ()
     handler_timeout_s: float = 60.0
+    handler_sources: tuple[str, ...] = ()  # URL prefixes and directories AGENT_SOURCE may fetch
     services: dict[str, ServiceConfig] = field(default_factory=dict)
     proxies: dict[str, ProxyConfig] = field(default_factory=dict)
     networks: dict[str, NetworkConfig] = field(default_factory=dict)
@@ -115,6 +117,7 @@ def load_config(path: Path | None) -> AgentConfig:
     config = AgentConfig(
         handler_dirs=tuple(Path(d).resolve() for d in handlers.get("directories", [])),
         handler_timeout_s=float(handlers.get("timeout_s", 60.0)),
+        handler_sources=_sources(handlers.get("sources", []), path),
         services=services,
         proxies=_proxies(table.get("proxies", {}), path),
         networks=_networks(table.get("networks", {}), path),
@@ -127,6 +130,12 @@ def load_config(path: Path | None) -> AgentConfig:
     if sections:
         raise ConfigError(f"{path}: unknown section {', '.join(sections)}")
     return config
+
+
+def _sources(value: Any, path: Path) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{path}: [handlers] sources must be a list of URL prefixes and directories")
+    return tuple(value)
 
 
 def _address(value: Any, where: str) -> tuple[str, int]:

@@ -1,11 +1,12 @@
 """`maestro-agent`: runs fault actions and user handlers on a SUT node.
 
-USER_COMMAND names a built-in action (`stop`, `start`, `restart`, `kill`, `pause`, `resume`)
-with a service from the configuration file and an optional `duration_s=N` (after which the
-agent undoes it), or a handler: an executable file in one of the configured directories, run
-with the note's arguments as its argv and a timeout. The agent answers OK once the action has
-started, announces each action's start and end (AGENT_ACTION) for the report's time axis,
-sends NOTIFY_COMMAND_FINISHED for handlers, and undoes what it changed when the test ends.
+USER_COMMAND names a built-in action on a service, fault proxy or network of the configuration
+file (agent.targets), with `key=value` arguments and an optional `duration_s=N` (after which the
+agent undoes it), or a handler (agent.handlers): an executable or a `handle(context)` Python
+file, in a configured directory or a source AGENT_SOURCE fetched, run with a timeout. The agent
+answers OK once the action has started, announces each action's start and end (AGENT_ACTION)
+for the report's time axis, sends NOTIFY_COMMAND_FINISHED for handlers, and undoes what it
+changed when the test ends.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any, ClassVar
 
 from agent.config import AgentConfig, ConfigError, load_config
+from agent.handlers import HandlerSources, find_handler, handler_argv
 from agent.proxy import FaultProxy
 from agent.services import Service
 from agent.targets import Change, NetworkTarget, ProxyTarget, ServiceTarget, Target, parse_params
@@ -29,6 +31,7 @@ from protocol.codes import Role
 from protocol.daemon_cli import daemon_parser, run_daemon
 from protocol.notes import (
     AgentAction,
+    AgentSource,
     CommandFinished,
     Note,
     OkResponse,
@@ -39,7 +42,7 @@ from protocol.notes import (
     TestStarted,
     UserCommand,
 )
-from protocol.runtime import Peer, PeerConfig, PeerError, UnsupportedError, resolve_test_dir, write_peer_json
+from protocol.runtime import Peer, PeerConfig, PeerError, resolve_test_dir, write_peer_json
 from protocol.version import VERSION
 
 __all__ = ["Agent", "main"]
@@ -69,6 +72,7 @@ class Agent(Peer):
             **{name: ProxyTarget(proxy) for name, proxy in self.proxies.items()},
             **self.networks,
         }
+        self.sources = HandlerSources(self.agent_config.handler_sources, config.data_dir / "sources")
         self.test_id = ""
         self.events: list[dict[str, Any]] = []
         self._changed: dict[str, Change] = {}  # what stands changed -> how to put it back
@@ -103,6 +107,10 @@ class Agent(Peer):
                 return OkResponse()
             case UserCommand():
                 return self._command(note)
+            case AgentSource():
+                directory = await asyncio.to_thread(self.sources.fetch, note.url, note.branch)
+                self._event("source", "fetched", note.url, branch=note.branch, directory=str(directory))
+                return OkResponse()
             case _:
                 return await super().handle_role_note(note)
 
@@ -115,8 +123,15 @@ class Agent(Peer):
             target.check(note.command, params)
             self.spawn(self._act(note.command, target, params, duration_s))
             return OkResponse()
-        path = self._handler(note.command)
-        self.spawn(self._run_handler(note.command, path, list(note.args)))
+        path = find_handler(note.command, [*self.sources.directories, *self.agent_config.handler_dirs])
+        context = {
+            "command": note.command,
+            "args": list(note.args),
+            "test_id": self.test_id,
+            "options": self.raw_options,
+            "agent": self.config.name,
+        }
+        self.spawn(self._run_handler(note.command, handler_argv(path, list(note.args), context), list(note.args)))
         return OkResponse()
 
     def _target(self, note: UserCommand) -> Target:
@@ -131,16 +146,6 @@ class Agent(Peer):
                 f"{note.command}: {target.name} is a {target.kind}, which takes {', '.join(target.actions)}"
             )
         return target
-
-    def _handler(self, name: str) -> Path:
-        if "/" in name or name.startswith("."):
-            raise PeerError(f"handler {name!r}: a file name, not a path")
-        for directory in self.agent_config.handler_dirs:
-            path = directory / name
-            if path.is_file() and os.access(path, os.X_OK):
-                return path
-        allowed = ", ".join(str(d) for d in self.agent_config.handler_dirs) or "none configured"
-        raise UnsupportedError(f"no action or handler {name!r} (actions: {', '.join(ACTIONS)}; handlers in {allowed})")
 
     def _event(self, action: str, phase: str, target: str, **detail: Any) -> None:
         now = time.time_ns()
@@ -178,14 +183,13 @@ class Agent(Peer):
         else:
             self._changed.setdefault(change.key, change)
 
-    async def _run_handler(self, name: str, path: Path, args: list[str]) -> None:
+    async def _run_handler(self, name: str, argv: list[str], args: list[str]) -> None:
         started = time.monotonic()
         self._event(name, "start", "handler", args=args)
         # A session of its own, so a timeout kills the handler's children too (a shell script's
         # `sleep` would otherwise hold the output pipe open after the script is gone).
         proc = await asyncio.create_subprocess_exec(
-            str(path),
-            *args,
+            *argv,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,

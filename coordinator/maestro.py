@@ -33,6 +33,7 @@ from protocol.codes import NoteType, Role
 from protocol.correlation import Replies
 from protocol.notes import (
     AbnormalDisconnect,
+    AgentSource,
     Halt,
     InternalErrorResponse,
     Note,
@@ -329,6 +330,13 @@ class Maestro:
 
     def stats(self, to: Target | Role | PeerInfo | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Replies:
         return self.request(StatsRequest(), to, timeout_s)
+
+    def agent_source(
+        self, url: str, branch: str = "", to: Target | Role | PeerInfo | None = Role.AGENT, timeout_s: float = 120.0
+    ) -> Replies:
+        """Have agents fetch their handlers from `url` (a git repository, at `branch` or tag, or a
+        directory on their host); each answers once it has them, or says why it will not."""
+        return self.request(AgentSource(url=url, branch=branch), to, timeout_s)
 
     def halt(self, to: Target | Role | PeerInfo | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Replies:
         target = self._target(to)

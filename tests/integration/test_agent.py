@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import stat
+import subprocess
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from support.runs import run_with
 
 from coordinator import Action, Fail, FixedRateTest, Maestro, PeerRequestError
 from protocol.embedded_broker import free_port
-from protocol.notes import CommandFinished, UserCommand
+from protocol.notes import AgentSource, CommandFinished, UserCommand
 from reports.report import build_report
 from reports.series import spark_session
 
@@ -194,3 +195,69 @@ def test_a_scheduled_restart_and_an_added_delay_show_in_the_report_with_their_ef
     assert port_open(port) and port_open(proxy_port)
     events = [e for e in result.record["events"] if e.get("target") == "sut-proxy"]
     assert [e["phase"] for e in events] == ["start", "end"] and events[1].get("restored") == "clear latency"
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def _handler_repository(where: Path) -> Path:
+    """A git repository of handlers: `hello` on main, and on the branch `feature` another
+    `hello` and a Python `report.py` with handle(context)."""
+    repo = where / "handlers-repo"
+    repo.mkdir()
+    _git(repo, "init", "--quiet", "--initial-branch=main")
+    _git(repo, "config", "user.email", "t@example.com")
+    _git(repo, "config", "user.name", "t")
+    hello = repo / "hello"
+    hello.write_text('#!/bin/sh\necho "main $*"\n')
+    hello.chmod(0o755)
+    _git(repo, "add", ".")
+    _git(repo, "commit", "--quiet", "-m", "main")
+    _git(repo, "checkout", "--quiet", "-b", "feature")
+    hello.write_text('#!/bin/sh\necho "feature $*"\n')
+    (repo / "report.py").write_text(
+        "def handle(context):\n"
+        "    print('args', context['args'], 'agent', context['agent'], 'timeout', context['options'].get('x'))\n"
+        "    return 4\n"
+    )
+    _git(repo, "add", ".")
+    _git(repo, "commit", "--quiet", "-m", "feature")
+    _git(repo, "checkout", "--quiet", "main")
+    return repo
+
+
+def test_handlers_from_a_git_source_and_python_handle_functions(
+    daemons: Daemons, maestro: Maestro, tmp_path: Path
+) -> None:
+    repo = _handler_repository(tmp_path)
+    config = tmp_path / "agent.toml"
+    config.write_text(f'[handlers]\nsources = ["file://{tmp_path}/"]\ntimeout_s = 5\n')
+    daemons.start("maestro-agent", "a1", "--config", str(config))
+    (agent,) = maestro.wait_for_peers(1, timeout_s=20)
+
+    def run(command: str, *args: str) -> CommandFinished:
+        maestro.request(UserCommand(command=command, args=list(args)), to=agent)
+        (done,) = maestro.wait_for((CommandFinished,), [agent], timeout_s=10).values()
+        assert isinstance(done, CommandFinished)
+        return done
+
+    maestro.agent_source(f"file://{repo}", "feature", to=agent)
+    hello = run("hello", "x")
+    assert (hello.exit_code, hello.output_tail.strip()) == (0, "feature x")
+    report = run("report", "a", "b c")
+    assert report.exit_code == 4
+    assert report.output_tail.strip() == "args ['a', 'b c'] agent a1 timeout None"
+    maestro.request(AgentSource(url=f"file://{repo}"), to=agent, timeout_s=30)  # its default branch
+    assert run("hello").output_tail.strip() == "main"
+    with pytest.raises(PeerRequestError, match="no action or handler 'report'"):
+        maestro.request(UserCommand(command="report"), to=agent)  # main has no report.py
+
+    for url, branch, why in (
+        ("https://example.com/evil.git", "", "is not allowed"),
+        (f"file://{repo}", "--upload-pack=touch /tmp/x", "may not start with '-'"),
+        (f"file://{repo}", "no-such-branch", "no-such-branch"),
+        ("/etc", "", "not under a directory the agent's configuration allows"),
+    ):
+        with pytest.raises(PeerRequestError, match=why):
+            maestro.request(AgentSource(url=url, branch=branch), to=agent, timeout_s=30)
