@@ -10,6 +10,7 @@
     start = ["mosquitto", "-p", "1884"]       # argv, never a shell line
     stop_signal = "TERM"                      # how `stop` ends it (default TERM)
     pidfile = "/run/mosquitto.pid"            # or: the agent's own child, started by `start`
+    # match = "rabbitmq-server"               # or: the one process whose command line has this
     autostart = false                         # start it when the agent starts
 
     [proxies.sut-proxy]                       # a fault proxy: clients connect to listen
@@ -48,6 +49,7 @@ class ServiceConfig:
     start: tuple[str, ...] = ()
     stop_signal: signal.Signals = signal.SIGTERM
     pidfile: Path | None = None
+    match: str | None = None  # or: the one process whose command line contains this
     autostart: bool = False
 
 
@@ -98,7 +100,7 @@ def load_config(path: Path | None) -> AgentConfig:
     services = {}
     for name, entry in table.get("services", {}).items():
         where = f"{path}: [services.{name}]"
-        unknown = set(entry) - {"start", "stop_signal", "pidfile", "autostart"}
+        unknown = set(entry) - {"start", "stop_signal", "pidfile", "match", "autostart"}
         if unknown:
             raise ConfigError(f"{where}: unknown key {', '.join(sorted(unknown))}")
         try:
@@ -110,10 +112,11 @@ def load_config(path: Path | None) -> AgentConfig:
             start=_argv(entry["start"], f"{where} start") if "start" in entry else (),
             stop_signal=stop_signal,
             pidfile=Path(entry["pidfile"]) if "pidfile" in entry else None,
+            match=str(entry["match"]) if entry.get("match") else None,
             autostart=bool(entry.get("autostart", False)),
         )
-        if not services[name].start and services[name].pidfile is None:
-            raise ConfigError(f"{where}: needs start (an argv) or pidfile")
+        if not services[name].start and services[name].pidfile is None and services[name].match is None:
+            raise ConfigError(f"{where}: needs start (an argv), pidfile or match (a command line)")
     config = AgentConfig(
         handler_dirs=tuple(Path(d).resolve() for d in handlers.get("directories", [])),
         handler_timeout_s=float(handlers.get("timeout_s", 60.0)),

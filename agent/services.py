@@ -37,6 +37,8 @@ class Service:
                 return int(self.config.pidfile.read_text().strip())
             except (OSError, ValueError):
                 return None
+        if self.config.match is not None:
+            return _process_matching(self.config.match, self.config.name)
         return None
 
     def running(self) -> bool:
@@ -85,3 +87,21 @@ class Service:
             os.kill(pid, signal.SIGKILL)
             if self.proc is not None:
                 self.proc.wait(5)
+
+
+def _process_matching(text: str, service: str) -> int | None:
+    """The one live process (not this one) whose command line contains `text`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if text in cmdline and state != "Z":
+            found.append(int(entry.name))
+    if len(found) > 1:
+        raise PeerError(f"service {service}: {len(found)} processes match {text!r} ({found[:5]}); make it narrower")
+    return found[0] if found else None

@@ -3,20 +3,27 @@ restarts), handlers from a configured directory, and what it refuses."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import stat
 import subprocess
+import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 from support.processes import Daemons, private_mosquitto, wait_for_port
 from support.runs import run_with
 
+from agent.config import ServiceConfig
+from agent.services import Service
+from agent.targets import ServiceTarget
 from coordinator import Action, Fail, FixedRateTest, Maestro, PeerRequestError
 from protocol.embedded_broker import free_port
 from protocol.notes import AgentSource, CommandFinished, UserCommand
+from protocol.runtime import PeerError
 from reports.report import build_report
 from reports.series import spark_session
 
@@ -261,3 +268,79 @@ def test_handlers_from_a_git_source_and_python_handle_functions(
     ):
         with pytest.raises(PeerRequestError, match=why):
             maestro.request(AgentSource(url=url, branch=branch), to=agent, timeout_s=30)
+
+
+@pytest.mark.timeout(180)
+def test_a_blackhole_and_a_shutdown_for_seconds_show_as_outages_with_their_recovery(
+    daemons: Daemons, maestro: Maestro, tmp_path: Path, data_server: tuple[str, Path]
+) -> None:
+    """Seed 004 §6.2's other run: the broker shut down for a few seconds; and a blackhole on the
+    senders' path. Each shows as a pause in arrivals about as long as the fault, then recovery."""
+    url, root = data_server
+    config, port = agent_config(tmp_path)
+    proxy_port = free_port()
+    proxy = f'[proxies.sut-proxy]\nlisten = "127.0.0.1:{proxy_port}"\nupstream = "127.0.0.1:{port}"\n'
+    config.write_text(config.read_text() + "\n" + proxy)
+    daemons.start("maestro-agent", "a1", "--config", str(config))
+    wait_for_port(proxy_port)
+    daemons.start("maestro-worker", "r1", "--role", "receiver")
+    daemons.start("maestro-worker", "s1", "--role", "sender")
+    test = FixedRateTest(
+        send_url=f"mqtt://127.0.0.1:{proxy_port}/maestro/outages?qos=1",
+        receive_url=f"mqtt://127.0.0.1:{port}/maestro/outages?qos=1",
+        rate=50,
+        duration="16s",
+        options={"confirm_window": 10},
+        fail=Fail(max_loss_ratio=1.0),
+        actions=(
+            Action("2s", "a1", "blackhole", ("sut-proxy", "duration_s=2")),
+            Action("8s", "a1", "stop", ("sut", "duration_s=3")),
+        ),
+    )
+    result = run_with(daemons, url, test, peers=3)
+    assert result.passed, result.reason
+    spark = spark_session()
+    try:
+        out, _ = build_report(spark, root / result.test_id)
+    finally:
+        spark.stop()
+    rows = {row["fault"].split(" (")[0]: row for row in json.loads((out / "faults.json").read_text())}
+    blackhole, stop = rows["blackhole sut-proxy"], rows["stop sut"]
+    assert 1.7 <= blackhole["outage_s"] <= 3.0, blackhole
+    assert blackhole["lost"] == 0  # held, not dropped: TCP delivers it late
+    assert blackhole["p99_after_ms"] >= 1500  # ... and late shows in the latency of what came after
+    # The broker is back after 3 s; the sender's MQTT client may take longer, backing off between
+    # reconnects (paho: 1 s, doubling): the outage is what the clients saw.
+    assert 2.7 <= stop["outage_s"] <= 12.0, stop
+    assert stop["first_consume_after_s"] is not None and stop["back_to_95_percent_s"] is not None
+    assert stop["disconnects"] >= 1
+    assert blackhole["lost"] + stop["lost"] == result.summary["lost"]
+    assert port_open(port)  # started again after its 3 s
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_service_found_by_its_command_line_is_paused_resumed_and_killed(tmp_path: Path) -> None:
+    marker = f"maestro-match-{uuid.uuid4().hex[:8]}"
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)", marker]
+    proc = subprocess.Popen(sleeper)
+    try:
+        target = ServiceTarget(Service(ServiceConfig("broker", match=marker), tmp_path))
+        assert target.service.pid() == proc.pid
+        change = asyncio.run(target.apply("pause", {}))
+        assert _state(proc.pid) == "T" and change is not None and change.restore == "resume"
+        asyncio.run(target.apply("resume", {}))
+        assert _state(proc.pid) in ("S", "R")
+        twin = subprocess.Popen(sleeper)
+        with pytest.raises(PeerError, match="2 processes match"):
+            target.service.pid()
+        twin.kill()
+        twin.wait()
+        asyncio.run(target.apply("kill", {}))
+        assert proc.wait(5) == -9
+        assert target.service.pid() is None
+    finally:
+        proc.kill()
+        proc.wait()
