@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from support.ansible import ANSIBLE_DIR, BIN, ansible_env, changed, recap, run_playbook
 
+from agent.config import load_config
 from coordinator import FixedRateTest, Maestro
 from protocol.embedded_broker import free_port
 
@@ -92,6 +93,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     control_port, data_port = free_port(), free_port()
     inventory = root / "inventory.ini"
     node_b_workers = json.dumps([{"name": "r1", "role": "receiver"}, {"name": "w3"}])
+    # Structured values go on the host's line: Ansible reads [all:vars] values as strings.
+    proxies = json.dumps({"sut-proxy": {"listen": "127.0.0.1:0", "upstream": "127.0.0.1:5672"}})
+    services = json.dumps({"rabbit": {"match": "beam.smp"}})
+    agent_vars = f"maestro_agent_proxies='{proxies}' maestro_agent_services='{services}'"
     inventory.write_text(
         f"""\
 [all:vars]
@@ -104,7 +109,7 @@ maestro_data_listen=127.0.0.1
 maestro_install_packages=false
 
 [control]
-node-a ansible_host=127.0.0.1 maestro_prefix={root}/node-a
+node-a ansible_host=127.0.0.1 maestro_prefix={root}/node-a {agent_vars}
 
 [data]
 node-a
@@ -164,7 +169,9 @@ def test_site_deploys_a_cluster_that_runs_a_test_then_upgrade_and_teardown(lab: 
     peers = _wait_for_peers(lab.broker_url, PEERS)
     assert set(peers) == PEERS
     assert {peers["s1"]["role"], peers["r1"]["role"], peers["w3"]["role"]} == {"sender", "receiver", "other"}
-    assert (lab.prefix("node-a") / "etc/agent.toml").is_file()
+    agent_toml = load_config(lab.prefix("node-a") / "etc/agent.toml")  # the agent's own parser reads it
+    assert agent_toml.proxies["sut-proxy"].upstream == ("127.0.0.1", 5672)
+    assert agent_toml.services["rabbit"].match == "beam.smp"
     env_file = (lab.prefix("node-b") / "etc/maestro.env").read_text()
     assert f"MAESTRO_BROKER={lab.broker_url}" in env_file and f"MAESTRO_DATA_SERVER={lab.data_url}" in env_file
 
