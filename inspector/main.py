@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from inspector.csvfile import DataSetWriter
-from inspector.sources import SOURCES, Source, SourceError, redact
+from inspector.registry import SOURCES
+from inspector.sources import Source, SourceError, redact
 from protocol.codes import Role
 from protocol.daemon_cli import daemon_parser, run_daemon
 from protocol.notes import Note, OkResponse, StartInspector, StartTest, StopInspector, StopTest, TestStarted

@@ -14,12 +14,11 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["SOURCES", "HostSource", "RabbitMqSource", "Source", "SourceError", "redact"]
+__all__ = ["HostSource", "HttpJson", "RabbitMqSource", "Rows", "Source", "SourceError", "redact"]
 
 Rows = dict[str, list[dict[str, Any]]]
 
@@ -47,6 +46,42 @@ class Source:
         """Release what the source holds (connections)."""
 
 
+class HttpJson:
+    """JSON over HTTP(S) with basic auth from the URL; errors are SourceErrors without credentials."""
+
+    def __init__(self, label: str, url: str, timeout_s: float) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise SourceError(f"{label}: {redact(url)!r} is not an http(s):// management URL")
+        self.label = label
+        self.timeout_s = timeout_s
+        self._auth = ""
+        if parts.username:
+            secret = f"{parts.username}:{parts.password or ''}".encode()
+            self._auth = "Basic " + base64.b64encode(secret).decode()
+        netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
+        self.base = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+    def request(self, path: str = "", body: Any = None) -> Any:
+        headers = {"Authorization": self._auth} if self._auth else {}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(self.base + path, data=data, headers=headers)
+        where = f"{self.label} {self.base}{path}"
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            raise SourceError(f"{where}: HTTP {exc.code}") from exc
+        except (urllib.error.URLError, OSError) as exc:
+            raise SourceError(f"{where}: {getattr(exc, 'reason', exc)}") from exc
+        except ValueError as exc:
+            raise SourceError(f"{where}: not JSON ({exc})") from exc
+
+
 @dataclass
 class RabbitMqSource(Source):
     """RabbitMQ's management HTTP API (`http://user:password@host:15672`): overview, queues and
@@ -57,34 +92,17 @@ class RabbitMqSource(Source):
     name = "rabbitmq"
 
     def __post_init__(self) -> None:
-        parts = urlsplit(self.url or "http://guest:guest@127.0.0.1:15672")
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise SourceError(f"rabbitmq: {redact(self.url)!r} is not an http(s):// management URL")
-        self._auth = ""
-        if parts.username:
-            secret = f"{parts.username}:{parts.password or ''}".encode()
-            self._auth = "Basic " + base64.b64encode(secret).decode()
-        netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
-        self._base = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+        self._http = HttpJson("rabbitmq", self.url or "http://guest:guest@127.0.0.1:15672", self.timeout_s)
 
     def _get(self, path: str) -> Any:
-        request = urllib.request.Request(self._base + path, headers={"Authorization": self._auth} if self._auth else {})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            raise SourceError(f"rabbitmq {self._base}{path}: HTTP {exc.code}") from exc
-        except (urllib.error.URLError, OSError) as exc:
-            raise SourceError(f"rabbitmq {self._base}{path}: {getattr(exc, 'reason', exc)}") from exc
-        except ValueError as exc:
-            raise SourceError(f"rabbitmq {self._base}{path}: not JSON ({exc})") from exc
+        return self._http.request(path)
 
     def sample(self) -> Rows:
         overview = self._get("/api/overview")
         queues = self._get("/api/queues")
         nodes = self._get("/api/nodes")
         if not isinstance(overview, dict) or not isinstance(queues, list) or not isinstance(nodes, list):
-            raise SourceError(f"rabbitmq {self._base}: unexpected answer shapes")
+            raise SourceError(f"rabbitmq {self._http.base}: unexpected answer shapes")
         stats = overview.get("message_stats", {})
         totals = overview.get("queue_totals", {})
         objects = overview.get("object_totals", {})
@@ -211,9 +229,3 @@ class HostSource(Source):
                 }
             ]
         }
-
-
-SOURCES: dict[str, Callable[[str], Source]] = {
-    "rabbitmq": RabbitMqSource,
-    "host": HostSource,
-}

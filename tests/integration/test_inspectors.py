@@ -9,10 +9,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from support.jolokia_broker import jolokia_broker
 from support.processes import Daemons
 from support.runs import run_with
 
 from coordinator import FixedRateTest
+from inspector.jolokia import JolokiaSource
 from inspector.sources import HostSource, RabbitMqSource, SourceError
 
 MANAGEMENT = "http://guest:guest@127.0.0.1:15672"
@@ -104,3 +106,30 @@ def test_host_values_move_when_the_machine_works(tmp_path: Path) -> None:
     (row,) = source.sample()["host"]
     assert float(row["cpu_user_percent"]) > 0
     assert int(row["memory_available"]) > 0
+
+
+def test_jolokia_reads_a_real_activemq_and_its_jvm_in_one_bulk_request() -> None:
+    queue = f"maestro.jolokia.{uuid.uuid4().hex[:6]}"
+    with jolokia_broker(queue, messages=7) as url:
+        source = JolokiaSource(url)
+        sample = source.sample()
+        (broker,) = sample["broker"]
+        # java.lang MBeans of the JVM that serves them: sizes in bytes, counts as counts.
+        assert broker["heap_used"] > 0 and broker["heap_committed"] >= broker["heap_used"]
+        assert broker["eden_used"] is not None and broker["tenured_max"] is not None and broker["pm_used"] > 0
+        assert broker["open_fds"] > 0 and broker["free_fds"] > 0 and broker["free_memory"] > 0
+        queues = {row["queue"]: row for row in sample["queues"]}
+        assert queues[queue] == {
+            "broker": "maestro-test",
+            "queue": queue,
+            "queue_size": 7,
+            "consumers": 0,
+            "acknowledged": 0,
+            "expired": 0,
+            "enqueued": 7,
+        }
+        assert queues[f"{queue}.consumed"]["consumers"] == 1
+        # Credentials in the URL go as basic auth and never into an error.
+        with pytest.raises(SourceError) as caught:
+            JolokiaSource(url.replace("/jolokia", "/nowhere").replace("http://", "http://admin:s3cret@")).sample()
+        assert "s3cret" not in str(caught.value)

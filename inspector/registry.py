@@ -1,0 +1,16 @@
+"""Inspectors by name, as START_INSPECTOR names them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from inspector.jolokia import JolokiaSource
+from inspector.sources import HostSource, RabbitMqSource, Source
+
+__all__ = ["SOURCES"]
+
+SOURCES: dict[str, Callable[[str], Source]] = {
+    "rabbitmq": RabbitMqSource,
+    "host": HostSource,
+    "jolokia": JolokiaSource,
+}
