@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from inspector.amqp_management import AmqpManagementSource
 from inspector.jolokia import JolokiaSource
 from inspector.sources import HostSource, RabbitMqSource, Source
 
@@ -13,4 +14,5 @@ SOURCES: dict[str, Callable[[str], Source]] = {
     "rabbitmq": RabbitMqSource,
     "host": HostSource,
     "jolokia": JolokiaSource,
+    "amqp-management": AmqpManagementSource,
 }

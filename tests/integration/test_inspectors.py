@@ -11,11 +11,14 @@ from pathlib import Path
 import pytest
 from support.jolokia_broker import jolokia_broker
 from support.processes import Daemons
+from support.qdrouter_management import management_peer
 from support.runs import run_with
 
 from coordinator import FixedRateTest
+from inspector.amqp_management import ENTITY_TYPES, AmqpManagementSource
 from inspector.jolokia import JolokiaSource
 from inspector.sources import HostSource, RabbitMqSource, SourceError
+from protocol.embedded_broker import free_port
 
 MANAGEMENT = "http://guest:guest@127.0.0.1:15672"
 
@@ -133,3 +136,47 @@ def test_jolokia_reads_a_real_activemq_and_its_jvm_in_one_bulk_request() -> None
         with pytest.raises(SourceError) as caught:
             JolokiaSource(url.replace("/jolokia", "/nowhere").replace("http://", "http://admin:s3cret@")).sample()
         assert "s3cret" not in str(caught.value)
+
+
+def test_amqp_management_queries_the_routers_entity_types_as_qpid_dispatch_answers_them() -> None:
+    with management_peer() as (url, router):
+        source = AmqpManagementSource(url)
+        try:
+            first = source.sample()
+            second = source.sample()
+        finally:
+            source.close()
+    assert set(first) == {"general", "memory", "links", "connections", "addresses"}
+    (general,) = first["general"]
+    assert (general["name"], general["version"], general["mode"]) == ("Router.A", "1.19.0", "interior")
+    assert (general["link_routes"], general["links"], general["nodes"], general["connections"]) == (2, 9, 1, 3)
+    assert second["general"][0]["deliveries_ingress"] - general["deliveries_ingress"] == 10  # fresh each time
+    assert [m["name"] for m in first["memory"]] == ["qd_buffer_t", "qd_message_t"]
+    assert first["memory"][0] == {
+        "name": "qd_buffer_t",
+        "size": 536,
+        "batch": 16,
+        "thread_max": 128,
+        "total": 1024,
+        "in_threads": 64,
+        "rebal_in": 3,
+        "rebal_out": 2,
+        "total_free_to_heap": 0,
+        "global_free_list_max": 0,
+    }
+    links = {link["name"]: link for link in first["links"]}
+    assert links["maestro-receiver"]["link_dir"] == "out" and links["maestro-receiver"]["undelivered_count"] == 1
+    # One QUERY per entity type per sample, each as the management spec words it.
+    assert len(router.queries) == 10
+    assert {q["operation"] for q in router.queries} == {"QUERY"}
+    assert {q["type"] for q in router.queries} == {"org.amqp.management"}
+    assert {q["entityType"] for q in router.queries} == set(ENTITY_TYPES)
+
+
+def test_amqp_management_errors_are_named_and_the_next_sample_reconnects() -> None:
+    with pytest.raises(SourceError, match="not an amqp"):
+        AmqpManagementSource("http://router:5672")
+    source = AmqpManagementSource(f"amqp://user:s3cret@127.0.0.1:{free_port()}", timeout_s=2)
+    with pytest.raises(SourceError) as caught:
+        source.sample()
+    assert "s3cret" not in str(caught.value) and "***@127.0.0.1" in str(caught.value)
