@@ -51,7 +51,8 @@ class Fail:
     latency_ms: bound on the corrected latency of each 1 s interval (0 = none), at
     `latency_percentile` (soft) or on the interval's max (hard); min_rate_ratio: achieved /
     target rate of each sender since warm-up; max_loss_ratio: lost / sent over the whole test
-    (checked on the merged sequence numbers); stall_s: no progress this long."""
+    (checked on the merged sequence numbers); stall_s: no progress this long; inspector_errors:
+    this many failed samples in a row from an inspector fail the test (0: they are only counted)."""
 
     latency_ms: float = 0.0
     latency_percentile: float = 99.0
@@ -59,6 +60,7 @@ class Fail:
     min_rate_ratio: float = 0.0
     max_loss_ratio: float = 0.0
     stall_s: float = 30.0
+    inspector_errors: int = 0
 
     def options(self) -> dict[str, Any]:
         return {
@@ -68,6 +70,7 @@ class Fail:
             "fail_min_rate_ratio": self.min_rate_ratio,
             "fail_max_loss_ratio": self.max_loss_ratio,
             "fail_stall_s": self.stall_s,
+            "fail_inspector_errors": self.inspector_errors,
         }
 
 

@@ -269,6 +269,7 @@ class Phase:
             for peer in senders:
                 m.set(self._placed(common | t.sender_options(flow)), to=peer)
         inspection = {k: v for k, v in t.options.items() if k.startswith("inspector")}
+        inspection["fail_inspector_errors"] = t.fail.options()["fail_inspector_errors"]
         for peer in [*self.cast.inspector_peers, *self.cast.agents]:
             m.set(common | {"labels": t.labels} | inspection, to=peer)
         self._ping("before")

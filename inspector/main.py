@@ -22,7 +22,16 @@ from inspector.registry import SOURCES
 from inspector.sources import Source, SourceError, redact
 from protocol.codes import Role
 from protocol.daemon_cli import daemon_parser, run_daemon
-from protocol.notes import Note, OkResponse, StartInspector, StartTest, StopInspector, StopTest, TestStarted
+from protocol.notes import (
+    Note,
+    OkResponse,
+    StartInspector,
+    StartTest,
+    StopInspector,
+    StopTest,
+    TestFailed,
+    TestStarted,
+)
 from protocol.runtime import Peer, PeerError, UnsupportedError, resolve_test_dir, write_peer_json
 from protocol.version import VERSION
 
@@ -44,6 +53,7 @@ class _Running:
     writers: dict[str, DataSetWriter] = field(default_factory=dict)
     samples: int = 0
     errors: int = 0
+    in_a_row: int = 0  # failed samples since the last good one
     last_error: str | None = None
     task: asyncio.Task[None] | None = None
 
@@ -126,20 +136,29 @@ class Inspector(Peer):
             try:
                 rows = await asyncio.to_thread(running.source.sample)
             except SourceError as exc:
-                running.errors += 1
-                running.last_error = str(exc)
+                self._failed_sample(running, str(exc))
                 log.warning("%s", exc)
             except Exception as exc:  # a source bug must not end the inspection
-                running.errors += 1
-                running.last_error = f"{type(exc).__name__}: {exc}"
+                self._failed_sample(running, f"{type(exc).__name__}: {exc}")
                 log.exception("inspector %s failed a sample", running.source.name)
             else:
                 running.samples += 1
+                running.in_a_row = 0
                 running.write(rows)
             tick += 1
             delay = start + tick * running.interval_s - time.monotonic()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(running.stop.wait(), max(0.0, delay))
+
+    def _failed_sample(self, running: _Running, error: str) -> None:
+        """Counted; and when the test asked for it, the test fails once enough come in a row."""
+        running.errors += 1
+        running.in_a_row += 1
+        running.last_error = error
+        limit = int(self.options.get("fail_inspector_errors", 0))
+        if limit and running.in_a_row == limit:
+            reason = f"inspector {running.source.name}: {limit} failed samples in a row, the last: {error}"
+            self.bus.publish(self.topics.notifications, TestFailed(test_id=self.test_id, message=reason))
 
     async def _stop_all(self) -> None:
         if not self._running:

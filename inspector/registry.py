@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from inspector.amqp_management import AmqpManagementSource
 from inspector.jolokia import JolokiaSource
+from inspector.kafka import KafkaSource
 from inspector.sources import HostSource, RabbitMqSource, Source
 
 __all__ = ["SOURCES"]
@@ -15,4 +16,5 @@ SOURCES: dict[str, Callable[[str], Source]] = {
     "host": HostSource,
     "jolokia": JolokiaSource,
     "amqp-management": AmqpManagementSource,
+    "kafka": KafkaSource,
 }

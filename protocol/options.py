@@ -264,6 +264,7 @@ OPTIONS: dict[str, Callable[[Any], Any]] = {
     "fail_min_rate_ratio": _number(0, 1),
     "fail_max_loss_ratio": _number(0, 1),
     "fail_stall_s": parse_seconds,
+    "fail_inspector_errors": _number(0, 1_000_000, integer=True),  # failed samples in a row; 0: never fail
     "management_url": _text,
     "inspector": _text,
     "inspector_interval_s": _number(1),

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import time
 import uuid
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from support.jolokia_broker import jolokia_broker
 from support.processes import Daemons
 from support.qdrouter_management import management_peer
 from support.runs import run_with
 
-from coordinator import FixedRateTest
+from coordinator import Fail, FixedRateTest
 from inspector.amqp_management import ENTITY_TYPES, AmqpManagementSource
 from inspector.jolokia import JolokiaSource
+from inspector.kafka import KafkaSource
 from inspector.sources import HostSource, RabbitMqSource, SourceError
 from protocol.embedded_broker import free_port
 
@@ -90,6 +94,13 @@ def test_an_unreachable_management_interface_is_counted_not_fatal(
     assert summary["errors"] >= 3 and summary["samples"] == 0
     assert summary["url"] == "http://***@127.0.0.1:1"
     assert "s3cret" not in json.dumps(info) and "s3cret" not in daemons.log("i1")
+
+    # The same, in a test that asked to fail on it: the third failed sample in a row ends it.
+    strict = dataclasses.replace(test, fail=Fail(inspector_errors=3), duration="20s")
+    result = run_with(daemons, url, strict, peers=3)
+    assert not result.passed
+    assert result.reason is not None and "inspector rabbitmq: 3 failed samples in a row" in result.reason
+    assert "s3cret" not in result.reason
 
 
 def test_rabbitmq_source_reads_the_real_api() -> None:
@@ -180,3 +191,39 @@ def test_amqp_management_errors_are_named_and_the_next_sample_reconnects() -> No
     with pytest.raises(SourceError) as caught:
         source.sample()
     assert "s3cret" not in str(caught.value) and "***@127.0.0.1" in str(caught.value)
+
+
+@pytest.mark.kafka
+def test_kafka_reports_watermarks_and_a_consumer_groups_lag(tansu: str) -> None:
+    bootstrap = tansu.removeprefix("kafka://")
+    topic, group = f"insp-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, num_partitions=2)]).values():
+        future.result(10)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(10):
+        producer.produce(topic, b"x", partition=i % 2)
+        producer.flush(10)  # one record per batch: the offsets count records on any broker
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False, "session.timeout.ms": 6000}
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    taken = 0
+    deadline = time.monotonic() + 20
+    while taken < 3 and time.monotonic() < deadline:
+        message = consumer.poll(1)
+        if message is not None and not message.error():
+            taken += 1
+    consumer.commit(asynchronous=False)
+    consumer.close()
+
+    source = KafkaSource(tansu)
+    try:
+        sample = source.sample()
+    finally:
+        source.close()
+    partitions = [row for row in sample["partitions"] if row["topic"] == topic]
+    assert [(p["partition"], p["low"], p["high"], p["messages"]) for p in partitions] == [(0, 0, 5, 5), (1, 0, 5, 5)]
+    assert all(p["replicas"] == 1 and p["in_sync"] == 1 for p in partitions)
+    groups = [row for row in sample["groups"] if row["group"] == group]
+    assert groups == [{"group": group, "topic": topic, "partition": 0, "committed": 3, "high": 5, "lag": 2}]
