@@ -11,6 +11,7 @@
     stop_signal = "TERM"                      # how `stop` ends it (default TERM)
     pidfile = "/run/mosquitto.pid"            # or: the agent's own child, started by `start`
     # match = "rabbitmq-server"               # or: the one process whose command line has this
+    # unit = "qdrouterd.service"              # or: a systemd unit (systemctl stop/start/kill)
     autostart = false                         # start it when the agent starts
 
     [proxies.sut-proxy]                       # a fault proxy: clients connect to listen
@@ -50,6 +51,7 @@ class ServiceConfig:
     stop_signal: signal.Signals = signal.SIGTERM
     pidfile: Path | None = None
     match: str | None = None  # or: the one process whose command line contains this
+    unit: str | None = None  # or: a systemd unit, driven with systemctl
     autostart: bool = False
 
 
@@ -100,7 +102,7 @@ def load_config(path: Path | None) -> AgentConfig:
     services = {}
     for name, entry in table.get("services", {}).items():
         where = f"{path}: [services.{name}]"
-        unknown = set(entry) - {"start", "stop_signal", "pidfile", "match", "autostart"}
+        unknown = set(entry) - {"start", "stop_signal", "pidfile", "match", "unit", "autostart"}
         if unknown:
             raise ConfigError(f"{where}: unknown key {', '.join(sorted(unknown))}")
         try:
@@ -113,10 +115,12 @@ def load_config(path: Path | None) -> AgentConfig:
             stop_signal=stop_signal,
             pidfile=Path(entry["pidfile"]) if "pidfile" in entry else None,
             match=str(entry["match"]) if entry.get("match") else None,
+            unit=_unit(entry["unit"], where) if "unit" in entry else None,
             autostart=bool(entry.get("autostart", False)),
         )
-        if not services[name].start and services[name].pidfile is None and services[name].match is None:
-            raise ConfigError(f"{where}: needs start (an argv), pidfile or match (a command line)")
+        service = services[name]
+        if not service.start and service.pidfile is None and service.match is None and service.unit is None:
+            raise ConfigError(f"{where}: needs start (an argv), pidfile, match (a command line) or unit (systemd)")
     config = AgentConfig(
         handler_dirs=tuple(Path(d).resolve() for d in handlers.get("directories", [])),
         handler_timeout_s=float(handlers.get("timeout_s", 60.0)),
@@ -133,6 +137,12 @@ def load_config(path: Path | None) -> AgentConfig:
     if sections:
         raise ConfigError(f"{path}: unknown section {', '.join(sections)}")
     return config
+
+
+def _unit(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9@_.:\\-]+", value) or value.startswith("-"):
+        raise ConfigError(f"{where}: unit {value!r} is not a systemd unit name")
+    return value
 
 
 def _sources(value: Any, path: Path) -> tuple[str, ...]:

@@ -66,7 +66,9 @@ class Agent(Peer):
         self.proxies = {
             name: FaultProxy(name, proxy.listen, proxy.upstream) for name, proxy in self.agent_config.proxies.items()
         }
-        self.networks = {name: NetworkTarget(net) for name, net in self.agent_config.networks.items()}
+        self.networks = {
+            name: NetworkTarget(net, config.data_dir / "networks") for name, net in self.agent_config.networks.items()
+        }
         self.targets: dict[str, Target] = {
             **{name: ServiceTarget(service) for name, service in self.services.items()},
             **{name: ProxyTarget(proxy) for name, proxy in self.proxies.items()},

@@ -1,5 +1,6 @@
-"""The services an agent may stop, start, restart, kill, pause and resume: by its own child
-process (`start` in the configuration) or a pid file."""
+"""The services an agent may stop, start, restart, kill, pause and resume: its own child process
+(`start` in the configuration), a pid file, a command line (`match`), or a systemd unit (`unit`:
+systemctl does the work, signals go through `systemctl kill`)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,19 @@ class Service:
     proc: subprocess.Popen[bytes] | None = None
     paused: bool = False
 
+    def _systemctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        assert self.config.unit is not None
+        argv = ["systemctl", *args, "--", self.config.unit]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        if result.returncode != 0 and args[0] != "is-active":
+            why = result.stderr.strip() or f"exit {result.returncode}"
+            raise PeerError(f"service {self.config.name}: {' '.join(argv)} failed: {why}")
+        return result
+
     def pid(self) -> int | None:
+        if self.config.unit is not None:
+            main_pid = self._systemctl("show", "--property=MainPID", "--value").stdout.strip()
+            return int(main_pid) if main_pid.isdigit() and int(main_pid) > 0 else None
         if self.proc is not None:
             return self.proc.pid if self.proc.poll() is None else None
         if self.config.pidfile is not None:
@@ -42,6 +55,8 @@ class Service:
         return None
 
     def running(self) -> bool:
+        if self.config.unit is not None:
+            return self._systemctl("is-active", "--quiet").returncode == 0
         pid = self.pid()
         if pid is None:
             return False
@@ -54,6 +69,9 @@ class Service:
         return True
 
     def start(self) -> None:
+        if self.config.unit is not None:
+            self._systemctl("start")
+            return
         if self.running():
             raise PeerError(f"service {self.config.name} runs already")
         if not self.config.start:
@@ -63,6 +81,9 @@ class Service:
             self.proc = subprocess.Popen(list(self.config.start), stdout=out, stderr=subprocess.STDOUT)
 
     def send(self, sig: signal.Signals) -> int:
+        if self.config.unit is not None:
+            self._systemctl("kill", f"--signal={sig.name}")
+            return self.pid() or 0
         pid = self.pid()
         if pid is None:
             raise PeerError(f"service {self.config.name} is not running")
@@ -71,6 +92,12 @@ class Service:
 
     def stop(self, sig: signal.Signals | None = None) -> None:
         """Signal, then wait for it to go (SIGKILL after a while); blocks."""
+        if self.config.unit is not None and sig is None:
+            if self.paused:
+                self.send(signal.SIGCONT)
+                self.paused = False
+            self._systemctl("stop")  # systemd's own stop: its ExecStop, its timeout, its SIGKILL
+            return
         if self.paused:
             self.send(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
             self.paused = False

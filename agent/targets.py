@@ -10,6 +10,7 @@ it left standing and how to undo it, so that the agent can restore everything at
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import shlex
@@ -17,6 +18,7 @@ import signal
 import subprocess
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from agent.config import NetworkConfig
@@ -210,11 +212,14 @@ class NetworkTarget:
         "heal": frozenset(),
     }
 
-    def __init__(self, config: NetworkConfig) -> None:
+    def __init__(self, config: NetworkConfig, state_dir: Path | None = None) -> None:
         self.config = config
         self.name = config.name
         self._rules: dict[str, list[list[str]]] = {}  # action -> the iptables rules it added
         self._qdisc: str | None = None  # the action whose root qdisc is in place
+        # A qdisc carries no comment to find it by: a file says one of ours is in place, so that
+        # an agent that crashed before restoring is cleaned up after by the next one.
+        self._marker = state_dir / f"{config.name}.qdisc" if state_dir is not None else None
 
     def check(self, action: str, params: dict[str, str]) -> None:
         if action == "latency":
@@ -277,11 +282,16 @@ class NetworkTarget:
                     ) from exc
                 raise
         self._qdisc = action
+        if self._marker is not None:
+            self._marker.parent.mkdir(parents=True, exist_ok=True)
+            self._marker.write_text(f"{action} {self.config.namespace or ''} {self.config.interface}\n")
 
     def _qdisc_del(self) -> None:
         if self._qdisc is not None:
             self._run(["tc", "qdisc", "del", "dev", self.config.interface, "root"])
             self._qdisc = None
+            if self._marker is not None:
+                self._marker.unlink(missing_ok=True)
 
     # iptables: each rule carries a comment, so that a later agent can find what an earlier one left.
     def _directions(self, params: dict[str, str]) -> list[tuple[str, str, str]]:
@@ -335,4 +345,9 @@ class NetworkTarget:
         stale = [shlex.split(line)[1:] for line in listed if line.startswith("-A ") and tag in line]
         for rule in stale:
             self._run(["iptables", "-D", *rule])
+        if self._marker is not None and self._marker.exists():
+            with contextlib.suppress(PeerError):  # gone with a namespace or a reboot meanwhile
+                self._run(["tc", "qdisc", "del", "dev", self.config.interface, "root"])
+                stale.append(["qdisc"])
+            self._marker.unlink()
         return len(stale)

@@ -344,3 +344,16 @@ def test_a_service_found_by_its_command_line_is_paused_resumed_and_killed(tmp_pa
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_systemd_unit_service_is_driven_through_systemctl(tmp_path: Path) -> None:
+    """systemd is not PID 1 on these machines: what can be shown is that the agent asks systemctl
+    and passes on its answer, by name. Where systemd runs, the same calls stop and start the unit."""
+    service = Service(ServiceConfig("router", unit="maestro-test-nonexistent.service"), tmp_path)
+    booted = Path("/run/systemd/system").is_dir()
+    assert service.running() is False  # is-active: inactive, or no systemd to ask
+    with pytest.raises(PeerError, match=r"systemctl start -- maestro-test-nonexistent.service failed"):
+        service.start()
+    if not booted:
+        with pytest.raises(PeerError, match="systemctl kill --signal=SIGSTOP"):
+            ServiceTarget(service)._apply("pause")

@@ -49,6 +49,8 @@ def test_proxies_and_networks_are_targets_too(tmp_path: Path) -> None:
         ('[proxies.p]\nlisten = "127.0.0.1"\nupstream = "h:1"\n', "expected host:port"),
         ('[proxies.p]\nlisten = "127.0.0.1:1"\n', "needs listen and upstream"),
         ('[networks.n]\ninterface = "eth0; rm -rf /"\n', "not an interface or namespace name"),
+        ('[services.s]\nunit = "x.service; reboot"\n', "not a systemd unit name"),
+        ('[services.s]\nunit = "--now"\n', "not a systemd unit name"),
         ('[networks.n]\nnamespace = "ns"\n', "needs interface"),
         ('[networks.b]\ninterface = "eth0"\n[services.b]\nstart = ["x"]\n', "b names more than one"),
         ('[network.n]\ninterface = "eth0"\n', "unknown section network"),
