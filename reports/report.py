@@ -85,11 +85,15 @@ def _rate_chart(rates: dict[tuple[str, str], dict[int, int]], events: list[dict[
     return _figure(fig, "Throughput", "messages per second")
 
 
-def _latency_chart(latency: dict[int, dict[str, float]], title: str) -> str:
+def _latency_chart(latency: dict[int, dict[str, float]], title: str, uncertainty_ms: float = 0.0) -> str:
     fig = go.Figure()
     seconds = sorted(latency)
-    for key in ("p50", "p90", "p99", "p99.9", "max"):
-        fig.add_scatter(x=[_when(s) for s in seconds], y=[latency[s][key] / 1000 for s in seconds], name=key)
+    # Corrected across hosts: the clock offsets' uncertainty is the error bar of every point.
+    error = {"type": "constant", "value": uncertainty_ms, "visible": True} if uncertainty_ms else None
+    for key in ("p50", "p75", "p90", "p95", "p99", "p99.9", "max"):
+        fig.add_scatter(
+            x=[_when(s) for s in seconds], y=[latency[s][key] / 1000 for s in seconds], name=key, error_y=error
+        )
     return _figure(fig, title, "milliseconds")
 
 
@@ -201,10 +205,14 @@ def build_report(
     if faults:
         (out / "faults.json").write_text(json.dumps(faults, indent=2))
     charts = [_rate_chart(rates, record.get("events", []))]
+    corrected = [p for p in figures["peers"] if "latency_correction_us" in p]
+    uncertainty_ms = max((p["latency_uncertainty_us"] for p in corrected), default=0.0) / 1000
     if latency.get("corrected"):
-        charts.append(_latency_chart(latency["corrected"], "Latency per second (from the intended send time)"))
+        title = "Latency per second (from the intended send time)"
+        charts.append(_latency_chart(latency["corrected"], title, uncertainty_ms))
     if latency.get("service"):
-        charts.append(_latency_chart(latency["service"], "Service latency per second (from the actual send time)"))
+        title = "Service latency per second (from the actual send time)"
+        charts.append(_latency_chart(latency["service"], title, uncertainty_ms))
     charts.append(_distribution_chart(figures))
     charts += _inspector_charts(test_dir)
     peer_rows = [
@@ -215,6 +223,11 @@ def build_report(
     ]
     reason = f"<p>Reason: {html.escape(str(summary['reason']))}</p>" if summary["reason"] else ""
     reason += "".join(f'<p class="failure">Generator-bound: {html.escape(why)}</p>' for why in generator_bound(peers))
+    reason += "".join(
+        f"<p>Latency at {html.escape(str(p['name']))} corrected across hosts by the measured clock offsets: "
+        f"{p['latency_correction_us'] / 1000:+.3f} ms ± {p['latency_uncertainty_us'] / 1000:.3f} ms.</p>"
+        for p in corrected
+    )
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(test_dir.name)}</title>
 {_ERRORS}<script src="plotly.min.js"></script><style>{_STYLE}</style></head><body>
 <h1>Test {html.escape(test_dir.name)}: <span class="{html.escape(outcome)}">{html.escape(outcome)}</span></h1>

@@ -19,7 +19,8 @@ from typing import Any
 
 from protocol.hdr import new_histogram, read_intervals
 from protocol.ratefile import read_rate_file
-from reports.summary import Peers
+from reports.clocks import clock_corrections, shifted
+from reports.summary import Peers, read_test_json
 
 __all__ = ["inspector_tables", "latency_series", "rate_series", "spark_session"]
 
@@ -81,14 +82,18 @@ def rate_series(spark: Any, peers: Peers) -> tuple[dict[tuple[str, str], dict[in
 
 
 def latency_series(test_dir: Path) -> dict[str, dict[int, dict[str, float]]]:
-    """Per second, all receivers merged: percentiles of the corrected and the service latency (µs)."""
+    """Per second, all receivers merged: percentiles of the corrected and the service latency
+    (µs), with the clock corrections across hosts that the summary applies."""
+    corrections = clock_corrections(read_test_json(test_dir))
     out: dict[str, dict[int, dict[str, float]]] = {}
     for kind, name in (("corrected", "receiver-latency.hlog"), ("service", "receiver-service-latency.hlog")):
         merged: dict[int, Any] = {}
         for path in sorted(test_dir.glob(f"receiver/*/{name}")):
+            correction = corrections.get(path.parent.name)
             for interval in read_intervals(path):
                 second = interval.get_start_time_stamp() // 1000
-                merged.setdefault(second, new_histogram()).add(interval)
+                moved, _ = shifted(interval, correction.shift_us if correction else 0.0)
+                merged.setdefault(second, new_histogram()).add(moved)
         out[kind] = {
             second: {
                 **{f"p{p:g}": float(h.get_value_at_percentile(p)) for p in PERCENTILES},

@@ -17,6 +17,7 @@ from typing import Any
 from protocol.hdr import new_histogram, read_intervals
 from protocol.ratefile import read_rate_file
 from protocol.sequences import load_bitset, merge_bitsets
+from reports.clocks import Correction, clock_corrections, shifted
 
 __all__ = ["Peers", "rate_over_seconds", "read_peers", "read_test_json", "summarize"]
 
@@ -62,8 +63,10 @@ def rate_over_seconds(times_us: Iterable[int]) -> dict[str, float]:
 
 
 def summarize(test_dir: Path, peers: Peers | None = None) -> dict[str, Any]:
-    """`peers`: the folder's peer.json files, when the caller has read them already."""
+    """`peers`: the folder's peer.json files, when the caller has read them already. Latency
+    is corrected across hosts by the clock offsets test.json records (reports.clocks)."""
     peers = read_peers(test_dir) if peers is None else peers
+    corrections = clock_corrections(read_test_json(test_dir))
     senders = [(d, p) for d, p in peers if p.get("role") == "sender"]
     receivers = [(d, p) for d, p in peers if p.get("role") == "receiver"]
     warmed = [p for _, p in senders if p.get("warm_up_s", 0) > 0]
@@ -90,7 +93,7 @@ def summarize(test_dir: Path, peers: Peers | None = None) -> dict[str, Any]:
     deliveries: Counter[str] = Counter()
     receive_times: list[int] = []
     last_receive = None
-    latency = new_histogram()
+    latency, clamped = _latency(receivers, corrections, warm_up_end_us)
     foreign: Counter[str] = Counter()
     for directory, info in receivers:
         foreign.update(info.get("foreign", {}))
@@ -107,11 +110,6 @@ def summarize(test_dir: Path, peers: Peers | None = None) -> dict[str, Any]:
                 last_receive = ata if last_receive is None else max(last_receive, ata)
                 if eta >= warm_up_end_us:
                     receive_times.append(ata)
-        hlog = directory / "receiver-latency.hlog"
-        if hlog.exists():
-            for interval in read_intervals(hlog):
-                if interval.get_start_time_stamp() * 1000 >= warm_up_end_us:
-                    latency.add(interval)
 
     received = lost = duplicates = 0
     per_sender = []
@@ -151,15 +149,44 @@ def summarize(test_dir: Path, peers: Peers | None = None) -> dict[str, Any]:
         "latency_samples": latency.get_total_count(),
         "latency_distribution_us": [[p, float(latency.get_value_at_percentile(p))] for p in DISTRIBUTION],
         "per_sender": per_sender,
-        "peers": [
-            {
-                "name": info.get("name"),
-                "role": info.get("role"),
-                "host": info.get("host"),
-                "failure": info.get("failure"),
-                **({"sent": info["sent"]} if "sent" in info else {}),
-                **({"received": info["received"]} if "received" in info else {}),
-            }
-            for _, info in peers
-        ],
+        "peers": _peer_rows(peers, corrections),
+        "latency_clamped_by_correction": clamped,
+    }
+
+
+def _latency(receivers: Peers, corrections: dict[str, Correction], warm_up_end_us: int) -> tuple[Any, int]:
+    """The receivers' corrected-latency intervals after warm-up, merged, each receiver's shifted
+    by its clock correction; and how many values the shift would have put below 1 µs."""
+    latency = new_histogram()
+    clamped = 0
+    for directory, info in receivers:
+        hlog = directory / "receiver-latency.hlog"
+        if not hlog.exists():
+            continue
+        correction = corrections.get(str(info.get("name")))
+        for interval in read_intervals(hlog):
+            if interval.get_start_time_stamp() * 1000 >= warm_up_end_us:
+                moved, below = shifted(interval, correction.shift_us if correction else 0.0)
+                clamped += below
+                latency.add(moved)
+    return latency, clamped
+
+
+def _peer_rows(peers: Peers, corrections: dict[str, Correction]) -> list[dict[str, Any]]:
+    rows = []
+    for _, info in peers:
+        row = {k: info.get(k) for k in ("name", "role", "host", "failure")}
+        row |= {k: info[k] for k in ("sent", "received") if k in info}
+        if info.get("role") == "receiver":
+            row |= _correction_fields(corrections.get(str(info.get("name"))))
+        rows.append(row)
+    return rows
+
+
+def _correction_fields(correction: Correction | None) -> dict[str, Any]:
+    if correction is None:
+        return {}
+    return {
+        "latency_correction_us": round(correction.shift_us, 1),
+        "latency_uncertainty_us": round(correction.uncertainty_us, 1),
     }
