@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 
 from reports.baseline import Thresholds, compare
 from reports.faults import fault_effects, read_traffic, windows_from_events
+from reports.price import price_performance
 from reports.series import inspector_tables, latency_series, rate_series
 from reports.summary import Peers, read_peers, read_test_json, summarize
 
@@ -199,6 +200,7 @@ def build_report(
         {"figure": "receive rate, mean msg/s", "value": summary["receive_rate"]["mean"]},
         *({"figure": f"latency {k}, ms", "value": v / 1000} for k, v in lat.items()),
         {"figure": "duration, s", "value": summary["duration_s"]},
+        *price_performance(summary["receive_rate"]["mean"], record.get("labels") or {}),
     ]
     verdict = _baseline_section(summary.get("baseline"))
     faults = fault_effects(windows_from_events(record.get("events", [])), read_traffic(peers))

@@ -33,6 +33,7 @@ def test_the_report_of_a_known_folder(spark: Any, tmp_path: Path) -> None:
     test = one_loss_one_duplicate(tmp_path)
     event = {"time": "2027-01-15T08:00:02+00:00", "action": "restart", "phase": "start", "target": "sut"}
     record = {"outcome": "failure", "reason": "lost 1 of 40", "kind": "fixed-rate", "events": [event]}
+    record["labels"] = {"price_per_hour": "2", "currency": "EUR"}
     (test / "test.json").write_text(json.dumps(record))
     out, _ = build_report(spark, test)
     summary = json.loads((out / "summary.json").read_text())
@@ -46,6 +47,9 @@ def test_the_report_of_a_known_folder(spark: Any, tmp_path: Path) -> None:
     assert "http://" not in page.split("<body>")[1].split("plotly")[0]  # no CDN before the charts load
     assert "restart sut start" in page  # the agent's action, marked on the time axis
     assert "Loss and duplicates per sender" in page and "<td>s1/0</td><td>40</td><td>39</td><td>1</td>" in page
+    # Price-performance from the labels' hourly price: 2 EUR/h over the mean receive rate.
+    cost = 2 * 730 / (summary["receive_rate"]["mean"] / 1000)
+    assert f"<td>cost per 1,000 msg/s per month, EUR</td><td>{cost:,.3f}".rstrip("0").rstrip(".") in page
 
 
 def test_per_second_rates_from_spark_are_exact(spark: Any, tmp_path: Path) -> None:
