@@ -13,51 +13,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import plotly
 import plotly.graph_objects as go
 
 from reports.baseline import Thresholds, compare
 from reports.faults import fault_effects, read_traffic, windows_from_events
+from reports.page import ERRORS_JS, PLOTLY_JS, STYLE, SUMMARY_KEYS, cell, figure, summary_json, table
 from reports.price import price_performance
 from reports.series import inspector_tables, latency_series, rate_series
+from reports.series_report import build_series_report
 from reports.summary import Peers, read_peers, read_test_json, summarize
 
 __all__ = ["SUMMARY_KEYS", "build_index", "build_report", "summary_json"]
 
 log = logging.getLogger(__name__)
 
+
 # The keys DESIGN.md fixes for summary.json; tools outside the code rely on exactly these.
-SUMMARY_KEYS = (
-    "test_id",
-    "outcome",
-    "reason",
-    "duration_s",
-    "sent",
-    "received",
-    "lost",
-    "duplicates",
-    "send_rate",
-    "receive_rate",
-    "latency_us",
-    "peers",
-)
-_PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-
-
-def summary_json(figures: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
-    full = {**figures, "outcome": record.get("outcome"), "reason": record.get("reason")}
-    return {key: full.get(key) for key in SUMMARY_KEYS}
-
-
 def _when(second: int) -> datetime:
     return datetime.fromtimestamp(second, UTC)
-
-
-def _figure(fig: go.Figure, title: str, y: str) -> str:
-    fig.update_layout(
-        title=title, yaxis_title=y, height=380, margin={"l": 60, "r": 20, "t": 50, "b": 40}, template="plotly_white"
-    )
-    return str(fig.to_html(full_html=False, include_plotlyjs=False))
 
 
 def _rate_chart(rates: dict[tuple[str, str], dict[int, int]], events: list[dict[str, Any]]) -> str:
@@ -83,7 +56,7 @@ def _rate_chart(rates: dict[tuple[str, str], dict[int, int]], events: list[dict[
             seconds = sorted(totals)
             name = "sent, total" if role == "sender" else "received, total"
             fig.add_scatter(x=[_when(s) for s in seconds], y=[totals[s] for s in seconds], name=name, line={"width": 3})
-    return _figure(fig, "Throughput", "messages per second")
+    return figure(fig, "Throughput", "messages per second")
 
 
 def _latency_chart(latency: dict[int, dict[str, float]], title: str, uncertainty_ms: float = 0.0) -> str:
@@ -95,7 +68,7 @@ def _latency_chart(latency: dict[int, dict[str, float]], title: str, uncertainty
         fig.add_scatter(
             x=[_when(s) for s in seconds], y=[latency[s][key] / 1000 for s in seconds], name=key, error_y=error
         )
-    return _figure(fig, title, "milliseconds")
+    return figure(fig, title, "milliseconds")
 
 
 def _distribution_chart(figures: dict[str, Any]) -> str:
@@ -108,7 +81,7 @@ def _distribution_chart(figures: dict[str, Any]) -> str:
     ys = [value / 1000 for _, value in points]
     fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines+markers", text=[f"p{p:g}" for p, _ in points]))
     fig.update_xaxes(type="log", tickvals=xs, ticktext=[f"{p:g}%" for p, _ in points], title="percentile")
-    return _figure(fig, "Latency by percentile (whole test after warm-up, corrected)", "milliseconds")
+    return figure(fig, "Latency by percentile (whole test after warm-up, corrected)", "milliseconds")
 
 
 def _inspector_charts(test_dir: Path) -> list[str]:
@@ -129,7 +102,7 @@ def _inspector_charts(test_dir: Path) -> list[str]:
                     y=[float(e[column]) for e in entries if _is_number(e[column])],
                     name=f"{group} {column}" if len(groups) > 1 else column,
                 )
-        charts.append(_figure(fig, f"Inspector {name}", "value"))
+        charts.append(figure(fig, f"Inspector {name}", "value"))
     return charts
 
 
@@ -141,42 +114,14 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c)))}</td>" for c in columns) + "</tr>" for r in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:,.3f}".rstrip("0").rstrip(".")
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
-    return "" if value is None else str(value)
-
-
-_STYLE = """
-body{font-family:system-ui,sans-serif;margin:24px;color:#222}h1{font-size:1.4em}
-table{border-collapse:collapse;margin:12px 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
-th{background:#f4f4f4;cursor:pointer}.success{color:#17702a}.failure{color:#b00020}
-"""
-
-
-# A script error is written onto the page itself, where a headless browser test can read it.
-_ERRORS = """<script>window.addEventListener('error', e => {
-  const root = document.documentElement;
-  root.dataset.jsErrors = (root.dataset.jsErrors || '') + e.message + ';';
-});</script>"""
-
-
 def build_report(
     spark: Any, test_dir: Path, baseline: Path | None = None, thresholds: Thresholds | None = None
 ) -> tuple[Path, dict[str, Any]]:
     """Write `<test_dir>/report/`; the folder and the summary. With a baseline test folder, the
     summary carries a `baseline` comparison (the one key beyond DESIGN's list, only then)."""
     record = read_test_json(test_dir)
+    if record.get("steps"):
+        return build_series_report(test_dir, record)  # its phases have reports of their own
     peers = read_peers(test_dir)
     figures = summarize(test_dir, peers)
     summary = summary_json(figures, record)
@@ -187,7 +132,7 @@ def build_report(
     latency = latency_series(test_dir)
     out = test_dir / "report"
     out.mkdir(exist_ok=True)
-    shutil.copyfile(_PLOTLY_JS, out / "plotly.min.js")
+    shutil.copyfile(PLOTLY_JS, out / "plotly.min.js")
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     outcome = summary["outcome"] or "unknown"
     lat = summary["latency_us"]
@@ -231,19 +176,19 @@ def build_report(
         for p in corrected
     )
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(test_dir.name)}</title>
-{_ERRORS}<script src="plotly.min.js"></script><style>{_STYLE}</style></head><body>
+{ERRORS_JS}<script src="plotly.min.js"></script><style>{STYLE}</style></head><body>
 <h1>Test {html.escape(test_dir.name)}: <span class="{html.escape(outcome)}">{html.escape(outcome)}</span></h1>
 {reason}<p>{html.escape(str(record.get("name") or ""))} {html.escape(str(record.get("kind") or ""))}
 started {html.escape(str(record.get("started") or ""))}; {rows:,} rate records read.
 Rates and latency leave the warm-up out; counts cover the whole test.</p>
-{_table(key_figures, ["figure", "value"])}
+{table(key_figures, ["figure", "value"])}
 {verdict}
 {"".join(c for c in charts if c)}
 {_faults_section(faults)}
 <h2>Loss and duplicates per sender</h2>
-{_table(figures["per_sender"], ["sender", "expected", "received", "lost", "lost_percent", "duplicates"])}
+{table(figures["per_sender"], ["sender", "expected", "received", "lost", "lost_percent", "duplicates"])}
 <h2>Peers</h2>
-{_table(peer_rows, ["name", "role", "host", "clock offset ms"])}
+{table(peer_rows, ["name", "role", "host", "clock offset ms"])}
 </body></html>"""
     (out / "index.html").write_text(page)
     return out, summary
@@ -276,7 +221,7 @@ def _faults_section(faults: list[dict[str, Any]]) -> str:
         "pause in arrivals around the fault; first publish/consume and back to 95 % of the rate before: seconds "
         "after the fault ended; p99 latency from the intended send time, in the 10 s before, during the fault "
         "(and its outage), and in the 10 s after; lost: messages intended to be sent in that span that never "
-        "arrived.</p>" + _table(faults, _FAULT_COLUMNS)
+        "arrived.</p>" + table(faults, _FAULT_COLUMNS)
     )
 
 
@@ -298,7 +243,7 @@ def _baseline_section(comparison: dict[str, Any] | None) -> str:
     ]
     return (
         f'<h2>Against baseline {html.escape(comparison["test_id"])}: <span class="{css}">{verdict}</span></h2>'
-        + _table(rows, ["figure", "baseline", "current", "change", "allowed", "regression"])
+        + table(rows, ["figure", "baseline", "current", "change", "allowed", "regression"])
     )
 
 
@@ -344,7 +289,7 @@ def build_index(root: Path) -> Path:
             "<tr>"
             + f"<td>{link if s else html.escape(test_dir.name)}</td>"
             + "".join(
-                f"<td>{html.escape(_cell(v))}</td>"
+                f"<td>{html.escape(cell(v))}</td>"
                 for v in (
                     record.get("kind"),
                     record.get("started"),
@@ -362,7 +307,7 @@ def build_index(root: Path) -> Path:
         for i, h in enumerate(["test", "kind", "started", "outcome", "sent", "lost", "receive msg/s", "p99 ms"])
     )
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Maestro results</title>
-{_ERRORS}<style>{_STYLE}</style></head><body><h1>Maestro results</h1>
+{ERRORS_JS}<style>{STYLE}</style></head><body><h1>Maestro results</h1>
 <table id="tests"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>
 <script>
 function sortBy(col) {{

@@ -1,0 +1,73 @@
+"""What every report page shares: summary.json's keys, the page's style, charts and tables."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+import plotly
+import plotly.graph_objects as go
+
+__all__ = ["ERRORS_JS", "PLOTLY_JS", "STYLE", "SUMMARY_KEYS", "cell", "figure", "summary_json", "table"]
+
+SUMMARY_KEYS = (
+    "test_id",
+    "outcome",
+    "reason",
+    "duration_s",
+    "sent",
+    "received",
+    "lost",
+    "duplicates",
+    "send_rate",
+    "receive_rate",
+    "latency_us",
+    "peers",
+)
+PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+
+
+def summary_json(figures: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    full = {**figures, "outcome": record.get("outcome"), "reason": record.get("reason")}
+    return {key: full.get(key) for key in SUMMARY_KEYS}
+
+
+def figure(fig: go.Figure, title: str, y: str) -> str:
+    fig.update_layout(
+        title=title, yaxis_title=y, height=380, margin={"l": 60, "r": 20, "t": 50, "b": 40}, template="plotly_white"
+    )
+    return str(fig.to_html(full_html=False, include_plotlyjs=False))
+
+
+def table(rows: list[dict[str, Any]], columns: list[str], raw: frozenset[str] = frozenset()) -> str:
+    """`raw`: columns whose cells are HTML already (links)."""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+
+    def td(row: dict[str, Any], column: str) -> str:
+        return f"<td>{row.get(column, '') if column in raw else html.escape(cell(row.get(column)))}</td>"
+
+    body = "".join("<tr>" + "".join(td(r, c) for c in columns) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return "" if value is None else str(value)
+
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:24px;color:#222}h1{font-size:1.4em}
+table{border-collapse:collapse;margin:12px 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
+th{background:#f4f4f4;cursor:pointer}.success{color:#17702a}.failure{color:#b00020}
+"""
+
+
+# A script error is written onto the page itself, where a headless browser test can read it.
+ERRORS_JS = """<script>window.addEventListener('error', e => {
+  const root = document.documentElement;
+  root.dataset.jsErrors = (root.dataset.jsErrors || '') + e.message + ';';
+});</script>"""

@@ -1,0 +1,158 @@
+"""The report of a test made of phases (incremental, search, repeated, sweep): its test.json holds
+the phases' rows; each phase has a folder and a report of its own, linked from here.
+
+- repeated: each figure as mean ± the 95 % confidence interval over the repetitions;
+- sweep: a comparison table, and throughput and p99 latency against the swept parameter;
+- incremental and search: the latency-vs-throughput curve and the maximum sustainable step.
+
+`summary.json` carries DESIGN.md's keys for the phase that stands for the test (the maximum
+sustainable step, the sweep's best point, the repetition nearest the mean), with the test's own
+id, outcome and reason.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+
+from reports.page import ERRORS_JS, PLOTLY_JS, STYLE, figure, summary_json, table
+from reports.summary import summarize
+
+__all__ = ["build_series_report"]
+
+
+def build_series_report(test_dir: Path, record: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
+    steps = record.get("steps", [])
+    kind = str(record.get("kind", ""))
+    out = test_dir / "report"
+    out.mkdir(exist_ok=True)
+    shutil.copyfile(PLOTLY_JS, out / "plotly.min.js")
+
+    stands_for = record.get("max_sustainable") or record.get("best") or (steps[-1] if steps else None)
+    figures = summarize(test_dir.parent / stands_for["test_id"]) if stands_for else summarize(test_dir)
+    summary = summary_json(figures, record) | {"test_id": test_dir.name}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+
+    sections = []
+    if kind == "repeated":
+        sections.append(_statistics(record.get("statistics", {})))
+    if kind == "sweep":
+        sections.append(_sweep(record.get("comparison", [])))
+    if kind in ("incremental", "search"):
+        sections.append(_curve(steps))
+        best = record.get("max_sustainable")
+        if best:
+            sections.append(
+                f"<p>Maximum sustainable: {best['receive_rate'] or 0:,.1f} msg/s received at "
+                f"{best['target_rate']:,.0f} msg/s offered ({_link(best['test_id'])}).</p>"
+            )
+    rows = [
+        {
+            **step,
+            "phase": _link(step["test_id"]),
+            "p50 ms": _ms(step, "p50"),
+            "p99 ms": _ms(step, "p99"),
+        }
+        for step in steps
+    ]
+    columns = ["phase", "target_rate", "send_rate", "receive_rate", "p50 ms", "p99 ms", "lost", "outcome", "reason"]
+    outcome = str(record.get("outcome") or "unknown")
+    reason = f"<p>Reason: {html.escape(str(record['reason']))}</p>" if record.get("reason") else ""
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(test_dir.name)}</title>
+{ERRORS_JS}<script src="plotly.min.js"></script><style>{STYLE}</style></head><body>
+<h1>Test {html.escape(test_dir.name)}: <span class="{html.escape(outcome)}">{html.escape(outcome)}</span></h1>
+{reason}<p>{html.escape(str(record.get("name") or ""))} {html.escape(kind)}, {len(steps)} phases,
+started {html.escape(str(record.get("started") or ""))}. Each phase has its own report.</p>
+{"".join(sections)}
+<h2>Phases</h2>
+{table(rows, columns, raw=frozenset({"phase"}))}
+</body></html>"""
+    (out / "index.html").write_text(page)
+    return out, summary
+
+
+def _link(test_id: str) -> str:
+    safe = html.escape(test_id)
+    return f'<a href="../../{safe}/report/index.html">{safe}</a>'
+
+
+def _ms(step: dict[str, Any], key: str) -> float | None:
+    value = (step.get("latency_us") or {}).get(key)
+    return value / 1000 if value is not None else None
+
+
+def _statistics(statistics: dict[str, Any]) -> str:
+    rows = []
+    for name, s in statistics.items():
+        scale, unit = (1000, "ms") if name.endswith("_us") else (1, "msg/s")
+        label = name.removesuffix("_us").replace("_", " ")
+        low, high = (v / scale for v in s["ci95"])
+        rows.append(
+            {
+                "figure": f"{label}, {unit}",
+                "mean": s["mean"] / scale,
+                "± (95 %)": (high - low) / 2,
+                "CI low": low,
+                "CI high": high,
+                "stdev": s["stdev"] / scale,
+                "n": s["n"],
+            }
+        )
+    return "<h2>Over the repetitions: mean and 95 % confidence interval (Student's t)</h2>" + table(
+        rows, ["figure", "mean", "± (95 %)", "CI low", "CI high", "stdev", "n"]
+    )
+
+
+def _sweep(comparison: list[dict[str, Any]]) -> str:
+    if not comparison:
+        return ""
+    parameters = sorted({k for row in comparison for k in row.get("point", {})})
+    numeric = len(parameters) == 1 and all(
+        isinstance(row["point"].get(parameters[0]), int | float) for row in comparison
+    )
+    xs = [
+        row["point"][parameters[0]] if numeric else ", ".join(f"{k}={v}" for k, v in row["point"].items())
+        for row in comparison
+    ]
+    throughput = go.Figure()
+    throughput.add_scatter(x=xs, y=[row.get("receive_rate") for row in comparison], name="received, msg/s")
+    throughput.add_scatter(x=xs, y=[row.get("target_rate") for row in comparison], name="offered, msg/s")
+    latency = go.Figure()
+    for key in ("p50", "p99"):
+        latency.add_scatter(x=xs, y=[_ms(row, key) for row in comparison], name=f"{key} ms")
+    axis = parameters[0] if numeric else "point"
+    for fig in (throughput, latency):
+        fig.update_xaxes(title=axis, type="linear" if numeric else "category")
+    rows = [
+        {**row["point"], "receive_rate": row.get("receive_rate"), "p99 ms": _ms(row, "p99"), "lost": row.get("lost")}
+        | {"outcome": row.get("outcome")}
+        for row in comparison
+    ]
+    return (
+        "<h2>Sweep</h2>"
+        + table(rows, [*parameters, "receive_rate", "p99 ms", "lost", "outcome"])
+        + figure(throughput, f"Throughput against {axis}", "messages per second")
+        + figure(latency, f"Latency against {axis}", "milliseconds")
+    )
+
+
+def _curve(steps: list[dict[str, Any]]) -> str:
+    points = sorted((s for s in steps if s.get("receive_rate")), key=lambda s: s["target_rate"])
+    if not points:
+        return ""
+    fig = go.Figure()
+    for key in ("p50", "p99"):
+        fig.add_scatter(
+            x=[s["receive_rate"] for s in points],
+            y=[_ms(s, key) for s in points],
+            mode="lines+markers",
+            name=f"{key} ms",
+            text=[f"offered {s['target_rate']:,.0f} msg/s, {s['outcome']}" for s in points],
+        )
+    fig.update_xaxes(title="received, msg/s")
+    return figure(fig, "Latency against throughput", "milliseconds")
