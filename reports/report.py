@@ -21,7 +21,7 @@ from reports.page import ERRORS_JS, PLOTLY_JS, STYLE, SUMMARY_KEYS, cell, figure
 from reports.price import price_performance
 from reports.series import inspector_tables, latency_series, rate_series
 from reports.series_report import build_series_report
-from reports.summary import Peers, read_peers, read_test_json, summarize
+from reports.summary import generator_bound, read_peers, read_test_json, summarize
 
 __all__ = ["SUMMARY_KEYS", "build_index", "build_report", "summary_json"]
 
@@ -245,29 +245,6 @@ def _baseline_section(comparison: dict[str, Any] | None) -> str:
         f'<h2>Against baseline {html.escape(comparison["test_id"])}: <span class="{css}">{verdict}</span></h2>'
         + table(rows, ["figure", "baseline", "current", "change", "allowed", "regression"])
     )
-
-
-# A sender this busy was the limit itself: its figures describe the load generator, not the SUT.
-_BUSY_CPU_PERCENT = 90.0
-_BUSY_LOOP_LAG_MS = 100.0
-
-
-def generator_bound(peers: Peers) -> list[str]:
-    """Why the load generator, not the SUT, may have limited the run: a sender whose process
-    was nearly always on the CPU, or whose event loop woke far too late to keep a schedule."""
-    found = []
-    for _, info in peers:
-        if info.get("role") != "sender":
-            continue
-        monitor = info.get("self_monitor", {})
-        cpu, loop = monitor.get("cpu_percent_mean", 0.0), monitor.get("loop_lag_ms_max", 0.0)
-        lag = info.get("schedule_lag_us", {}).get("99", 0) / 1000
-        if cpu >= _BUSY_CPU_PERCENT or loop >= _BUSY_LOOP_LAG_MS:
-            found.append(
-                f"sender {info.get('name')} used {cpu:.0f} % of a core on average (event loop up to {loop:.0f} ms "
-                f"late, schedule lag p99 {lag:.1f} ms): these figures show the generator's limit, not the SUT's"
-            )
-    return found
 
 
 def _offset(clock: dict[str, Any]) -> str:

@@ -19,7 +19,7 @@ from protocol.ratefile import read_rate_file
 from protocol.sequences import load_bitset, merge_bitsets
 from reports.clocks import Correction, clock_corrections, shifted
 
-__all__ = ["Peers", "rate_over_seconds", "read_peers", "read_test_json", "summarize"]
+__all__ = ["Peers", "generator_bound", "rate_over_seconds", "read_peers", "read_test_json", "summarize"]
 
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
 # The points of the whole-test percentile distribution (the report's HDR-style plot).
@@ -179,6 +179,8 @@ def _peer_rows(peers: Peers, corrections: dict[str, Correction]) -> list[dict[st
         row |= {k: info[k] for k in ("sent", "received") if k in info}
         if info.get("role") == "receiver":
             row |= _correction_fields(corrections.get(str(info.get("name"))))
+        if why := _generator_bound(info):
+            row["generator_bound"] = why  # in summary.json too: not a SUT figure
         rows.append(row)
     return rows
 
@@ -190,3 +192,28 @@ def _correction_fields(correction: Correction | None) -> dict[str, Any]:
         "latency_correction_us": round(correction.shift_us, 1),
         "latency_uncertainty_us": round(correction.uncertainty_us, 1),
     }
+
+
+# A sender this busy was the limit itself: its figures describe the load generator, not the SUT.
+_BUSY_CPU_PERCENT = 90.0
+_BUSY_LOOP_LAG_MS = 100.0
+
+
+def generator_bound(peers: Peers) -> list[str]:
+    """Why the load generator, not the SUT, may have limited the run: a sender whose process
+    was nearly always on the CPU, or whose event loop woke far too late to keep a schedule."""
+    return [why for _, info in peers if (why := _generator_bound(info))]
+
+
+def _generator_bound(info: dict[str, Any]) -> str | None:
+    if info.get("role") != "sender":
+        return None
+    monitor = info.get("self_monitor", {})
+    cpu, loop = monitor.get("cpu_percent_mean", 0.0), monitor.get("loop_lag_ms_max", 0.0)
+    if cpu < _BUSY_CPU_PERCENT and loop < _BUSY_LOOP_LAG_MS:
+        return None
+    lag = info.get("schedule_lag_us", {}).get("99", 0) / 1000
+    return (
+        f"sender {info.get('name')} used {cpu:.0f} % of a core on average (event loop up to {loop:.0f} ms "
+        f"late, schedule lag p99 {lag:.1f} ms): these figures show the generator's limit, not the SUT's"
+    )

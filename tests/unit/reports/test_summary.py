@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 from support.synthetic import T0_US, one_loss_one_duplicate
 
-from reports.report import generator_bound
-from reports.summary import rate_over_seconds, read_peers, summarize
+from reports.summary import generator_bound, rate_over_seconds, read_peers, summarize
 
 
 def test_rates_count_whole_seconds_only() -> None:
@@ -47,3 +46,6 @@ def test_a_saturated_sender_marks_the_run_generator_bound(tmp_path: Path) -> Non
     info_path.write_text(json.dumps(info))
     (why,) = generator_bound(read_peers(test))
     assert why.startswith("sender s1 used 97 % of a core") and "schedule lag p99 250.0 ms" in why
+    # ... and summary.json says so on the sender's row: not a SUT figure.
+    (sender,) = [p for p in summarize(test)["peers"] if p["role"] == "sender"]
+    assert sender["generator_bound"] == why
