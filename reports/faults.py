@@ -16,7 +16,8 @@ and t1 its end:
   after stop at a neighbouring fault.
 - lost: messages intended to be sent in the fault's span (t0 to the later of t1 and the outage
   end) minus those of them that arrived; the span's duplicates (receivers count them per
-  second); and the disconnects senders rode out in it.
+  second); the disconnects senders rode out in it; and the reconnects the clients' libraries
+  made (senders and receivers, where the library tells: paho, aio-pika) up to the end of "after".
 
 Times are the peers' wall clocks; on one host, or with NTP, they line up with the agent's.
 """
@@ -27,7 +28,7 @@ import bisect
 import itertools
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -61,6 +62,7 @@ class Traffic:
     arrival_intended_us: list[int]  # their intended send times, sorted
     duplicates_per_s: dict[int, int]
     disconnects_us: list[int]  # sorted
+    reconnects_us: list[int] = field(default_factory=list)  # senders' and receivers' libraries', sorted
 
     @property
     def start_us(self) -> int:
@@ -72,6 +74,7 @@ def read_traffic(peers: Peers) -> Traffic:
     arrivals: list[tuple[int, int]] = []
     duplicates: dict[int, int] = {}
     disconnects: list[int] = []
+    reconnects: list[int] = []
     for directory, info in peers:
         role = info.get("role")
         if role not in ("sender", "receiver"):
@@ -86,6 +89,7 @@ def read_traffic(peers: Peers) -> Traffic:
         for second, count in info.get("duplicates_per_s", {}).items():
             duplicates[int(second)] = duplicates.get(int(second), 0) + count
         disconnects += [t // 1000 for t in info.get("disconnects_ns", [])]
+        reconnects += [t // 1000 for t in info.get("reconnects_ns", [])]
     arrivals.sort()
     return Traffic(
         send_times_us=sorted(ata for _, ata in sends),
@@ -94,6 +98,7 @@ def read_traffic(peers: Peers) -> Traffic:
         arrival_intended_us=sorted(eta for _, eta in arrivals),
         duplicates_per_s=duplicates,
         disconnects_us=sorted(disconnects),
+        reconnects_us=sorted(reconnects),
     )
 
 
@@ -166,6 +171,7 @@ def _effect(
         "lost": max(0, sent - arrived),
         "duplicates": sum(n for s, n in t.duplicates_per_s.items() if first_second <= s <= last_second),
         "disconnects": _count(t.disconnects_us, w.start_us, span_end + 1),
+        "reconnects": _count(t.reconnects_us, w.start_us, after_to + 1),
     }, span_end
 
 

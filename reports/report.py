@@ -209,6 +209,7 @@ _FAULT_COLUMNS = [
     "lost",
     "duplicates",
     "disconnects",
+    "reconnects",
     "error",
 ]
 

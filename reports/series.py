@@ -11,14 +11,14 @@ import csv
 import logging
 import os
 import sys
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterator
 from operator import add
 from pathlib import Path
 from typing import Any
 
 from protocol.hdr import new_histogram, read_intervals
-from protocol.ratefile import read_rate_file
+from protocol.ratefile import arrivals_per_second
 from reports.clocks import clock_corrections, shifted
 from reports.summary import Peers, read_test_json
 
@@ -51,7 +51,7 @@ def spark_session(master: str | None = None) -> Any:
 def _count_file(item: tuple[str, str, str]) -> Iterator[tuple[tuple[str, str, int], int]]:
     """Runs on an executor: one rate file -> ((role, peer, second), messages)."""
     role, peer, path = item
-    per_second = Counter(ata // 1_000_000 for _, ata in read_rate_file(Path(path)))
+    per_second = arrivals_per_second(Path(path).read_bytes(), path)
     for second, count in per_second.items():
         yield (role, peer, second), count
 

@@ -350,6 +350,7 @@ class Worker(Peer):
             info["errors"] = dict(run.stats.errors)
             info["retries"] = run.stats.retries
             info["disconnects_ns"] = run.stats.disconnects_ns
+            info["reconnects_ns"] = sorted(run.stats.reconnects_ns)
             info["senders"] = {
                 f"{key:016x}": {"client": client, "sent": run.stats.sent_per_client[client]}
                 for client, key in run.keys.items()
@@ -363,6 +364,7 @@ class Worker(Peer):
             info["latency_clamped"] = run.latency.clamped
             info["per_sender"] = run.per_sender()
             info["duplicates_per_s"] = {str(s): n for s, n in sorted(run.stats.duplicates_per_s.items())}
+            info["reconnects_ns"] = run.reconnects_ns()
         write_peer_json(directory, info)
 
     def counters(self) -> dict[str, Any]:

@@ -79,6 +79,7 @@ def _counters(run: SenderRun) -> dict[str, Any]:
         "retries": s.retries,
         "per_client": dict(s.sent_per_client),
         "disconnects_ns": list(s.disconnects_ns),
+        "reconnects_ns": list(s.reconnects_ns),
     }
 
 
@@ -164,6 +165,7 @@ class MultiProcessSender:
         per_client = (Counter({int(k): v for k, v in c["per_client"].items()}) for c in children)
         stats.sent_per_client = sum(per_client, Counter())
         stats.disconnects_ns = sorted(t for c in children for t in c.get("disconnects_ns", []))
+        stats.reconnects_ns = sorted(t for c in children for t in c.get("reconnects_ns", []))
 
     def interval_report(self) -> dict[str, Any]:
         self._drain_reports()

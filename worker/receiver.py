@@ -55,6 +55,7 @@ class ReceiverRun:
         self.paused = False
         self.last_interval: IntervalLatency | None = None  # what the last interval_report() closed
         self._drivers: list[Driver] = []
+        self._closed_reconnects_ns: list[int] = []  # of drivers closed already
         self._stop = asyncio.Event()
 
     async def start(self) -> None:
@@ -89,6 +90,10 @@ class ReceiverRun:
             self.stats.duplicates_per_s[arrived_ns // 1_000_000_000] += 1
         if self.plan.processing_delay_s:
             await asyncio.sleep(self.plan.processing_delay_s)
+
+    def reconnects_ns(self) -> list[int]:
+        """When its clients' libraries reconnected by themselves (wall clock, ns)."""
+        return sorted(self._closed_reconnects_ns + [t for driver in self._drivers for t in driver.reconnects_ns])
 
     async def run(self) -> None:
         """Receive until stopped, or until the duration passed and the queue ran dry."""
@@ -128,6 +133,7 @@ class ReceiverRun:
 
     async def close(self) -> None:
         for driver in self._drivers:
+            self._closed_reconnects_ns += driver.reconnects_ns
             await driver.close()
         self._drivers.clear()
         self.rate_file.close()

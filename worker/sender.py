@@ -109,6 +109,7 @@ class SenderStats:
     # When a client found its connection gone (wall clock, ns): one per outage it rode out, for
     # the report's per-fault reconnect counts.
     disconnects_ns: list[int] = field(default_factory=list)
+    reconnects_ns: list[int] = field(default_factory=list)  # the client library's own reconnects
     # Schedule lag: how late each message left against its intended time, in µs. Messages
     # are recorded into the interval; `fold()` adds it to the whole run's.
     interval_lag_us: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, 3_600_000_000, 3))
@@ -197,6 +198,7 @@ class SenderRun:
                 return
             await self._send_loop(client, driver, begin)
         finally:
+            self.stats.reconnects_ns += driver.reconnects_ns
             await driver.close()
 
     async def _send_loop(self, client: int, driver: Driver, started: int) -> None:

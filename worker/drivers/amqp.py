@@ -7,6 +7,7 @@ queues). Messages go to `exchange` (default: the default exchange) with `routing
 
 from __future__ import annotations
 
+import time
 from typing import Any, ClassVar
 
 import aio_pika
@@ -103,6 +104,7 @@ class AmqpDriver(Driver):
                 timeout=15,
                 client_properties={"connection_name": f"maestro-{self.destination}-{self.client}"},
             )
+            self._connection.reconnect_callbacks.add(self._reconnected)
             self._channel = await self._connection.channel(publisher_confirms=self.confirms)
             await self._channel.set_qos(prefetch_count=e.options.get("prefetch", 100))
             self._queue = await self._channel.declare_queue(
@@ -124,6 +126,9 @@ class AmqpDriver(Driver):
             raise ConnectError(f"{e}: the queue exists with other arguments: {exc}", retry=False) from exc
         except (*_DISCONNECTS, OSError, TimeoutError) as exc:
             raise ConnectError(f"{e}: {exc or type(exc).__name__}", retry=True) from exc
+
+    def _reconnected(self, *_: Any) -> None:
+        self.reconnects_ns.append(time.time_ns())
 
     async def send(self, body: bytes) -> None:
         assert self._exchange is not None

@@ -152,6 +152,9 @@ class Driver(ABC):
         self.endpoint = endpoint
         self.client = client
         self.destination = endpoint.destination_for(client)
+        # When the client library reconnected by itself (wall clock, ns), for the report's fault
+        # table; drivers whose library says so append here.
+        self.reconnects_ns: list[int] = []
 
     @classmethod
     def parse(cls, url: str, option_name: str = "url") -> Endpoint:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 import uuid
 from typing import Any, ClassVar
 
@@ -44,6 +45,7 @@ class MqttDriver(Driver):
 
     def __init__(self, endpoint: Endpoint, client: int = 0) -> None:
         super().__init__(endpoint, client)
+        self._was_connected = False
         self.qos: int = endpoint.options.get("qos", 1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._connected: asyncio.Event | None = None
@@ -125,6 +127,9 @@ class MqttDriver(Driver):
         # paho leaves Nagle on: a message would wait for the ACK of the one before, which a slow
         # path (a fault proxy's 20 ms) turns into up to 20 ms more latency.
         no_delay(client)
+        if self._connected is not None and self._was_connected:
+            self.reconnects_ns.append(time.time_ns())
+        self._was_connected = True
         if self._on_message is not None:  # a reconnect: subscriptions died with the session
             client.subscribe(self.destination, qos=self.qos)
         assert self._loop is not None and self._connected is not None

@@ -20,6 +20,7 @@ def _traffic() -> Traffic:
         arrival_intended_us=sorted(t for _, t in arrivals),
         duplicates_per_s={8: 3, 30: 5},
         disconnects_us=[int(5.2 * S)],
+        reconnects_us=[int(7.6 * S), int(40 * S)],  # the second is long after
     )
 
 
@@ -39,6 +40,7 @@ def test_a_stop_window_gets_its_outage_recovery_latency_and_loss() -> None:
     assert row["lost"] == 250  # intended in [5.0 s, 7.5 s)
     assert row["duplicates"] == 3  # second 8 is inside, second 30 is not
     assert row["disconnects"] == 1
+    assert row["reconnects"] == 1
 
 
 def test_a_fault_without_effect_shows_none() -> None:

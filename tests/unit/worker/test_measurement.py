@@ -5,13 +5,14 @@ from __future__ import annotations
 import gzip
 import hashlib
 import itertools
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from hdrh.log import HistogramLogReader
 
 from protocol.hdr import HIGHEST_US, new_histogram
-from protocol.ratefile import RateFileWriter, read_rate_file
+from protocol.ratefile import RateFileWriter, arrivals_per_second, read_rate_file
 from protocol.sequences import SequenceTracker, dump_bitsets, load_bitset, merge_bitsets
 from worker.latency import LatencyRecorder
 from worker.payload import HEADER_BYTES, ForeignPayloadError, MessageHeader, key_of, make_body, read_header
@@ -145,7 +146,22 @@ def test_a_rate_file_cut_by_a_crash_reads_up_to_its_last_flush(tmp_path: Path) -
     rows = list(read_rate_file(crashed))
     assert len(rows) >= 5000
     assert rows[:5000] == [(i * 10, i * 10 + 3) for i in range(5000)]
+    # The reporter's counting reader sees exactly the same rows.
+    assert arrivals_per_second(crashed.read_bytes()) == Counter(ata // 1_000_000 for _, ata in rows)
     writer.close()
+
+
+def test_arrivals_per_second_counts_whole_seconds_of_the_ata_column(tmp_path: Path) -> None:
+    # 10 rows in second 0, 25 in second 1, 5 in second 3 (ata); etas go the other way, to no effect.
+    atas = [i * 100_000 for i in range(10)] + [1_000_000 + i * 40_000 for i in range(25)] + [3_000_000] * 5
+    writer = RateFileWriter(tmp_path, "receiver", {})
+    for n, ata in enumerate(atas):
+        writer.write(10_000_000 - n, ata)
+    writer.close()
+    (path,) = writer.paths
+    assert arrivals_per_second(path.read_bytes()) == Counter({0: 10, 1: 25, 3: 5})
+    with pytest.raises(ValueError, match="not a Maestro rate file"):
+        arrivals_per_second(gzip.compress(b"eta,ata\n1,2\n"), "x.csv.gz")
 
 
 # --- latency --------------------------------------------------------------------------------------
