@@ -326,25 +326,35 @@ def _state(pid: int) -> str:
 def test_a_service_found_by_its_command_line_is_paused_resumed_and_killed(tmp_path: Path) -> None:
     marker = f"maestro-match-{uuid.uuid4().hex[:8]}"
     sleeper = [sys.executable, "-c", "import time; time.sleep(600)", marker]
-    proc = subprocess.Popen(sleeper)
+    procs = [subprocess.Popen(sleeper)]
     try:
+        _wait_for_cmdline(procs[0].pid, marker)
         target = ServiceTarget(Service(ServiceConfig("broker", match=marker), tmp_path))
-        assert target.service.pid() == proc.pid
+        assert target.service.pid() == procs[0].pid
         change = asyncio.run(target.apply("pause", {}))
-        assert _state(proc.pid) == "T" and change is not None and change.restore == "resume"
+        assert _state(procs[0].pid) == "T" and change is not None and change.restore == "resume"
         asyncio.run(target.apply("resume", {}))
-        assert _state(proc.pid) in ("S", "R")
-        twin = subprocess.Popen(sleeper)
+        assert _state(procs[0].pid) in ("S", "R")
+        procs.append(subprocess.Popen(sleeper))
+        _wait_for_cmdline(procs[1].pid, marker)  # until its exec, a child shows its parent's command line
         with pytest.raises(PeerError, match="2 processes match"):
             target.service.pid()
-        twin.kill()
-        twin.wait()
+        procs[1].kill()
+        procs[1].wait()
         asyncio.run(target.apply("kill", {}))
-        assert proc.wait(5) == -9
+        assert procs[0].wait(5) == -9
         assert target.service.pid() is None
     finally:
-        proc.kill()
-        proc.wait()
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_for_cmdline(pid: int, text: str) -> None:
+    deadline = time.monotonic() + 5
+    while text.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes():
+        assert time.monotonic() < deadline, f"process {pid} never showed {text!r}"
+        time.sleep(0.01)
 
 
 def test_a_systemd_unit_service_is_driven_through_systemctl(tmp_path: Path) -> None:
