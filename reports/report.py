@@ -186,7 +186,7 @@ Rates and latency leave the warm-up out; counts cover the whole test.</p>
 {"".join(c for c in charts if c)}
 {_faults_section(faults)}
 <h2>Loss and duplicates per sender</h2>
-{table(figures["per_sender"], ["sender", "expected", "received", "lost", "lost_percent", "duplicates"])}
+{table(figures["per_sender"], ["sender", "expected", "received", "lost", "lost_percent", "duplicates", "out_of_order"])}
 <h2>Peers</h2>
 {table(peer_rows, ["name", "role", "host", "clock offset ms"])}
 </body></html>"""

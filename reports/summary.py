@@ -91,6 +91,7 @@ def summarize(test_dir: Path, peers: Peers | None = None) -> dict[str, Any]:
 
     bitsets: dict[str, list[bytes]] = {}
     deliveries: Counter[str] = Counter()
+    out_of_order: Counter[str] = Counter()  # as each receiver saw its share of the sender's stream
     receive_times: list[int] = []
     last_receive = None
     latency, clamped = _latency(receivers, corrections, warm_up_end_us)
@@ -99,6 +100,7 @@ def summarize(test_dir: Path, peers: Peers | None = None) -> dict[str, Any]:
         foreign.update(info.get("foreign", {}))
         for key, counts in info.get("per_sender", {}).items():
             deliveries[key] += counts["deliveries"]
+            out_of_order[key] += counts.get("out_of_order", 0)
         sequences = directory / "receiver-sequences.json"
         if sequences.exists():
             for key, text in json.loads(sequences.read_text()).items():
@@ -129,6 +131,7 @@ def summarize(test_dir: Path, peers: Peers | None = None) -> dict[str, Any]:
                 "lost": key_lost,
                 "lost_percent": 100 * key_lost / expected if expected else 0.0,
                 "duplicates": merged.duplicates,
+                "out_of_order": out_of_order[key],
             }
         )
     end = max(x for x in (last_send, last_receive) if x is not None) if first_send is not None else None

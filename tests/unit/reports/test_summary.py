@@ -49,3 +49,15 @@ def test_a_saturated_sender_marks_the_run_generator_bound(tmp_path: Path) -> Non
     # ... and summary.json says so on the sender's row: not a SUT figure.
     (sender,) = [p for p in summarize(test)["peers"] if p["role"] == "sender"]
     assert sender["generator_bound"] == why
+
+
+def test_out_of_order_deliveries_are_summed_over_the_receivers(tmp_path: Path) -> None:
+    test = one_loss_one_duplicate(tmp_path)
+    for receiver, late in (("r1", 2), ("r2", 1)):
+        path = test / "receiver" / receiver / "peer.json"
+        info = json.loads(path.read_text())
+        for counts in info["per_sender"].values():
+            counts["out_of_order"] = late
+        path.write_text(json.dumps(info))
+    (row,) = summarize(test)["per_sender"]
+    assert (row["lost"], row["duplicates"], row["out_of_order"]) == (1, 1, 3)
