@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import logging
 import shlex
@@ -19,10 +20,10 @@ import subprocess
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from agent.config import NetworkConfig
-from agent.proxy import FaultProxy, Faults
+from agent.proxy import FaultProxy
 from agent.services import Service
 from protocol.runtime import PeerError
 
@@ -166,35 +167,22 @@ class ProxyTarget:
 
     async def apply(self, action: str, params: dict[str, str]) -> Change | None:
         self.check(action, params)
-        f = self.proxy.faults
-        match action:
-            case "latency":
-                ms, jitter = _latency(action, params)
-                self.proxy.set(Faults(ms, jitter, f.bytes_per_s, f.blackhole, f.reset))
-            case "bandwidth":
-                rate = _bytes_per_s(action, self.name, params, 1.0)
-                self.proxy.set(Faults(f.latency_ms, f.jitter_ms, rate, f.blackhole, f.reset))
-            case "blackhole":
-                self.proxy.set(Faults(f.latency_ms, f.jitter_ms, f.bytes_per_s, True, f.reset))
-            case "reset":
-                self.proxy.set(Faults(f.latency_ms, f.jitter_ms, f.bytes_per_s, f.blackhole, True))
-            case "heal":
-                self.proxy.clear()
-                return Change(self.name, "heal", None)
-        return self._change(action)
+        if action == "heal":
+            self.proxy.clear()
+            return Change(self.name, "heal", None)
+        if action == "latency":
+            ms, jitter = _latency(action, params)
+            fields: dict[str, Any] = {"latency_ms": ms, "jitter_ms": jitter}
+        elif action == "bandwidth":
+            fields = {"bytes_per_s": _bytes_per_s(action, self.name, params, 1.0)}
+        else:
+            fields = {action: True}  # blackhole, reset
+        self.proxy.set(dataclasses.replace(self.proxy.faults, **fields))
 
-    def _change(self, action: str) -> Change:
-        # Each fault undoes only itself: a latency window ending leaves a blackhole in force.
-        def undo() -> Awaitable[None]:
-            f = self.proxy.faults
-            cleared = {
-                "latency": Faults(0.0, 0.0, f.bytes_per_s, f.blackhole, f.reset),
-                "bandwidth": Faults(f.latency_ms, f.jitter_ms, 0.0, f.blackhole, f.reset),
-                "blackhole": Faults(f.latency_ms, f.jitter_ms, f.bytes_per_s, False, f.reset),
-                "reset": Faults(f.latency_ms, f.jitter_ms, f.bytes_per_s, f.blackhole, False),
-            }[action]
-            self.proxy.set(cleared)
-            return asyncio.sleep(0)
+        async def undo() -> None:
+            # Only this fault: a latency window ending leaves a blackhole in force.
+            cleared = {name: type(value)() for name, value in fields.items()}
+            self.proxy.set(dataclasses.replace(self.proxy.faults, **cleared))
 
         return Change(f"{self.name} {action}", f"clear {action}", undo)
 
