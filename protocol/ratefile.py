@@ -99,16 +99,23 @@ def read_rate_file(path: Path) -> Iterator[tuple[int, int]]:
     return decode_rate_file(path.read_bytes(), str(path))
 
 
+def _rows(data: bytes, name: str) -> tuple[int, str]:
+    """The file's base time and the text of its whole rows: a row cut in half by a crash (the
+    last piece, without its newline) is not a row."""
+    text = _gunzip_tolerant(data).decode()
+    header, _, rest = text.partition("\n")
+    if not header.startswith(_HEADER):
+        raise ValueError(f"{name}: not a Maestro rate file")
+    fields = dict(part.split("=", 1) for part in header[len(_HEADER) :].split() if "=" in part)
+    _, _, body = rest.partition("\n")  # the column names
+    return int(fields["base_us"]), body[: body.rfind("\n") + 1]
+
+
 def decode_rate_file(data: bytes, name: str = "rate file") -> Iterator[tuple[int, int]]:
     """The rows of a rate file's bytes (for readers that fetch the bytes themselves: Spark)."""
-    text = _gunzip_tolerant(data).decode()
-    lines = text.split("\n")
-    if not lines[0].startswith(_HEADER):
-        raise ValueError(f"{name}: not a Maestro rate file")
-    fields = dict(part.split("=", 1) for part in lines[0][len(_HEADER) :].split() if "=" in part)
-    eta = ata = int(fields["base_us"])
-    # The last piece has no newline: empty, or a row cut in half by a crash. Either way, not a row.
-    for line in lines[2:-1]:
+    base_us, body = _rows(data, name)
+    eta = ata = base_us
+    for line in body.splitlines():
         d_eta, d_ata = line.split(",", 1)
         eta += int(d_eta)
         ata += int(d_ata)
@@ -119,15 +126,9 @@ def arrivals_per_second(data: bytes, name: str = "rate file") -> Counter[int]:
     """Rows per whole second of the `ata` column, for the reporter's per-second rates: the same
     rows as decode_rate_file, counted without a Python loop per row (map, accumulate and Counter
     run in C), about 1.5 times as fast."""
-    text = _gunzip_tolerant(data).decode()
-    header, _, rest = text.partition("\n")
-    if not header.startswith(_HEADER):
-        raise ValueError(f"{name}: not a Maestro rate file")
-    fields = dict(part.split("=", 1) for part in header[len(_HEADER) :].split() if "=" in part)
-    _, _, body = rest.partition("\n")  # the column names
-    body = body[: body.rfind("\n") + 1]  # a row cut in half by a crash is not a row
+    base_us, body = _rows(data, name)
     values = body.replace(",", "\n").split("\n")
-    atas = itertools.accumulate(map(int, values[1::2]), initial=int(fields["base_us"]))
+    atas = itertools.accumulate(map(int, values[1::2]), initial=base_us)
     next(atas)  # the base itself
     return Counter(map(operator.floordiv, atas, itertools.repeat(1_000_000)))
 
