@@ -148,7 +148,9 @@ def build_report(
         *price_performance(summary["receive_rate"]["mean"], record.get("labels") or {}),
     ]
     verdict = _baseline_section(summary.get("baseline"))
-    faults = fault_effects(windows_from_events(record.get("events", [])), read_traffic(peers))
+    windows = windows_from_events(record.get("events", []))
+    # Every rate file again, in this process: only for a test that had faults to measure.
+    faults = fault_effects(windows, read_traffic(peers)) if windows else []
     if faults:
         (out / "faults.json").write_text(json.dumps(faults, indent=2))
     charts = [_rate_chart(rates, record.get("events", []))]
