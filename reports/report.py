@@ -16,6 +16,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from reports.baseline import Thresholds, compare
+from reports.clocks import clock_corrections
 from reports.faults import fault_effects, read_traffic, windows_from_events
 from reports.page import ERRORS_JS, PLOTLY_JS, STYLE, SUMMARY_KEYS, cell, figure, summary_json, table
 from reports.price import price_performance
@@ -123,13 +124,14 @@ def build_report(
     if record.get("steps"):
         return build_series_report(test_dir, record)  # its phases have reports of their own
     peers = read_peers(test_dir)
-    figures = summarize(test_dir, peers)
+    figures = summarize(test_dir, peers, record)
     summary = summary_json(figures, record)
     if baseline is not None:
-        base = summary_json(summarize(baseline), read_test_json(baseline))
+        base_record = read_test_json(baseline)
+        base = summary_json(summarize(baseline, record=base_record), base_record)
         summary["baseline"] = compare(summary, base, thresholds or Thresholds())
     rates, rows = rate_series(spark, peers)
-    latency = latency_series(test_dir)
+    latency = latency_series(test_dir, clock_corrections(record))
     out = test_dir / "report"
     out.mkdir(exist_ok=True)
     shutil.copyfile(PLOTLY_JS, out / "plotly.min.js")

@@ -19,8 +19,8 @@ from typing import Any
 
 from protocol.hdr import new_histogram, read_intervals
 from protocol.ratefile import arrivals_per_second
-from reports.clocks import clock_corrections, shifted
-from reports.summary import Peers, read_test_json
+from reports.clocks import Correction, shifted
+from reports.summary import Peers
 
 __all__ = ["inspector_tables", "latency_series", "rate_series", "spark_session"]
 
@@ -81,10 +81,9 @@ def rate_series(spark: Any, peers: Peers) -> tuple[dict[tuple[str, str], dict[in
     return dict(rates), rows
 
 
-def latency_series(test_dir: Path) -> dict[str, dict[int, dict[str, float]]]:
+def latency_series(test_dir: Path, corrections: dict[str, Correction]) -> dict[str, dict[int, dict[str, float]]]:
     """Per second, all receivers merged: percentiles of the corrected and the service latency
     (µs), with the clock corrections across hosts that the summary applies."""
-    corrections = clock_corrections(read_test_json(test_dir))
     out: dict[str, dict[int, dict[str, float]]] = {}
     for kind, name in (("corrected", "receiver-latency.hlog"), ("service", "receiver-service-latency.hlog")):
         merged: dict[int, Any] = {}

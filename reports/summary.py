@@ -62,11 +62,11 @@ def rate_over_seconds(times_us: Iterable[int]) -> dict[str, float]:
     return {"mean": sum(whole) / len(whole), "min": float(min(whole)), "max": float(max(whole))}
 
 
-def summarize(test_dir: Path, peers: Peers | None = None) -> dict[str, Any]:
-    """`peers`: the folder's peer.json files, when the caller has read them already. Latency
-    is corrected across hosts by the clock offsets test.json records (reports.clocks)."""
+def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`peers` and `record` (test.json): when the caller has read them already. Latency is
+    corrected across hosts by the clock offsets test.json records (reports.clocks)."""
     peers = read_peers(test_dir) if peers is None else peers
-    corrections = clock_corrections(read_test_json(test_dir))
+    corrections = clock_corrections(read_test_json(test_dir) if record is None else record)
     senders = [(d, p) for d, p in peers if p.get("role") == "sender"]
     receivers = [(d, p) for d, p in peers if p.get("role") == "receiver"]
     warmed = [p for _, p in senders if p.get("warm_up_s", 0) > 0]
