@@ -12,6 +12,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.processes import Daemons, private_mosquitto, wait_for_port
@@ -146,13 +147,9 @@ def test_several_agents_and_inspectors_join_one_test(
     assert sorted(p.name for p in (folder / "inspector").iterdir()) == ["i1", "i2"]
 
 
-@pytest.mark.timeout(180)
-def test_a_scheduled_restart_and_an_added_delay_show_in_the_report_with_their_effect(
-    daemons: Daemons, maestro: Maestro, tmp_path: Path, data_server: tuple[str, Path]
-) -> None:
-    """#8's done-when: an agent started with a config file, a restart and 20 ms of added delay
-    in one real test, both in the report with their effect, and nothing left changed."""
-    url, root = data_server
+def _agent_with_a_proxy_and_a_pair(daemons: Daemons, tmp_path: Path) -> tuple[int, int]:
+    """An agent owning a private Mosquitto (`sut`) with a fault proxy in front of it
+    (`sut-proxy`), a receiver and a sender: the broker's port and the proxy's."""
     config, port = agent_config(tmp_path)
     proxy_port = free_port()
     proxy = f'[proxies.sut-proxy]\nlisten = "127.0.0.1:{proxy_port}"\nupstream = "127.0.0.1:{port}"\n'
@@ -162,6 +159,27 @@ def test_a_scheduled_restart_and_an_added_delay_show_in_the_report_with_their_ef
     wait_for_port(proxy_port)
     daemons.start("maestro-worker", "r1", "--role", "receiver")
     daemons.start("maestro-worker", "s1", "--role", "sender")
+    return port, proxy_port
+
+
+def _report_with_faults(test_dir: Path) -> tuple[Path, dict[str, dict[str, Any]]]:
+    """The test's report folder, and its fault table by fault ("latency sut-proxy")."""
+    spark = spark_session()
+    try:
+        out, _ = build_report(spark, test_dir)
+    finally:
+        spark.stop()
+    return out, {row["fault"].split(" (")[0]: row for row in json.loads((out / "faults.json").read_text())}
+
+
+@pytest.mark.timeout(180)
+def test_a_scheduled_restart_and_an_added_delay_show_in_the_report_with_their_effect(
+    daemons: Daemons, maestro: Maestro, tmp_path: Path, data_server: tuple[str, Path]
+) -> None:
+    """#8's done-when: an agent started with a config file, a restart and 20 ms of added delay
+    in one real test, both in the report with their effect, and nothing left changed."""
+    url, root = data_server
+    port, proxy_port = _agent_with_a_proxy_and_a_pair(daemons, tmp_path)
     test = FixedRateTest(
         send_url=f"mqtt://127.0.0.1:{proxy_port}/maestro/effects?qos=1",  # through the proxy
         receive_url=f"mqtt://127.0.0.1:{port}/maestro/effects?qos=1",  # straight from the broker
@@ -179,12 +197,7 @@ def test_a_scheduled_restart_and_an_added_delay_show_in_the_report_with_their_ef
     result = run_with(daemons, url, test, peers=3)
     assert result.passed, result.reason
 
-    spark = spark_session()
-    try:
-        out, _ = build_report(spark, root / result.test_id)
-    finally:
-        spark.stop()
-    faults = {row["fault"].split(" (")[0]: row for row in json.loads((out / "faults.json").read_text())}
+    out, faults = _report_with_faults(root / result.test_id)
     assert set(faults) == {"latency sut-proxy", "restart sut"}
     delay, restart = faults["latency sut-proxy"], faults["restart sut"]
     assert 2.5 <= delay["end_s"] - delay["start_s"] <= 4.0
@@ -277,14 +290,7 @@ def test_a_blackhole_and_a_shutdown_for_seconds_show_as_outages_with_their_recov
     """Seed 004 §6.2's other run: the broker shut down for a few seconds; and a blackhole on the
     senders' path. Each shows as a pause in arrivals about as long as the fault, then recovery."""
     url, root = data_server
-    config, port = agent_config(tmp_path)
-    proxy_port = free_port()
-    proxy = f'[proxies.sut-proxy]\nlisten = "127.0.0.1:{proxy_port}"\nupstream = "127.0.0.1:{port}"\n'
-    config.write_text(config.read_text() + "\n" + proxy)
-    daemons.start("maestro-agent", "a1", "--config", str(config))
-    wait_for_port(proxy_port)
-    daemons.start("maestro-worker", "r1", "--role", "receiver")
-    daemons.start("maestro-worker", "s1", "--role", "sender")
+    port, proxy_port = _agent_with_a_proxy_and_a_pair(daemons, tmp_path)
     test = FixedRateTest(
         send_url=f"mqtt://127.0.0.1:{proxy_port}/maestro/outages?qos=1",
         receive_url=f"mqtt://127.0.0.1:{port}/maestro/outages?qos=1",
@@ -299,12 +305,7 @@ def test_a_blackhole_and_a_shutdown_for_seconds_show_as_outages_with_their_recov
     )
     result = run_with(daemons, url, test, peers=3)
     assert result.passed, result.reason
-    spark = spark_session()
-    try:
-        out, _ = build_report(spark, root / result.test_id)
-    finally:
-        spark.stop()
-    rows = {row["fault"].split(" (")[0]: row for row in json.loads((out / "faults.json").read_text())}
+    _, rows = _report_with_faults(root / result.test_id)
     blackhole, stop = rows["blackhole sut-proxy"], rows["stop sut"]
     assert 1.7 <= blackhole["outage_s"] <= 3.0, blackhole
     assert blackhole["lost"] == 0  # held, not dropped: TCP delivers it late
