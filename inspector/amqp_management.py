@@ -127,10 +127,10 @@ class AmqpManagementSource(Source):
     _ids: Any = field(default_factory=itertools.count, init=False)
 
     def __post_init__(self) -> None:
-        parts = urlsplit(self.url or "amqp://127.0.0.1:5672")
+        self.url = self.url or "amqp://127.0.0.1:5672"
+        parts = urlsplit(self.url)
         if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
             raise SourceError(f"amqp-management: {redact(self.url)!r} is not an amqp(s):// URL")
-        self.url = self.url or "amqp://127.0.0.1:5672"
 
     def _connect(self) -> tuple[BlockingConnection, BlockingSender, BlockingReceiver, str]:
         if self._link is None:

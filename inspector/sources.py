@@ -94,13 +94,10 @@ class RabbitMqSource(Source):
     def __post_init__(self) -> None:
         self._http = HttpJson("rabbitmq", self.url or "http://guest:guest@127.0.0.1:15672", self.timeout_s)
 
-    def _get(self, path: str) -> Any:
-        return self._http.request(path)
-
     def sample(self) -> Rows:
-        overview = self._get("/api/overview")
-        queues = self._get("/api/queues")
-        nodes = self._get("/api/nodes")
+        overview = self._http.request("/api/overview")
+        queues = self._http.request("/api/queues")
+        nodes = self._http.request("/api/nodes")
         if not isinstance(overview, dict) or not isinstance(queues, list) or not isinstance(nodes, list):
             raise SourceError(f"rabbitmq {self._http.base}: unexpected answer shapes")
         stats = overview.get("message_stats", {})
