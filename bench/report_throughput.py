@@ -3,6 +3,7 @@ PySpark (the reporter's own `rate_series`) beside a single-process pandas baseli
 files in the same run. Prints figures; never passes or fails.
 
     .venv/bin/python bench/report_throughput.py --records 30000000 --files 30
+    .venv/bin/python bench/report_throughput.py --smoke
 
 The Spark session's start is timed on its own: it is paid once per `maestro report` run.
 """
@@ -50,7 +51,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=30_000_000)
     parser.add_argument("--files", type=int, default=30)
+    parser.add_argument("--smoke", action="store_true", help="200,000 records: check that it still runs")
     args = parser.parse_args()
+    if args.smoke:
+        args.records, args.files = 200_000, 4
     with tempfile.TemporaryDirectory() as tmp:
         test_dir = Path(tmp) / "bench"
         started = time.perf_counter()

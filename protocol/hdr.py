@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogReader
 
-__all__ = ["DIGITS", "HIGHEST_US", "LOWEST_US", "new_histogram", "read_intervals", "read_total"]
+__all__ = ["DIGITS", "HIGHEST_US", "LOWEST_US", "new_histogram", "read_intervals", "read_total", "record_values"]
 
 LOWEST_US = 1
 HIGHEST_US = 3_600_000_000
@@ -21,6 +22,32 @@ DIGITS = 3
 
 def new_histogram() -> HdrHistogram:
     return HdrHistogram(LOWEST_US, HIGHEST_US, DIGITS)
+
+
+def record_values(histogram: HdrHistogram, values: np.ndarray) -> None:
+    """Record many values at once: hdrh's own bucket arithmetic, vectorised.
+
+    One `record_value` call is a few µs of pure Python; at tens of thousands of messages a
+    second, two per message were a receiver's whole budget. Values must lie within the
+    histogram's range (callers clamp, and count what they clamped).
+    """
+    if not len(values):
+        return
+    h = histogram
+    values = values.astype(np.int64, copy=False)
+    # 64 - clz(v | mask) is the bit length, which frexp's exponent gives exactly below 2**53.
+    _, bit_length = np.frexp((values | h.sub_bucket_mask).astype(np.float64))
+    bucket = bit_length.astype(np.int64) - h.unit_magnitude - (h.sub_bucket_half_count_magnitude + 1)
+    sub_bucket = values >> (bucket + h.unit_magnitude)
+    index = ((bucket + 1) << h.sub_bucket_half_count_magnitude) + sub_bucket - h.sub_bucket_half_count
+    counts = np.ctypeslib.as_array(h.counts)
+    if len(index) > 4096:
+        counts += np.bincount(index, minlength=h.counts_len).astype(counts.dtype)
+    else:
+        np.add.at(counts, index, 1)
+    h.total_count += len(values)
+    h.min_value = min(h.min_value, int(values.min()))
+    h.max_value = max(h.max_value, int(values.max()))
 
 
 def read_intervals(path: Path) -> Iterator[HdrHistogram]:

@@ -11,17 +11,21 @@ which biased the result).
 from __future__ import annotations
 
 import time
+from array import array
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
+import numpy as np
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogWriter
 
-from protocol.hdr import HIGHEST_US, LOWEST_US, new_histogram
+from protocol.hdr import HIGHEST_US, LOWEST_US, new_histogram, record_values
 
 __all__ = ["IntervalLatency", "LatencyRecorder"]
+
+_FLUSH_AT = 65_536  # samples held before they go into the histograms (else at each roll)
 
 
 @dataclass
@@ -59,20 +63,37 @@ class LatencyRecorder:
             self._writers[series] = writer
         self.current = IntervalLatency(start_s=start)
 
-    def _clamp(self, value_us: int) -> int:
-        if LOWEST_US <= value_us <= HIGHEST_US:
-            return value_us
-        self.clamped += 1
-        return min(max(value_us, LOWEST_US), HIGHEST_US)
+        # This interval's samples, appended per message (the hot path: two appends) and put
+        # into the histograms a column at a time.
+        self.corrected_us: array[int] = array("q")
+        self.service_us: array[int] = array("q")
 
     def record(self, corrected_us: int, service_us: int) -> None:
-        self.current.corrected.record_value(self._clamp(corrected_us))
-        self.current.service.record_value(self._clamp(service_us))
+        self.corrected_us.append(corrected_us)
+        self.service_us.append(service_us)
+        if len(self.corrected_us) >= _FLUSH_AT:
+            self.flush()
+
+    def flush(self) -> None:
+        """Put the samples taken so far into the current interval's histograms."""
+        current = self.current
+        for samples, histogram in ((self.corrected_us, current.corrected), (self.service_us, current.service)):
+            if not samples:
+                continue
+            values = np.frombuffer(samples, dtype=np.int64)
+            out_of_range = (values < LOWEST_US) | (values > HIGHEST_US)
+            if out_of_range.any():
+                self.clamped += int(out_of_range.sum())
+                values = np.clip(values, LOWEST_US, HIGHEST_US)
+            record_values(histogram, values)
+        self.corrected_us = array("q")
+        self.service_us = array("q")
 
     def roll(self, now_s: float | None = None) -> IntervalLatency:
         """Close the current interval: write it, add it to the totals, start the next one."""
         # The wall clock may step back (NTP); an interval never ends before it began.
         now_s = max(time.time() if now_s is None else now_s, self.current.start_s)
+        self.flush()
         done = self.current
         for series, histogram in (("corrected", done.corrected), ("service", done.service)):
             histogram.set_start_time_stamp(int(done.start_s * 1000))
@@ -87,6 +108,7 @@ class LatencyRecorder:
         return done
 
     def close(self) -> None:
+        self.flush()
         if self.current.corrected.get_total_count():
             self.roll()
         for f in self._files:

@@ -217,7 +217,7 @@ class Worker(Peer):
             poisson=o.get("arrivals") == "poisson",
             warm_up_s=o.get("warm_up_s", 0.0),
             start_jitter_s=o.get("start_jitter_s", 0.0),
-            confirm_window=o.get("confirm_window", 1),
+            confirm_window=o.get("confirm_window", 0),
             precise_timing=o.get("precise_timing", False),
             reconnect_budget_s=o.get("reconnect_budget_s", 60.0),
             start_at_ns=start_at_ns,

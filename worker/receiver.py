@@ -7,6 +7,7 @@ import json
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +16,7 @@ from protocol.sequences import SequenceTracker, dump_bitsets
 from worker.drivers import parse_endpoint
 from worker.drivers.base import Driver, connect_within
 from worker.latency import IntervalLatency, LatencyRecorder
-from worker.payload import ForeignPayloadError, key_of, read_header
+from worker.payload import HEADER_LAYOUT, MAGIC, key_of
 
 __all__ = ["ReceiverPlan", "ReceiverRun"]
 
@@ -44,7 +45,15 @@ class ReceiverStats:
 
 
 class ReceiverRun:
-    def __init__(self, plan: ReceiverPlan, rate_file: RateFileWriter, latency: LatencyRecorder) -> None:
+    def __init__(
+        self,
+        plan: ReceiverPlan,
+        rate_file: RateFileWriter,
+        latency: LatencyRecorder,
+        driver_for: Callable[[int], Driver] | None = None,
+    ) -> None:
+        """`driver_for(client)`: the driver a client receives with (by default from the plan's
+        URLs; tests give an in-memory one)."""
         self.plan = plan
         self.rate_file = rate_file
         self.latency = latency
@@ -57,39 +66,49 @@ class ReceiverRun:
         self._drivers: list[Driver] = []
         self._closed_reconnects_ns: list[int] = []  # of drivers closed already
         self._stop = asyncio.Event()
+        self._driver_for = driver_for or self._driver_from_url
+
+    def _driver_from_url(self, client: int) -> Driver:
+        url = self.plan.urls[client % len(self.plan.urls)]
+        driver_cls, endpoint = parse_endpoint(url, "receive_url")
+        return driver_cls(endpoint, client)
 
     async def start(self) -> None:
         """Connect every consumer; returns once all of them are consuming."""
         for client in range(self.plan.parallel_count):
-            url = self.plan.urls[client % len(self.plan.urls)]
-            driver_cls, endpoint = parse_endpoint(url, "receive_url")
-            driver = driver_cls(endpoint, client)
+            driver = self._driver_for(client)
             await connect_within(driver, self.plan.reconnect_budget_s)
-            await driver.receive(self._on_message)
+            await driver.receive(self._on_messages, self.plan.processing_delay_s)
             self._drivers.append(driver)
 
-    async def _on_message(self, body: bytes) -> None:
-        arrived_ns = time.time_ns()
-        try:
-            header = read_header(body)
-        except ForeignPayloadError:
-            self.stats.foreign["no_header"] += 1
-            return
-        if header.test_key != self.test_key:
-            self.stats.foreign["other_test"] += 1
-            return
-        self.stats.last_message_mono = time.monotonic()
-        tracker = self.trackers.get(header.sender_key)
-        if tracker is None:
-            tracker = self.trackers[header.sender_key] = SequenceTracker()
-        if tracker.record(header.sequence):
-            self.stats.received += 1
-            self.latency.record((arrived_ns - header.intended_ns) // 1000, (arrived_ns - header.sent_ns) // 1000)
-            self.rate_file.write(header.intended_ns // 1000, arrived_ns // 1000)
-        else:
-            self.stats.duplicates_per_s[arrived_ns // 1_000_000_000] += 1
-        if self.plan.processing_delay_s:
-            await asyncio.sleep(self.plan.processing_delay_s)
+    def _on_messages(self, batch: list[tuple[bytes, int]]) -> None:
+        """A burst of messages from one client: the hot path, a few operations per message."""
+        stats, trackers, test_key = self.stats, self.trackers, self.test_key
+        unpack, header_bytes = HEADER_LAYOUT.unpack_from, HEADER_LAYOUT.size
+        record_latency, write_row = self.latency.record, self.rate_file.write
+        received = 0
+        for body, arrived_ns in batch:
+            if len(body) < header_bytes:
+                stats.foreign["no_header"] += 1
+                continue
+            magic, key, sender_key, sequence, intended_ns, sent_ns = unpack(body)
+            if magic != MAGIC:
+                stats.foreign["no_header"] += 1
+                continue
+            if key != test_key:
+                stats.foreign["other_test"] += 1
+                continue
+            tracker = trackers.get(sender_key)
+            if tracker is None:
+                tracker = trackers[sender_key] = SequenceTracker()
+            if tracker.record(sequence):
+                received += 1
+                record_latency((arrived_ns - intended_ns) // 1000, (arrived_ns - sent_ns) // 1000)
+                write_row(intended_ns // 1000, arrived_ns // 1000)
+            else:
+                stats.duplicates_per_s[arrived_ns // 1_000_000_000] += 1
+        stats.received += received
+        stats.last_message_mono = time.monotonic()
 
     def reconnects_ns(self) -> list[int]:
         """When its clients' libraries reconnected by themselves (wall clock, ns)."""

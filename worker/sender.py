@@ -1,19 +1,27 @@
 """The sending side: N clients, each on its own open-model schedule, in one event loop.
 
-A message that could not be handed over because the SUT connection was down is tried again
-with the same sequence number and intended time (so its latency shows the outage); one whose
-fate is unknown (nacked, unconfirmed, timed out) keeps its sequence number spent, and the
-receivers count it as lost if it never arrives.
+A send never waits for the SUT's acknowledgement: each message is handed to the driver and
+settled later (`Driver.on_settled`). The one brake is a window per client on the messages
+handed over and not yet settled; a full window holds the schedule back, which shows as
+schedule lag and as latency from the intended time, never as a failure.
+
+Every message handed over spends its sequence number and counts as sent. One the SUT refused
+or never confirmed (nacked, returned, unconfirmed, timed out) is counted under its error kind;
+the receivers count it as lost if it never arrives. A message that could not be handed over
+because the connection was down is tried again with the same sequence number and intended time
+(so its latency shows the outage).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +31,7 @@ from protocol.options import Duration, MessageSize, ProfileStep
 from protocol.ratefile import RateFileWriter
 from worker.drivers import parse_endpoint
 from worker.drivers.base import DisconnectedError, Driver, DriverError, SendError, backoff_s, connect_within
-from worker.payload import MessageHeader, key_of, make_body
+from worker.payload import HEADER_BYTES, key_of, pack_header
 from worker.schedule import Schedule
 from worker.timebase import Timebase
 
@@ -41,6 +49,9 @@ _MIN_SLEEP_NS = 200_000
 # A client that never has to wait (unbounded rate, a send that does not suspend) still gives
 # the event loop a turn this often, or the daemon stops answering notes until the run ends.
 _YIELD_EVERY_NS = 2_000_000
+# How long the end of a run waits for the SUT to settle what is still in flight.
+_SETTLE_TIMEOUT_S = 30.0
+_SETTLE_AFTER_STOP_S = 1.0
 
 
 def interval_report(stats: SenderStats, lag: HdrHistogram) -> dict[str, Any]:
@@ -70,7 +81,7 @@ class SenderPlan:
     poisson: bool = False
     warm_up_s: float = 0.0
     start_jitter_s: float = 0.0
-    confirm_window: int = 1
+    confirm_window: int = 0  # messages in flight per client; 0: the driver's default
     precise_timing: bool = False
     reconnect_budget_s: float = 60.0
     start_at_ns: int = 0  # wall time of the first message (all senders together); 0 = at once
@@ -127,6 +138,16 @@ class SenderStats:
         return self._total_lag_us
 
 
+@dataclass
+class _Flight:
+    """One client's messages handed over and not yet settled, against its window."""
+
+    window: int
+    in_flight: int = 0
+    room: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: bool = False  # the driver is closed: whatever it still settles was counted already
+
+
 class SenderRun:
     def __init__(
         self,
@@ -134,9 +155,11 @@ class SenderRun:
         rate_file: RateFileWriter,
         timebase: Timebase | None = None,
         clients: range | None = None,
+        driver_for: Callable[[int], Driver] | None = None,
     ) -> None:
         """`clients`: the client numbers this process runs (all of them unless several
-        processes share the plan)."""
+        processes share the plan). `driver_for(client)`: the driver a client sends with (by
+        default from the plan's URLs; tests give an in-memory one)."""
         self.plan = plan
         self.rate_file = rate_file
         self.timebase = timebase or Timebase()
@@ -148,6 +171,8 @@ class SenderRun:
         self.failure: str | None = None
         self._stop = asyncio.Event()
         self._filler = random.Random(0).randbytes(plan.size.max_bytes)
+        self._tails: dict[int, bytes] = {}
+        self._driver_for = driver_for or self._driver_from_url  # filler after the header, by message size
         self._size_rng = random.Random(1)
 
     def stop(self) -> None:
@@ -179,14 +204,20 @@ class SenderRun:
             await asyncio.gather(*clients, return_exceptions=True)
             self.rate_file.flush()
 
+    def _driver_from_url(self, client: int) -> Driver:
+        url = self.plan.urls[client % len(self.plan.urls)]  # round robin over the cluster's nodes
+        driver_cls, endpoint = parse_endpoint(url, "send_url")
+        return driver_cls(endpoint, client)
+
     async def _client(self, client: int) -> None:
         plan = self.plan
-        url = plan.urls[client % len(plan.urls)]  # round robin over the cluster's nodes
-        driver_cls, endpoint = parse_endpoint(url, "send_url")
-        driver = driver_cls(endpoint, client)
+        driver = self._driver_for(client)
+        flight = _Flight(plan.confirm_window or driver.window())
+        driver.on_settled = functools.partial(self._settled, flight)
         # Connect first, so the time a connection takes does not skew the common start.
         await connect_within(driver, plan.reconnect_budget_s)
         try:
+            await driver.start_sending()
             # With a common start every client's schedule has the same origin, to the
             # nanosecond (a profile's steps change together); else it starts once connected.
             origin = time.perf_counter_ns()
@@ -196,12 +227,43 @@ class SenderRun:
             await self._sleep_or_stop(max(0, begin - time.perf_counter_ns()) / 1e9)
             if self._stop.is_set():
                 return
-            await self._send_loop(client, driver, begin)
+            await self._send_loop(client, driver, flight, begin)
+            await self._settle(flight, _SETTLE_TIMEOUT_S)
         finally:
             self.stats.reconnects_ns += driver.reconnects_ns
             await driver.close()
+            await asyncio.sleep(0)  # settlements the close itself scheduled
+            flight.closed = True
+            if flight.in_flight:  # never settled: their fate is unknown
+                self.stats.errors["unconfirmed"] += flight.in_flight
+                flight.in_flight = 0
 
-    async def _send_loop(self, client: int, driver: Driver, started: int) -> None:
+    def _settled(self, flight: _Flight, _token: int, error: SendError | None) -> None:
+        if flight.closed:
+            return
+        flight.in_flight -= 1
+        if error is not None:
+            self.stats.errors[error.kind] += 1
+        if flight.in_flight < flight.window:
+            flight.room.set()
+
+    async def _settle(self, flight: _Flight, timeout_s: float) -> None:
+        """Wait until the SUT settled everything in flight, or the timeout passed."""
+        deadline = time.monotonic() + timeout_s
+        while flight.in_flight and time.monotonic() < deadline:
+            if self._stop.is_set():  # stopped: a short grace for the last acknowledgements only
+                deadline = min(deadline, time.monotonic() + _SETTLE_AFTER_STOP_S)
+            flight.room.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(flight.room.wait(), 0.05)
+
+    async def _wait_for_room(self, flight: _Flight) -> None:
+        while flight.in_flight >= flight.window and not self._stop.is_set():
+            flight.room.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(flight.room.wait(), 0.1)
+
+    async def _send_loop(self, client: int, driver: Driver, flight: _Flight, started: int) -> None:
         plan = self.plan
         limit = plan.messages_for(client)
         end_ns = None if plan.duration.seconds is None else started + int(plan.duration.seconds * 1e9)
@@ -212,8 +274,6 @@ class SenderRun:
             return started + int(steps[i].at_s * 1e9)
 
         schedule = Schedule(steps[0].rate_per_s, started, poisson=plan.poisson, seed=client)
-        window = asyncio.Semaphore(max(1, plan.confirm_window))
-        in_flight: set[asyncio.Task[None]] = set()
         sequence = 0
         last_turn = started
         while not self._stop.is_set() and (limit is None or sequence < limit):
@@ -246,43 +306,38 @@ class SenderRun:
             elif now - last_turn > _YIELD_EVERY_NS:
                 await asyncio.sleep(0)
                 last_turn = now
-            if plan.confirm_window <= 1:
-                await self._deliver(client, driver, sequence, intended)
-            else:
-                await window.acquire()
-                task = asyncio.create_task(self._send_one(client, driver, sequence, intended, window))
-                in_flight.add(task)
-                task.add_done_callback(in_flight.discard)
+            if flight.in_flight >= flight.window:
+                # The window is the only brake: the wait shows as this message's schedule lag.
+                await self._wait_for_room(flight)
+                last_turn = time.perf_counter_ns()
+            if not await self._hand_over(client, driver, flight, sequence, intended):
+                return
             sequence += 1
-        if in_flight:
-            await asyncio.gather(*in_flight)
 
-    async def _send_one(
-        self, client: int, driver: Driver, sequence: int, intended_mono: int, window: asyncio.Semaphore
-    ) -> None:
-        try:
-            await self._deliver(client, driver, sequence, intended_mono)
-        finally:
-            window.release()
-
-    async def _deliver(self, client: int, driver: Driver, sequence: int, intended_mono: int) -> None:
+    async def _hand_over(self, client: int, driver: Driver, flight: _Flight, sequence: int, intended_mono: int) -> bool:
+        """Hand one message to the driver, riding out an outage; False if stopped meanwhile."""
         tb = self.timebase
-        intended_wall = tb.wall_ns(intended_mono)
+        wall0, mono0 = tb.wall0_ns, tb.mono0_ns
+        intended_wall = wall0 + (intended_mono - mono0)
         size = self.plan.size
         size_bytes = size.min_bytes if size.fixed else self._size_rng.randint(size.min_bytes, size.max_bytes)
+        tail = self._tails.get(size_bytes)
+        if tail is None:
+            tail = self._tails[size_bytes] = self._filler[: max(0, size_bytes - HEADER_BYTES)]
+        key = self.keys[client]
         down_since: float | None = None
         attempt = 0
         while True:
             sent_mono = time.perf_counter_ns()
-            sent_wall = tb.wall_ns(sent_mono)
-            header = MessageHeader(self.test_key, self.keys[client], sequence, intended_wall, sent_wall)
-            body = make_body(header, size_bytes, self._filler)
+            sent_wall = wall0 + (sent_mono - mono0)
+            body = pack_header(self.test_key, key, sequence, intended_wall, sent_wall) + tail
             try:
-                await driver.send(body)
+                if not driver.publish(body, sequence):
+                    flight.in_flight += 1
                 break
-            except SendError as exc:
+            except SendError as exc:  # refused outright: the sequence number is spent all the same
                 self.stats.errors[exc.kind] += 1
-                return  # its fate is unknown: the sequence number stays spent
+                break
             except DisconnectedError:
                 self.stats.errors["disconnected"] += 1
                 if client not in self._down_clients:  # one per outage a client rides out, not per message
@@ -295,14 +350,16 @@ class SenderRun:
                 self.stats.retries += 1
                 await self._sleep_or_stop(backoff_s(attempt))
                 if self._stop.is_set():
-                    return
-        self._down_clients.discard(client)
-        self.stats.sent += 1
-        self.stats.sent_per_client[client] += 1
-        lag_us = max(1, (sent_mono - intended_mono) // 1000)
+                    return False
+        if down_since is not None:
+            self._down_clients.discard(client)
+        stats = self.stats
+        stats.sent += 1
+        stats.sent_per_client[client] += 1
         # Into this interval only: intervals fold into the total (HDR recording is per-message cost).
-        self.stats.interval_lag_us.record_value(min(lag_us, 3_600_000_000))
+        stats.interval_lag_us.record_value(min(max(1, (sent_mono - intended_mono) // 1000), 3_600_000_000))
         self.rate_file.write(intended_wall // 1000, sent_wall // 1000)
+        return True
 
     async def _sleep_or_stop(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):

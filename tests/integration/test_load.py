@@ -171,6 +171,18 @@ def test_kafka_fixed_rate(daemons: Daemons, maestro: Maestro, tansu: str) -> Non
     check_results(daemons, maestro, test_id)
 
 
+@pytest.mark.kafka
+def test_kafka_receivers_subscribed_before_the_topic_exists_miss_nothing(
+    daemons: Daemons, maestro: Maestro, tansu: str
+) -> None:
+    # No partitions=: nobody made the topic. The receivers start first; the first to connect
+    # creates it (one partition, Kafka's default), and all 4000 messages arrive.
+    topic = f"maestro-new-{uuid.uuid4().hex[:8]}"
+    url = f"{tansu}/{topic}?acks=1&fetch_wait_max_ms=5"
+    test_id = run_fixed_rate(daemons, maestro, url, url)
+    check_results(daemons, maestro, test_id)
+
+
 @pytest.mark.mosquitto
 def test_a_bad_sut_url_is_refused_at_set(daemons: Daemons, maestro: Maestro) -> None:
     daemons.start("maestro-worker", "s1", "--role", "sender")

@@ -3,10 +3,16 @@
 The path names the queue (a `%d` in it and `destinations=1-100` spread clients over many
 queues). Messages go to `exchange` (default: the default exchange) with `routing_key`
 (default: the queue name). aio-pika's robust connection reconnects and re-declares by itself.
+
+aio-pika publishes from a coroutine, so each message is a task of its own that the worker does
+not wait for: with confirms it settles when the broker's Basic.Ack (or Nack, or a Return) comes,
+without when it is written; `confirm_window` (default 1000) bounds the tasks in flight.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import time
 from typing import Any, ClassVar
 
@@ -26,7 +32,7 @@ from worker.drivers.base import (
     DisconnectedError,
     Driver,
     Endpoint,
-    OnMessage,
+    OnMessages,
     SendError,
     boolean,
     choice,
@@ -77,7 +83,9 @@ class AmqpDriver(Driver):
         self._exchange: AbstractExchange | None = None
         self._queue: AbstractQueue | None = None
         self._consumer_tag: str | None = None
-        self._on_message: OnMessage | None = None
+        self._on_messages: OnMessages | None = None
+        self._processing_delay_s = 0.0
+        self._publishing: set[asyncio.Task[Any]] = set()  # held until done: the loop keeps weak references
 
     def _queue_arguments(self) -> dict[str, Any]:
         o = self.endpoint.options
@@ -130,37 +138,61 @@ class AmqpDriver(Driver):
     def _reconnected(self, *_: Any) -> None:
         self.reconnects_ns.append(time.time_ns())
 
-    async def send(self, body: bytes) -> None:
-        assert self._exchange is not None
+    def publish(self, body: bytes, token: int) -> bool:
+        exchange, channel = self._exchange, self._channel
+        assert exchange is not None and channel is not None
+        if channel.is_closed:
+            raise DisconnectedError(f"{self.endpoint}: channel closed", retry=True)
         message = aio_pika.Message(body, delivery_mode=self.delivery_mode)
-        try:
-            result = await self._exchange.publish(
+        task = asyncio.ensure_future(
+            exchange.publish(
                 message,
                 routing_key=self.routing_key,
                 mandatory=self.confirms,
                 timeout=self.endpoint.options.get("confirm_timeout_s", 30) if self.confirms else None,
             )
-        except aio_pika.exceptions.DeliveryError as exc:
-            raise SendError(f"{self.endpoint}: nacked", retry=True, kind="nacked") from exc
-        except aio_pika.exceptions.PublishError as exc:
-            raise SendError(f"{self.endpoint}: returned (unroutable)", retry=False, kind="returned") from exc
-        except TimeoutError as exc:
-            raise SendError(f"{self.endpoint}: no confirm in time", retry=True, kind="timed_out") from exc
-        except _DISCONNECTS as exc:
-            raise DisconnectedError(f"{self.endpoint}: {exc or type(exc).__name__}", retry=True) from exc
-        if self.confirms and isinstance(result, Basic.Nack):
-            raise SendError(f"{self.endpoint}: nacked", retry=True, kind="nacked")
-        if self.confirms and result is not None and not isinstance(result, Basic.Ack):
-            raise SendError(f"{self.endpoint}: returned (unroutable)", retry=False, kind="returned")
+        )
+        self._publishing.add(task)
+        task.add_done_callback(functools.partial(self._published, token))
+        return False
 
-    async def receive(self, on_message: OnMessage) -> None:
+    def _published(self, token: int, task: asyncio.Task[Any]) -> None:
+        self._publishing.discard(task)
+        self.on_settled(token, self._verdict(task))
+
+    def _verdict(self, task: asyncio.Task[Any]) -> SendError | None:
+        if task.cancelled():
+            return SendError(f"{self.endpoint}: closed before confirmed", retry=False, kind="unconfirmed")
+        error = task.exception()
+        if isinstance(error, aio_pika.exceptions.DeliveryError):
+            return SendError(f"{self.endpoint}: nacked", retry=False, kind="nacked")
+        if isinstance(error, aio_pika.exceptions.PublishError):
+            return SendError(f"{self.endpoint}: returned (unroutable)", retry=False, kind="returned")
+        if isinstance(error, TimeoutError):
+            return SendError(f"{self.endpoint}: no confirm in time", retry=False, kind="timed_out")
+        if isinstance(error, _DISCONNECTS):
+            # Written or not, its fate is unknown: the receivers tell whether it arrived.
+            return SendError(f"{self.endpoint}: {error or type(error).__name__}", retry=False, kind="unconfirmed")
+        if error is not None:
+            return SendError(f"{self.endpoint}: {type(error).__name__}: {error}", retry=False, kind="failed")
+        result = task.result()
+        if self.confirms and isinstance(result, Basic.Nack):
+            return SendError(f"{self.endpoint}: nacked", retry=False, kind="nacked")
+        if self.confirms and result is not None and not isinstance(result, Basic.Ack):
+            return SendError(f"{self.endpoint}: returned (unroutable)", retry=False, kind="returned")
+        return None
+
+    async def receive(self, on_messages: OnMessages, processing_delay_s: float = 0.0) -> None:
         assert self._queue is not None
-        self._on_message = on_message
+        self._on_messages = on_messages
+        self._processing_delay_s = processing_delay_s
         await self.resume()
 
     async def _deliver(self, message: AbstractIncomingMessage) -> None:
-        assert self._on_message is not None
-        await self._on_message(message.body)
+        assert self._on_messages is not None
+        self._on_messages([(message.body, time.time_ns())])
+        if self._processing_delay_s:
+            await asyncio.sleep(self._processing_delay_s)  # with manual ack, prefetch bounds the backlog
         if self.manual_ack:
             await message.ack()
 
@@ -175,6 +207,8 @@ class AmqpDriver(Driver):
             self._consumer_tag = await self._queue.consume(self._deliver, no_ack=not self.manual_ack)
 
     async def close(self) -> None:
+        for task in list(self._publishing):
+            task.cancel()  # settles each as unconfirmed through _published
         if self._connection is not None:
             await self._connection.close()
             self._connection = None

@@ -1,14 +1,18 @@
 """AMQP 1.0 through python-qpid-proton: `amqp10://[user:pw@]host[:5672]/address?settle=at-least-once&credit=100`.
 
-Proton's container runs on its own `PollThread`; sends reach it through an `EventInjector`
-(thread-safe), and dispositions and messages come back through `call_in_loop`. Messages carry
-their body as a Data section, so AMQP 0-9-1 consumers of the same broker read the same bytes.
+Proton's container runs on its own `PollThread`; sends reach it through an outbox and one
+`EventInjector` wake-up per burst, and dispositions and messages come back a burst at a time
+(`LoopBatch`). A message is settled when the peer's disposition comes (at-least-once) or when
+it went out on the link (presettled); the link's credit holds the rest in the outbox, within the
+worker's window. Messages carry their body as a Data section, so AMQP 0-9-1 consumers of the
+same broker read the same bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import time
 import uuid
 from typing import Any, ClassVar
 
@@ -16,13 +20,13 @@ from proton import Delivery, Event, Message, SSLDomain
 from proton.handlers import MessagingHandler
 from proton.reactor import ApplicationEvent, AtMostOnce, Container, DurableSubscription, EventInjector
 
-from protocol.concurrency import PollThread, call_in_loop
+from protocol.concurrency import LoopBatch, PollThread, call_in_loop
 from worker.drivers.base import (
     ConnectError,
     DisconnectedError,
     Driver,
     Endpoint,
-    OnMessage,
+    OnMessages,
     SendError,
     boolean,
     choice,
@@ -51,8 +55,6 @@ class Amqp10Driver(Driver):
         self._container: Container | None = None
         self._poller: PollThread | None = None
         self._injector = EventInjector()
-        self._tasks: set[asyncio.Future[None]] = set()
-        self._sender_link: asyncio.Future[_Handler] | None = None
 
     def _url(self) -> str:
         e = self.endpoint
@@ -62,7 +64,7 @@ class Amqp10Driver(Driver):
     async def connect(self) -> None:
         self._loop = asyncio.get_running_loop()
         opened: asyncio.Future[None] = self._loop.create_future()
-        self._handler = _Handler(self, opened)
+        self._handler = _Handler(self, opened, LoopBatch(self._loop, self._settle))
         container = Container(self._handler)
         container.selectable(self._injector)
         container.timeout = 0.05
@@ -93,24 +95,30 @@ class Amqp10Driver(Driver):
         await self._wait(handler.link_ready, f"no {role} link")
         return handler
 
-    async def send(self, body: bytes) -> None:
+    async def start_sending(self) -> None:
+        await self._open_link("sender")
+
+    def publish(self, body: bytes, token: int) -> bool:
         handler = self._handler
-        assert handler is not None and self._loop is not None
-        if self._sender_link is None:
-            # With a confirm window many sends start at once: all wait on the one opening.
-            self._sender_link = asyncio.ensure_future(self._open_link("sender"))
-        await self._sender_link
+        assert handler is not None
         if not handler.link_up:
             raise DisconnectedError(f"{self.endpoint}: link down", retry=True)
-        future: asyncio.Future[None] = self._loop.create_future()
-        handler.outbox.append((body, future))
-        # With the link as its context, the engine knows which connection has work to write.
-        self._injector.trigger(ApplicationEvent("flush", link=handler.link))
-        await future
+        handler.outbox.append((body, token))
+        if not handler.flush_pending:  # one wake-up of proton's thread per burst, not per message
+            handler.flush_pending = True
+            # With the link as its context, the engine knows which connection has work to write.
+            self._injector.trigger(ApplicationEvent("flush", link=handler.link))
+        return False
 
-    async def receive(self, on_message: OnMessage) -> None:
-        assert self._handler is not None
-        self._handler.on_message_cb = on_message
+    def _settle(self, verdicts: list[tuple[int, SendError | None]]) -> None:
+        settled = self.on_settled
+        for token, error in verdicts:
+            settled(token, error)
+
+    async def receive(self, on_messages: OnMessages, processing_delay_s: float = 0.0) -> None:
+        assert self._handler is not None and self._loop is not None
+        self._handler.messages = LoopBatch(self._loop, on_messages)
+        self._handler.processing_delay_s = processing_delay_s
         await self._open_link("receiver")
 
     async def pause(self) -> None:
@@ -119,17 +127,15 @@ class Amqp10Driver(Driver):
     async def resume(self) -> None:
         self._injector.trigger(ApplicationEvent("resume"))
 
-    def deliver(self, body: bytes) -> None:
-        assert self._handler is not None and self._handler.on_message_cb is not None
-        task = asyncio.ensure_future(self._handler.on_message_cb(body))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     async def close(self) -> None:
         if self._handler is not None:
             self._injector.trigger(ApplicationEvent("close"))
         if self._poller is not None:
-            await asyncio.to_thread(self._poller.stop)
+            # The container ends its own loop once the close went out: stopping the thread first
+            # could leave the connection open, and the broker would go on handing a closed
+            # receiver its credit's worth of messages, lost to the next test on the queue.
+            if not await asyncio.to_thread(self._poller.join, 5.0):
+                await asyncio.to_thread(self._poller.stop)
             self._poller = None
         if self._handler is not None:
             self._handler.fail_all("closed before settled")
@@ -138,15 +144,24 @@ class Amqp10Driver(Driver):
 class _Handler(MessagingHandler):
     """Runs on proton's thread, except where it hands results to the loop."""
 
-    def __init__(self, driver: Amqp10Driver, opened: asyncio.Future[None]) -> None:
+    def __init__(
+        self,
+        driver: Amqp10Driver,
+        opened: asyncio.Future[None],
+        verdicts: LoopBatch[tuple[int, SendError | None]],
+    ) -> None:
         super().__init__(prefetch=0, auto_accept=True)
         self.driver = driver
         self.opened = opened
+        self.verdicts = verdicts
+        self.messages: LoopBatch[tuple[bytes, int]] | None = None  # set when receiving
+        self.processing_delay_s = 0.0
+        self.flush_pending = False
+        self.closing = False
         self.role = ""
         self.link_ready: asyncio.Future[None] | None = None
-        self.on_message_cb: OnMessage | None = None
-        self.outbox: collections.deque[tuple[bytes, asyncio.Future[None]]] = collections.deque()
-        self.unsettled: dict[str, asyncio.Future[None]] = {}
+        self.outbox: collections.deque[tuple[bytes, int]] = collections.deque()  # (body, token)
+        self.unsettled: dict[str, int] = {}  # delivery tag -> token
         self.link_up = False
         self.paused = False
         self.error = ""
@@ -198,20 +213,25 @@ class _Handler(MessagingHandler):
         self.on_flush(event)
 
     def on_flush(self, _event: Any) -> None:
+        # Cleared before the outbox is read: a message added from now on asks for a flush again.
+        self.flush_pending = False
         link = self.link
-        wrote = False
+        durable = bool(self.driver.endpoint.options.get("durable"))
+        sent: list[tuple[int, SendError | None]] = []
+        count = 0
         while self.outbox and link is not None and link.credit > 0:
-            wrote = True
-            body, future = self.outbox.popleft()
-            message = Message(body=body, durable=bool(self.driver.endpoint.options.get("durable")))
+            body, token = self.outbox.popleft()
+            message = Message(body=body, durable=durable)
             message.inferred = True  # a Data section: the bytes themselves, readable over AMQP 0-9-1
             delivery = link.send(message)
+            count += 1
             if self.driver.presettled:
-                call_in_loop(self.loop, _resolve, future)
+                sent.append((token, None))
             else:
                 # By tag: proton wraps the same delivery in a new Python object for each event.
-                self.unsettled[delivery.tag] = future
-        if wrote and self.connection is not None and self.connection.transport is not None:
+                self.unsettled[delivery.tag] = token
+        self.verdicts.put_many(sent)
+        if count and self.connection is not None and self.connection.transport is not None:
             # Work done in an injected event is not noticed by proton's IO handler until some
             # other engine event comes: tell it the transport has output now.
             self.driver.container.push_event(self.connection.transport, Event.TRANSPORT)
@@ -225,14 +245,17 @@ class _Handler(MessagingHandler):
     def on_released(self, event: Any) -> None:
         self._settle(event.delivery, SendError(f"{self.driver.endpoint}: released", retry=False, kind="nacked"))
 
-    def _settle(self, delivery: Delivery, error: Exception | None) -> None:
-        future = self.unsettled.pop(delivery.tag, None)
-        if future is not None:
-            call_in_loop(self.loop, _resolve, future, error)
+    def _settle(self, delivery: Delivery, error: SendError | None) -> None:
+        token = self.unsettled.pop(delivery.tag, None)
+        if token is not None:
+            self.verdicts.put((token, error))
 
     def on_message(self, event: Any) -> None:
         body = event.message.body
-        call_in_loop(self.loop, self.driver.deliver, bytes(body) if body is not None else b"")
+        if self.messages is not None:
+            self.messages.put((bytes(body) if body is not None else b"", time.time_ns()))
+        if self.processing_delay_s:
+            time.sleep(self.processing_delay_s)  # a slow consumer: the credit comes back after it
         # Keep the credit window full: one credit back for each message taken, unless paused.
         if not self.paused:
             event.receiver.flow(1)
@@ -272,21 +295,34 @@ class _Handler(MessagingHandler):
         self.fail_all(f"transport error: {event.transport.condition}")
 
     def on_disconnected(self, _event: Any) -> None:
+        if self.closing:
+            self.driver.container.stop()
         self.link_up = False
         self.fail_all("disconnected")
 
     def on_close(self, _event: Any) -> None:
-        if self.connection is not None:
+        # The container stops once the peer answered the close (or the socket went): stopping
+        # it here would end the loop before the close was even written.
+        self.closing = True
+        if self.connection is not None and self.connection.transport is not None:
             self.connection.close()
-        self.driver.container.stop()
+        else:
+            self.driver.container.stop()
+
+    def on_connection_closed(self, _event: Any) -> None:
+        if self.closing:
+            self.driver.container.stop()
+
+    def on_transport_closed(self, _event: Any) -> None:
+        if self.closing:
+            self.driver.container.stop()
 
     def fail_all(self, why: str) -> None:
-        pending = list(self.unsettled.values()) + [f for _, f in self.outbox]
+        pending = list(self.unsettled.values()) + [token for _, token in self.outbox]
         self.unsettled.clear()
         self.outbox.clear()
-        for future in pending:
-            error = SendError(f"{self.driver.endpoint}: {why}", retry=False, kind="unconfirmed")
-            call_in_loop(self.loop, _resolve, future, error)
+        error = SendError(f"{self.driver.endpoint}: {why}", retry=False, kind="unconfirmed")
+        self.verdicts.put_many([(token, error) for token in pending])
 
 
 def _resolve(future: asyncio.Future[None], error: Exception | None = None) -> None:

@@ -1,4 +1,10 @@
-"""The driver contract: connect, send, receive with a callback, close, and the options it knows.
+"""The driver contract: connect, publish, receive with a callback, close, and the options it knows.
+
+Sending is pipelined, as OpenMessaging Benchmark's `sendAsync`: `publish` hands one message to
+the client library and returns at once; the SUT's verdict (confirm, PUBACK, delivery report,
+disposition) comes back later through `on_settled(token, error)` on the event loop. Nothing in a
+driver waits for an acknowledgement, so a confirmed send never turns the open model into a
+closed loop; the worker bounds what is in flight with a window per client.
 
 Rate, timestamps, sequence numbers and files live above this, in the worker, written once. A
 driver translates its client library's errors into the three below, each saying whether a
@@ -11,7 +17,7 @@ import asyncio
 import ssl
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -24,7 +30,8 @@ __all__ = [
     "Driver",
     "DriverError",
     "Endpoint",
-    "OnMessage",
+    "OnMessages",
+    "OnSettled",
     "SendError",
     "backoff_s",
     "boolean",
@@ -34,8 +41,13 @@ __all__ = [
     "number_range",
 ]
 
-# Awaited before the message is acknowledged (consumer processing delay, manual ack).
-OnMessage = Callable[[bytes], Awaitable[None]]
+# Called on the event loop with a burst of messages as the library handed them over: each body
+# with the wall-clock ns it arrived at, stamped where the library gave it to us (its own thread),
+# so the hop to the loop never shows as latency.
+OnMessages = Callable[[list[tuple[bytes, int]]], None]
+# Called on the event loop once the SUT settled a message: the publish token, and None when it
+# took the message or the reason (a SendError naming its kind) when it did not.
+OnSettled = Callable[[int, "SendError | None"], None]
 
 
 class DriverError(Exception):
@@ -143,10 +155,17 @@ def number_range(text: str) -> tuple[int, int]:
 _COMMON: dict[str, Callable[[str], Any]] = {"ca": str, "insecure": boolean, "destinations": number_range}
 
 
+def _unset(token: int, error: SendError | None) -> None:
+    raise RuntimeError("a driver settled a message before the worker set on_settled")
+
+
 class Driver(ABC):
     SCHEMES: ClassVar[dict[str, tuple[bool, int]]]  # scheme -> (TLS, default port)
     OPTIONS: ClassVar[dict[str, Callable[[str], Any]]]  # query option -> parser
     DESCRIPTION: ClassVar[str]
+    # Messages one client may have handed over and not yet settled, unless the test sets
+    # `confirm_window`: each protocol's natural bound (README, SUT URLs).
+    DEFAULT_WINDOW: ClassVar[int] = 1000
 
     def __init__(self, endpoint: Endpoint, client: int = 0) -> None:
         self.endpoint = endpoint
@@ -155,6 +174,11 @@ class Driver(ABC):
         # When the client library reconnected by itself (wall clock, ns), for the report's fault
         # table; drivers whose library says so append here.
         self.reconnects_ns: list[int] = []
+        self.on_settled: OnSettled = _unset
+
+    def window(self) -> int:
+        """The in-flight bound this driver's options give (the default unless an option sets it)."""
+        return self.DEFAULT_WINDOW
 
     @classmethod
     def parse(cls, url: str, option_name: str = "url") -> Endpoint:
@@ -203,13 +227,26 @@ class Driver(ABC):
     @abstractmethod
     async def connect(self) -> None: ...
 
-    @abstractmethod
-    async def send(self, body: bytes) -> None:
-        """Return once the SUT took the message (confirmed, when the options ask for confirms)."""
+    async def start_sending(self) -> None:  # noqa: B027 - most drivers need nothing more
+        """Whatever sending needs beyond the connection (an AMQP 1.0 sender link), before the first publish."""
 
     @abstractmethod
-    async def receive(self, on_message: OnMessage) -> None:
-        """Start consuming; `on_message` runs on the event loop for each message body."""
+    def publish(self, body: bytes, token: int) -> bool:
+        """Hand one message to the client library; never waits for the SUT.
+
+        Returns True when the message is settled already (nothing to confirm: MQTT QoS 0,
+        AMQP 0-9-1 without confirms once written, Kafka acks=0), False when `on_settled(token,
+        error)` follows on the event loop. Raises DisconnectedError when the connection is down
+        now (nothing was sent: the caller may hand the same message over again later), and
+        SendError when the library refused it outright.
+        """
+
+    @abstractmethod
+    async def receive(self, on_messages: OnMessages, processing_delay_s: float = 0.0) -> None:
+        """Start consuming; `on_messages` runs on the event loop for each burst of messages.
+
+        `processing_delay_s`: the consumer takes this long over each message before it takes
+        (and acknowledges) the next, as a slow application would."""
 
     async def pause(self) -> None:
         """Stop taking messages for now, so that a backlog builds in the SUT."""

@@ -1,26 +1,33 @@
 """Kafka through confluent-kafka: `kafka://host[:9092]/topic?acks=all&linger_ms=5&group=g1&...`.
 
 librdkafka delivers reports and messages only from a blocking `poll()`, which runs on a
-`PollThread`; results cross to the event loop with `call_in_loop`. A send completes when the
-delivery report came back (after `acks` brokers took it).
+`PollThread`; what one poll brought crosses to the event loop at once. A message is settled
+when its delivery report came back (after `acks` brokers took it); until then it waits in
+librdkafka's own queue, which is also the worker's window (`queue.buffering.max.messages`).
+
+A topic that does not exist yet is created on connect (`partitions`, default 1), by senders and
+receivers alike, so a receiver that subscribes first never waits out librdkafka's five-minute
+metadata refresh for it; the consumer also refreshes its metadata every second.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import time
 from typing import Any, ClassVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from protocol.concurrency import PollThread, call_in_loop
+from protocol.concurrency import LoopBatch, PollThread, call_in_loop
 from worker.drivers.base import (
     ConnectError,
     DisconnectedError,
     Driver,
     Endpoint,
-    OnMessage,
+    OnMessages,
     SendError,
     choice,
     integer,
@@ -29,6 +36,7 @@ from worker.drivers.base import (
 __all__ = ["KafkaDriver"]
 
 _POLL_S = 0.05
+_BATCH = 1000  # messages one consume() call may return
 _ASSIGN_TIMEOUT_S = 30.0
 
 log = logging.getLogger(__name__)
@@ -43,13 +51,19 @@ class KafkaDriver(Driver):
         "batch_size": integer(1, 2**31 - 1),
         "linger_ms": integer(0, 900_000),
         "compression": choice("none", "gzip", "snappy", "lz4", "zstd"),
-        "partitions": integer(1, 100_000),  # create the topic with this many partitions
+        "partitions": integer(1, 100_000),  # a topic that does not exist is created with this many
         "group": str,
         "auto_offset_reset": choice("earliest", "latest"),
         "session_timeout_ms": integer(1000, 3_600_000),
         "delivery_timeout_ms": integer(1000, 3_600_000),
+        "queue_max_messages": integer(1, 10_000_000),  # librdkafka's producer queue: the window
+        # How long the broker may hold a fetch for fetch_min_bytes to arrive. A broker that does
+        # not answer a waiting fetch when data comes (tansu) adds up to this to every latency.
+        "fetch_wait_max_ms": integer(0, 300_000),
+        "fetch_min_bytes": integer(1, 100_000_000),
     }
     DESCRIPTION = "Kafka (confluent-kafka / librdkafka)"
+    DEFAULT_WINDOW = 100_000  # librdkafka's default queue.buffering.max.messages
 
     def __init__(self, endpoint: Endpoint, client: int = 0) -> None:
         super().__init__(endpoint, client)
@@ -57,9 +71,14 @@ class KafkaDriver(Driver):
         self._consumer: Consumer | None = None
         self._poller: PollThread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._on_message: OnMessage | None = None
+        self._on_messages: OnMessages | None = None
+        self._processing_delay_s = 0.0
         self._paused = False
-        self._tasks: set[asyncio.Future[None]] = set()
+        self._reports: LoopBatch[tuple[int, KafkaError | None]] | None = None
+        self._delivered: list[tuple[int, KafkaError | None]] = []  # filled inside poll()
+
+    def window(self) -> int:
+        return int(self.endpoint.options.get("queue_max_messages", self.DEFAULT_WINDOW))
 
     def _common_config(self) -> dict[str, Any]:
         e = self.endpoint
@@ -81,19 +100,32 @@ class KafkaDriver(Driver):
 
     async def connect(self) -> None:
         self._loop = asyncio.get_running_loop()
-        if "partitions" in self.endpoint.options:
-            await asyncio.to_thread(self._create_topic)
+        await asyncio.to_thread(self._ensure_topic)
 
-    def _create_topic(self) -> None:
+    def _ensure_topic(self) -> None:
+        """Create the topic unless it exists; a broker that refuses is told of in the log only
+        (the topic may be created by others, and the consumer refreshes its metadata)."""
         admin = AdminClient(self._common_config())
-        topic = NewTopic(self.destination, num_partitions=self.endpoint.options["partitions"], replication_factor=1)
+        try:
+            known = admin.list_topics(self.destination, timeout=10).topics
+        except KafkaException as exc:
+            raise ConnectError(f"{self.endpoint}: {exc.args[0].str()}", retry=True) from exc
+        existing = known.get(self.destination)
+        if existing is not None and existing.error is None:
+            return
+        partitions = self.endpoint.options.get("partitions", 1)
+        topic = NewTopic(self.destination, num_partitions=partitions, replication_factor=1)
         try:
             admin.create_topics([topic], operation_timeout=15)[self.destination].result(20)
+            log.info("%s: created the topic with %d partition(s)", self.endpoint, partitions)
         except KafkaException as exc:
             error = exc.args[0]
-            if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return
+            if "partitions" in self.endpoint.options:  # asked for by name: not having it is an error
                 why = f"{self.endpoint}: cannot create the topic: {error.str()}"
                 raise ConnectError(why, retry=error.retriable()) from exc
+            log.warning("%s: the topic does not exist and could not be created: %s", self.endpoint, error.str())
 
     def _producer_config(self) -> dict[str, Any]:
         o = self.endpoint.options
@@ -102,34 +134,50 @@ class KafkaDriver(Driver):
             "linger.ms": o.get("linger_ms", 0),
             "compression.type": o.get("compression", "none"),
             "delivery.timeout.ms": o.get("delivery_timeout_ms", 30_000),
+            "queue.buffering.max.messages": self.window(),
         }
         if "batch_size" in o:
             config["batch.size"] = o["batch_size"]
         return config
 
-    async def send(self, body: bytes) -> None:
-        if self._producer is None:
-            self._producer = Producer(self._producer_config())
-            producer = self._producer
-            self._poller = PollThread(f"kafka-producer-{self.client}", lambda: producer.poll(_POLL_S))
-        assert self._loop is not None
-        future: asyncio.Future[None] = self._loop.create_future()
-        loop = self._loop
-
-        def delivered(error: KafkaError | None, _message: Message) -> None:
-            call_in_loop(loop, _settle, future, error)
-
+    def publish(self, body: bytes, token: int) -> bool:
+        producer = self._producer
+        if producer is None:
+            assert self._loop is not None
+            producer = self._producer = Producer(self._producer_config())
+            self._reports = LoopBatch(self._loop, self._settle)
+            self._poller = PollThread(f"kafka-producer-{self.client}", self._poll_producer)
         try:
-            self._producer.produce(self.destination, body, on_delivery=delivered)
-        except BufferError as exc:
-            raise SendError(f"{self.endpoint}: producer queue full", retry=True, kind="failed") from exc
+            producer.produce(self.destination, body, on_delivery=functools.partial(self._on_delivery, token))
+        except BufferError as exc:  # the window keeps below the queue's bound: not expected
+            raise SendError(f"{self.endpoint}: producer queue full", retry=False, kind="failed") from exc
         except KafkaException as exc:
             raise DisconnectedError(f"{self.endpoint}: {exc}", retry=True) from exc
-        await future
+        return False
 
-    async def receive(self, on_message: OnMessage) -> None:
+    def _on_delivery(self, token: int, error: KafkaError | None, _message: Message) -> None:
+        self._delivered.append((token, error))  # inside poll(), on the poll thread
+
+    def _poll_producer(self) -> None:
+        assert self._producer is not None and self._reports is not None
+        self._producer.poll(_POLL_S)
+        if self._delivered:
+            batch, self._delivered = self._delivered, []
+            self._reports.put_many(batch)
+
+    def _settle(self, reports: list[tuple[int, KafkaError | None]]) -> None:
+        settled = self.on_settled
+        for token, error in reports:
+            if error is None:
+                settled(token, None)
+            else:
+                kind = "timed_out" if error.code() in _TIMED_OUT else "failed"
+                settled(token, SendError(f"not delivered: {error.str()}", retry=False, kind=kind))
+
+    async def receive(self, on_messages: OnMessages, processing_delay_s: float = 0.0) -> None:
         o = self.endpoint.options
-        self._on_message = on_message
+        self._on_messages = on_messages
+        self._processing_delay_s = processing_delay_s
         config = self._common_config() | {
             # One group per topic by default: the receivers of a test share the topic's partitions
             # as competing consumers (a queue's semantics), so each message is received once.
@@ -137,7 +185,13 @@ class KafkaDriver(Driver):
             "auto.offset.reset": o.get("auto_offset_reset", "earliest"),
             "session.timeout.ms": o.get("session_timeout_ms", 6000),
             "enable.auto.commit": True,
+            # A topic created after we subscribed is seen within a second, not librdkafka's 5 min.
+            "topic.metadata.refresh.interval.ms": 1000,
         }
+        if "fetch_wait_max_ms" in o:
+            config["fetch.wait.max.ms"] = o["fetch_wait_max_ms"]
+        if "fetch_min_bytes" in o:
+            config["fetch.min.bytes"] = o["fetch_min_bytes"]
         consumer = Consumer(config)
         loop = asyncio.get_running_loop()
         assigned = asyncio.Event()
@@ -152,20 +206,26 @@ class KafkaDriver(Driver):
             log.warning("%s: no partition assignment within %g s; consuming anyway", self.endpoint, _ASSIGN_TIMEOUT_S)
 
     def _consume_once(self) -> None:
-        assert self._consumer is not None and self._loop is not None
+        assert self._consumer is not None and self._loop is not None and self._on_messages is not None
         if self._paused:
             self._consumer.poll(_POLL_S)  # keeps group membership alive; paused partitions give nothing
             return
-        message = self._consumer.poll(_POLL_S)
-        if message is None or message.error() is not None:
+        # Wait for one message, then take whatever else has arrived (consume() alone would wait
+        # for a whole batch or its timeout): a burst crosses to the loop in one hand-over.
+        first = self._consumer.poll(_POLL_S)
+        if first is None:
             return
-        call_in_loop(self._loop, self._deliver, message.value())
-
-    def _deliver(self, body: bytes) -> None:
-        if self._on_message is not None:
-            task = asyncio.ensure_future(self._on_message(body))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        arrived = time.time_ns()
+        messages = [first, *self._consumer.consume(_BATCH, 0)]
+        if self._processing_delay_s:
+            for message in messages:  # a slow consumer: each message takes its time before the next
+                if message.error() is None:
+                    call_in_loop(self._loop, self._on_messages, [(message.value(), time.time_ns())])
+                    time.sleep(self._processing_delay_s)
+            return
+        batch = [(m.value(), arrived) for m in messages if m.error() is None]
+        if batch:
+            call_in_loop(self._loop, self._on_messages, batch)
 
     async def pause(self) -> None:
         if self._consumer is not None:
@@ -179,18 +239,13 @@ class KafkaDriver(Driver):
 
     async def close(self) -> None:
         if self._poller is not None:
-            self._poller.stop()
+            await asyncio.to_thread(self._poller.stop)
         if self._producer is not None:
             await asyncio.to_thread(self._producer.flush, 10)
+            # Reports that flush() brought (on its thread); what is still queued after it is
+            # told as unconfirmed by the sender, which counts what never settled.
+            if self._delivered:
+                batch, self._delivered = self._delivered, []
+                self._settle(batch)
         if self._consumer is not None:
             await asyncio.to_thread(self._consumer.close)
-
-
-def _settle(future: asyncio.Future[None], error: KafkaError | None) -> None:
-    if future.done():
-        return
-    if error is None:
-        future.set_result(None)
-    else:
-        kind = "timed_out" if error.code() in _TIMED_OUT else "failed"
-        future.set_exception(SendError(f"not delivered: {error.str()}", retry=False, kind=kind))

@@ -1,8 +1,9 @@
 """MQTT through paho-mqtt: `mqtt://[user:pw@]host[:1883]/topic?qos=1&clean_session=true`.
 
 paho runs its own network thread; its callbacks cross to the event loop through
-`protocol.concurrency.call_in_loop`. QoS 1 and 2 sends complete when the broker acknowledged
-them (PUBACK / PUBCOMP); QoS 0 when the message is handed to the socket.
+`protocol.concurrency`. QoS 1 and 2 messages are settled when the broker acknowledged them
+(PUBACK / PUBCOMP), a burst of acknowledgements crossing to the loop at once; QoS 0 ones when
+handed to paho. `max_inflight` (paho's own bound, default 1000) is also the worker's window.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from protocol.bus import no_delay
-from protocol.concurrency import call_in_loop
+from protocol.concurrency import LoopBatch, call_in_loop
 from worker.drivers.base import (
     ConnectError,
     DisconnectedError,
     Driver,
     Endpoint,
-    OnMessage,
+    OnMessages,
     SendError,
     boolean,
     integer,
@@ -40,6 +41,7 @@ class MqttDriver(Driver):
         "qos": integer(0, 2),
         "clean_session": boolean,
         "keepalive_s": integer(5, 3600),
+        "max_inflight": integer(1, 65535),  # QoS 1/2 messages awaiting their acknowledgement
     }
     DESCRIPTION = "MQTT 3.1.1 (paho-mqtt)"
 
@@ -49,9 +51,11 @@ class MqttDriver(Driver):
         self.qos: int = endpoint.options.get("qos", 1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._connected: asyncio.Event | None = None
-        self._pending: dict[int, asyncio.Future[None]] = {}
-        self._on_message: OnMessage | None = None
-        self._tasks: set[asyncio.Future[None]] = set()
+        self._pending: dict[int, int] = {}  # paho's message id -> the publish token
+        self._acks: LoopBatch[int] | None = None
+        self._messages: LoopBatch[tuple[bytes, int]] | None = None
+        self._receiving = False
+        self._processing_delay_s = 0.0
         self._connect_error = "no answer"
         self._client = self._make_client()
 
@@ -63,7 +67,7 @@ class MqttDriver(Driver):
             clean_session=e.options.get("clean_session", True),
             protocol=mqtt.MQTTv311,
         )
-        client.max_inflight_messages_set(1000)
+        client.max_inflight_messages_set(self.window())
         client.max_queued_messages_set(0)
         if e.username:
             client.username_pw_set(e.username, e.password)
@@ -76,8 +80,13 @@ class MqttDriver(Driver):
         client.on_message = self._on_message_thread
         return client
 
+    def window(self) -> int:
+        return int(self.endpoint.options.get("max_inflight", self.DEFAULT_WINDOW))
+
     async def connect(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._acks = LoopBatch(self._loop, self._confirmed)
+        self._messages = None  # set by receive()
         self._connected = asyncio.Event()
         try:
             self._client.connect_async(
@@ -92,22 +101,29 @@ class MqttDriver(Driver):
             self._client.loop_stop()
             raise ConnectError(f"{self.endpoint}: no connection ({self._connect_error})", retry=True) from exc
 
-    async def send(self, body: bytes) -> None:
+    def publish(self, body: bytes, token: int) -> bool:
         if self._connected is None or not self._connected.is_set():
             raise DisconnectedError(f"{self.endpoint}: not connected", retry=True)
         info = self._client.publish(self.destination, body, qos=self.qos)
-        if info.rc != mqtt.MQTT_ERR_SUCCESS:
-            raise SendError(f"{self.endpoint}: {mqtt.error_string(info.rc)}", retry=True)
         if self.qos == 0:
-            return
-        assert self._loop is not None
-        future: asyncio.Future[None] = self._loop.create_future()
-        # on_publish reaches the loop through call_soon_threadsafe, so it runs after this line.
-        self._pending[info.mid] = future
-        await future
+            if info.rc == mqtt.MQTT_ERR_NO_CONN:
+                raise DisconnectedError(f"{self.endpoint}: not connected", retry=True)
+            if info.rc != mqtt.MQTT_ERR_SUCCESS:
+                raise SendError(f"{self.endpoint}: {mqtt.error_string(info.rc)}", retry=False)
+            return True
+        # QoS 1/2 when paho has just seen the connection drop: it keeps the message and sends it
+        # after reconnecting, so it is handed over; trying it again would duplicate it.
+        if info.rc not in (mqtt.MQTT_ERR_SUCCESS, mqtt.MQTT_ERR_NO_CONN):
+            raise SendError(f"{self.endpoint}: {mqtt.error_string(info.rc)}", retry=False)
+        # The acknowledgement reaches the loop through call_soon_threadsafe: after this line.
+        self._pending[info.mid] = token
+        return False
 
-    async def receive(self, on_message: OnMessage) -> None:
-        self._on_message = on_message
+    async def receive(self, on_messages: OnMessages, processing_delay_s: float = 0.0) -> None:
+        assert self._loop is not None
+        self._processing_delay_s = processing_delay_s
+        self._messages = LoopBatch(self._loop, on_messages)
+        self._receiving = True
         self._client.subscribe(self.destination, qos=self.qos)
 
     # No pause: unsubscribing would drop what is published meanwhile instead of keeping a
@@ -130,7 +146,7 @@ class MqttDriver(Driver):
         if self._connected is not None and self._was_connected:
             self.reconnects_ns.append(time.time_ns())
         self._was_connected = True
-        if self._on_message is not None:  # a reconnect: subscriptions died with the session
+        if self._receiving:  # a reconnect: subscriptions died with the session
             client.subscribe(self.destination, qos=self.qos)
         assert self._loop is not None and self._connected is not None
         call_in_loop(self._loop, self._connected.set)
@@ -146,27 +162,26 @@ class MqttDriver(Driver):
         self._fail_pending(f"{self.endpoint}: disconnected before confirmed")
 
     def _fail_pending(self, why: str) -> None:
-        for future in self._pending.values():
-            if not future.done():
-                future.set_exception(SendError(why, retry=False, kind="unconfirmed"))
-        self._pending.clear()
+        pending, self._pending = self._pending, {}
+        for token in pending.values():
+            self.on_settled(token, SendError(why, retry=False, kind="unconfirmed"))
 
     def _on_publish(self, _c: mqtt.Client, _u: Any, mid: int, _reason: Any, _p: Any) -> None:
-        if self.qos and self._loop is not None:
-            call_in_loop(self._loop, self._confirmed, mid)
+        if self.qos and self._acks is not None:
+            self._acks.put(mid)
 
-    def _confirmed(self, mid: int) -> None:
-        future = self._pending.pop(mid, None)
-        if future is not None and not future.done():
-            future.set_result(None)
+    def _confirmed(self, mids: list[int]) -> None:
+        pending, settled = self._pending, self.on_settled
+        for mid in mids:
+            token = pending.pop(mid, None)
+            if token is not None:
+                settled(token, None)
 
     def _on_message_thread(self, _c: mqtt.Client, _u: Any, message: mqtt.MQTTMessage) -> None:
-        if self._loop is not None:
-            call_in_loop(self._loop, self._deliver, message.payload)
-
-    def _deliver(self, body: bytes) -> None:
-        if self._on_message is not None:
-            # paho acknowledges QoS 1/2 itself; nothing waits on the callback's end here.
-            task = asyncio.ensure_future(self._on_message(body))
-            self._tasks.add(task)  # held until done: the loop keeps only weak references
-            task.add_done_callback(self._tasks.discard)
+        if self._messages is None:
+            return
+        self._messages.put((bytes(message.payload), time.time_ns()))  # payload is bytes: no copy
+        if self._processing_delay_s:
+            # A slow consumer holds paho's loop: the PUBACK and the next message wait, as they
+            # would for an application that takes this long.
+            time.sleep(self._processing_delay_s)

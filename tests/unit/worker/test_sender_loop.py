@@ -1,0 +1,131 @@
+"""The sender's loop against an in-memory driver: counts, order, the window, lag, errors by kind.
+
+Known answers: the schedule fixes how many messages a run holds, and the driver fixes when and
+how each is settled, so every count below is exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from support.memory_driver import MemoryDriver
+
+from protocol.options import Duration, MessageSize
+from protocol.ratefile import RateFileWriter, read_rate_file
+from worker.drivers.base import SendError
+from worker.payload import read_header
+from worker.sender import SenderPlan, SenderRun
+
+
+def _plan(**overrides: object) -> SenderPlan:
+    fields: dict[str, object] = {
+        "test_id": "t-1",
+        "peer": "s1@host",
+        "urls": ["memory://x/q"],
+        "rate_per_s": 0.0,
+        "parallel_count": 1,
+        "duration": Duration(messages=100),
+        "size": MessageSize(64, 64),
+    }
+    fields.update(overrides)
+    return SenderPlan(**fields)  # type: ignore[arg-type]
+
+
+def _run(plan: SenderPlan, tmp_path: Path, drivers: dict[int, MemoryDriver]) -> SenderRun:
+    return SenderRun(plan, RateFileWriter(tmp_path, "sender", {}), driver_for=drivers.__getitem__)
+
+
+def _rows(run: SenderRun) -> list[tuple[int, int]]:
+    return [row for path in run.rate_file.paths for row in read_rate_file(path)]
+
+
+def test_every_message_goes_once_in_order_with_its_header(tmp_path: Path) -> None:
+    drivers = {0: MemoryDriver(0), 1: MemoryDriver(1)}
+    run = _run(_plan(parallel_count=2, duration=Duration(messages=101)), tmp_path, drivers)
+    asyncio.run(run.run())
+    run.rate_file.close()
+    assert run.failure is None
+    assert run.stats.sent == 101 and dict(run.stats.sent_per_client) == {0: 51, 1: 50}
+    assert not run.stats.errors
+    for client, driver in drivers.items():
+        headers = [read_header(body) for body in driver.bodies]
+        assert [h.sequence for h in headers] == list(range(len(headers)))
+        assert {h.sender_key for h in headers} == {run.keys[client]}
+        assert all(len(body) == 64 for body in driver.bodies)
+        assert all(h.sent_ns >= h.intended_ns for h in headers)
+        assert driver.closed
+    assert len(_rows(run)) == 101
+
+
+def test_the_window_bounds_what_is_in_flight_and_the_wait_is_lag_not_failure(tmp_path: Path) -> None:
+    driver = MemoryDriver(confirm_delay_s=None)  # nothing settles until the test says so
+    run = _run(_plan(confirm_window=5, duration=Duration(messages=12)), tmp_path, {0: driver})
+
+    async def scenario() -> None:
+        task = asyncio.create_task(run.run())
+        await asyncio.sleep(0.2)
+        assert driver.tokens == [0, 1, 2, 3, 4]  # the window is full: the sender waits
+        driver.release(3)
+        await asyncio.sleep(0.2)
+        assert driver.tokens == list(range(8))
+        driver.release(100)
+        await asyncio.sleep(0.2)
+        driver.release(100)
+        await task
+
+    asyncio.run(scenario())
+    assert driver.max_in_flight == 5
+    assert run.stats.sent == 12 and not run.stats.errors and run.failure is None
+    # Messages 5..7 waited ~0.2 s for room: schedule lag, as an unbounded schedule intended them at once.
+    assert run.stats.lag_us.get_max_value() >= 150_000
+
+
+def test_a_slow_acknowledgement_does_not_slow_the_schedule(tmp_path: Path) -> None:
+    # 100 msg/s for 0.3 s with every confirm taking 0.5 s. A send that waited for its confirm
+    # (a closed loop) would send the 30th message ~15 s late; the open model sends each on time.
+    driver = MemoryDriver(confirm_delay_s=0.5)
+    run = _run(_plan(rate_per_s=100.0, duration=Duration(seconds=0.3)), tmp_path, {0: driver})
+    asyncio.run(run.run())
+    assert run.stats.sent == 30 and not run.stats.errors
+    assert driver.max_in_flight == 30  # all in flight at once: nothing waited for a confirm
+    assert run.stats.lag_us.get_max_value() < 250_000
+
+
+def test_refused_and_unconfirmed_messages_count_by_kind_and_stay_sent(tmp_path: Path) -> None:
+    def verdict(token: int) -> SendError | None:
+        return SendError("nacked", retry=False, kind="nacked") if token % 3 == 0 else None
+
+    driver = MemoryDriver(verdict=verdict)
+    run = _run(_plan(duration=Duration(messages=30)), tmp_path, {0: driver})
+    asyncio.run(run.run())
+    # Sequence numbers are spent: the receivers count the nacked ones as lost if they never arrive.
+    assert run.stats.sent == 30
+    assert dict(run.stats.errors) == {"nacked": 10}
+
+
+def test_a_disconnected_send_is_tried_again_with_the_same_sequence(tmp_path: Path) -> None:
+    driver = MemoryDriver(down_for=lambda token, attempt: token == 4 and attempt < 2)
+    run = _run(_plan(duration=Duration(messages=10)), tmp_path, {0: driver})
+    asyncio.run(run.run())
+    assert driver.tokens == list(range(10))
+    assert driver.attempts[4] == 3
+    assert run.stats.sent == 10 and run.stats.retries == 2
+    assert dict(run.stats.errors) == {"disconnected": 2}
+    assert len(run.stats.disconnects_ns) == 1  # one outage ridden out, however many tries
+
+
+def test_what_never_settles_is_counted_unconfirmed_when_the_run_ends(tmp_path: Path) -> None:
+    driver = MemoryDriver(confirm_delay_s=None)
+    run = _run(_plan(duration=Duration(messages=4)), tmp_path, {0: driver})
+
+    async def scenario() -> None:
+        task = asyncio.create_task(run.run())
+        await asyncio.sleep(0.1)
+        driver.release(1)
+        run.stop()  # stops the settle wait too
+        await task
+
+    asyncio.run(scenario())
+    assert run.stats.sent == 4
+    assert dict(run.stats.errors) == {"unconfirmed": 3}
