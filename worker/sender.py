@@ -20,13 +20,17 @@ import functools
 import logging
 import random
 import time
+from array import array
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from hdrh.histogram import HdrHistogram
 
+from protocol.concurrency import PreciseTimer
+from protocol.hdr import HIGHEST_US, LOWEST_US, new_histogram, record_values
 from protocol.options import Duration, MessageSize, ProfileStep
 from protocol.ratefile import RateFileWriter
 from worker.drivers import parse_endpoint
@@ -40,12 +44,15 @@ __all__ = ["SenderPlan", "SenderRun", "SenderStats", "interval_report", "sender_
 log = logging.getLogger(__name__)
 
 # The event loop's timers wake up 1-2 ms late (epoll rounds its timeout up to whole
-# milliseconds). With `precise_timing` a client sleeps until this long before a message is due,
-# then yields to the loop until it is: schedule lag drops from ~1 ms to ~10 us at the price of
-# CPU (measured: 19 % of a core at 100 msg/s, a whole core from 1000 msg/s; bench/README.md).
+# milliseconds), so clients wait for their next message on the process's one `PreciseTimer`
+# (~0.1 ms). With `precise_timing` a client instead sleeps until this long before a message is
+# due, then yields to the loop until it is: ~10 us of lag for a core's worth of CPU from
+# 1000 msg/s (bench/README.md).
 _WAKE_EARLY_NS = 2_000_000
-# Without it, sleeping for less than this is not worth a wake-up.
-_MIN_SLEEP_NS = 200_000
+# A message due sooner than this goes now: a wake-up would cost more than it is early by.
+_MIN_SLEEP_NS = 50_000
+# Longer waits than this are taken on the stop event first, so a slow schedule still stops at once.
+_LONG_WAIT_NS = 50_000_000
 # A client that never has to wait (unbounded rate, a send that does not suspend) still gives
 # the event loop a turn this often, or the daemon stops answering notes until the run ends.
 _YIELD_EVERY_NS = 2_000_000
@@ -121,15 +128,31 @@ class SenderStats:
     # the report's per-fault reconnect counts.
     disconnects_ns: list[int] = field(default_factory=list)
     reconnects_ns: list[int] = field(default_factory=list)  # the client library's own reconnects
-    # Schedule lag: how late each message left against its intended time, in µs. Messages
-    # are recorded into the interval; `fold()` adds it to the whole run's.
-    interval_lag_us: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, 3_600_000_000, 3))
-    _total_lag_us: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, 3_600_000_000, 3))
+    # perf_counter ns when the first message was handed over, and when the last client had
+    # everything it sent settled: a run's send rate without its connect and close.
+    first_send_mono_ns: int = 0
+    all_settled_mono_ns: int = 0
+    # Schedule lag: how late each message left against its intended time, in µs. Each message
+    # appends its sample (two C calls); they go into this interval's histogram a column at a
+    # time, and `fold()` adds the interval to the whole run's.
+    lag_samples_us: array[int] = field(default_factory=lambda: array("q"))
+    _interval_lag_us: HdrHistogram = field(default_factory=new_histogram)
+    _total_lag_us: HdrHistogram = field(default_factory=new_histogram)
+
+    @property
+    def interval_lag_us(self) -> HdrHistogram:
+        """This interval's schedule lag so far."""
+        if self.lag_samples_us:
+            values = np.frombuffer(self.lag_samples_us, dtype=np.int64)
+            record_values(self._interval_lag_us, np.clip(values, LOWEST_US, HIGHEST_US))
+            self.lag_samples_us = array("q")
+        return self._interval_lag_us
 
     def fold(self) -> None:
-        if self.interval_lag_us.get_total_count():
-            self._total_lag_us.add(self.interval_lag_us)
-            self.interval_lag_us.reset()
+        interval = self.interval_lag_us
+        if interval.get_total_count():
+            self._total_lag_us.add(interval)
+            interval.reset()
 
     @property
     def lag_us(self) -> HdrHistogram:
@@ -172,7 +195,8 @@ class SenderRun:
         self._stop = asyncio.Event()
         self._filler = random.Random(0).randbytes(plan.size.max_bytes)
         self._tails: dict[int, bytes] = {}
-        self._driver_for = driver_for or self._driver_from_url  # filler after the header, by message size
+        self._driver_for = driver_for or self._driver_from_url
+        self._timer: PreciseTimer  # made by run(), on its loop  # filler after the header, by message size
         self._size_rng = random.Random(1)
 
     def stop(self) -> None:
@@ -192,6 +216,7 @@ class SenderRun:
 
     async def run(self) -> None:
         """Run every client to its end (duration, count, stop, or a failure)."""
+        self._timer = PreciseTimer(asyncio.get_running_loop())
         clients = [asyncio.create_task(self._client(i)) for i in self.clients]
         try:
             await asyncio.gather(*clients)
@@ -202,6 +227,7 @@ class SenderRun:
             for task in clients:
                 task.cancel()
             await asyncio.gather(*clients, return_exceptions=True)
+            self._timer.close()
             self.rate_file.flush()
 
     def _driver_from_url(self, client: int) -> Driver:
@@ -229,6 +255,7 @@ class SenderRun:
                 return
             await self._send_loop(client, driver, flight, begin)
             await self._settle(flight, _SETTLE_TIMEOUT_S)
+            self.stats.all_settled_mono_ns = max(self.stats.all_settled_mono_ns, time.perf_counter_ns())
         finally:
             self.stats.reconnects_ns += driver.reconnects_ns
             await driver.close()
@@ -301,7 +328,11 @@ class SenderRun:
                     await asyncio.sleep(0)
                 last_turn = now
             elif intended - now > _MIN_SLEEP_NS:
-                await asyncio.sleep((intended - now) / 1e9)
+                if intended - now > _LONG_WAIT_NS:
+                    await self._sleep_or_stop((intended - now - _WAKE_EARLY_NS) / 1e9)
+                    if self._stop.is_set():
+                        break
+                await self._timer.sleep_until(intended)
                 last_turn = now
             elif now - last_turn > _YIELD_EVERY_NS:
                 await asyncio.sleep(0)
@@ -354,10 +385,11 @@ class SenderRun:
         if down_since is not None:
             self._down_clients.discard(client)
         stats = self.stats
+        if not stats.sent:
+            stats.first_send_mono_ns = sent_mono
         stats.sent += 1
         stats.sent_per_client[client] += 1
-        # Into this interval only: intervals fold into the total (HDR recording is per-message cost).
-        stats.interval_lag_us.record_value(min(max(1, (sent_mono - intended_mono) // 1000), 3_600_000_000))
+        stats.lag_samples_us.append((sent_mono - intended_mono) // 1000)
         self.rate_file.write(intended_wall // 1000, sent_wall // 1000)
         return True
 
