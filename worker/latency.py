@@ -38,8 +38,8 @@ class IntervalLatency:
 
 
 class LatencyRecorder:
-    def __init__(self, directory: Path, interval_s: float = 1.0) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
+    def __init__(self, directory: Path | None, interval_s: float = 1.0) -> None:
+        """`directory` None: no logs are written (a receiver process whose parent writes them)."""
         self.directory = directory
         self.interval_s = interval_s
         self.clamped = 0  # samples outside [1 µs, 1 h]: clock skew or a stuck message
@@ -50,17 +50,19 @@ class LatencyRecorder:
         # Whole milliseconds, as interval stamps are: a StartTime rounded above the first
         # interval's start makes readers skip that interval.
         start = int(time.time() * 1000) / 1000
-        for series, name in (("corrected", "receiver-latency.hlog"), ("service", "receiver-service-latency.hlog")):
-            f = (directory / name).open("w")
-            self._files.append(f)
-            writer = HistogramLogWriter(f)
-            writer.output_comment(f"[maestro {series} latency, microseconds]")
-            writer.output_log_format_version()
-            # hdrh 0.10's output_start_time is broken (ms passed to fromtimestamp); same line, by hand.
-            stamp = datetime.fromtimestamp(start, UTC).isoformat(sep=" ")
-            f.write(f"#[StartTime: {start:.3f} (seconds since epoch), {stamp}]\n")
-            writer.output_legend()
-            self._writers[series] = writer
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            for series, name in (("corrected", "receiver-latency.hlog"), ("service", "receiver-service-latency.hlog")):
+                f = (directory / name).open("w")
+                self._files.append(f)
+                writer = HistogramLogWriter(f)
+                writer.output_comment(f"[maestro {series} latency, microseconds]")
+                writer.output_log_format_version()
+                # hdrh 0.10's output_start_time is broken (ms passed to fromtimestamp); same line, by hand.
+                stamp = datetime.fromtimestamp(start, UTC).isoformat(sep=" ")
+                f.write(f"#[StartTime: {start:.3f} (seconds since epoch), {stamp}]\n")
+                writer.output_legend()
+                self._writers[series] = writer
         self.current = IntervalLatency(start_s=start)
 
         # This interval's samples, appended per message (the hot path: two appends) and put
@@ -98,8 +100,9 @@ class LatencyRecorder:
         for series, histogram in (("corrected", done.corrected), ("service", done.service)):
             histogram.set_start_time_stamp(int(done.start_s * 1000))
             histogram.set_end_time_stamp(int(now_s * 1000))
-            # Interval_Max is written in milliseconds (values are µs).
-            self._writers[series].output_interval_histogram(histogram, max_value_unit_ratio=1000.0)
+            if series in self._writers:
+                # Interval_Max is written in milliseconds (values are µs).
+                self._writers[series].output_interval_histogram(histogram, max_value_unit_ratio=1000.0)
         self.total_corrected.add(done.corrected)
         self.total_service.add(done.service)
         for f in self._files:

@@ -38,7 +38,7 @@ from worker.drivers import parse_endpoint
 from worker.drivers.base import DriverError
 from worker.fail_conditions import FailConditions
 from worker.latency import LatencyRecorder
-from worker.processes import MultiProcessSender
+from worker.processes import MultiProcessReceiver, MultiProcessSender
 from worker.receiver import ReceiverPlan, ReceiverRun
 from worker.sender import SenderPlan, SenderRun
 
@@ -239,6 +239,9 @@ class Worker(Peer):
             duration_s=duration.seconds if duration else None,
             reconnect_budget_s=o.get("reconnect_budget_s", 60.0),
         )
+        processes = o.get("processes", 1)
+        if processes > 1:
+            return MultiProcessReceiver(plan, processes, directory, self._labels())
         return ReceiverRun(plan, RateFileWriter(directory, "receiver", self._labels()), LatencyRecorder(directory))
 
     def _on_stop(self) -> OkResponse:

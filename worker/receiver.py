@@ -51,9 +51,11 @@ class ReceiverRun:
         rate_file: RateFileWriter,
         latency: LatencyRecorder,
         driver_for: Callable[[int], Driver] | None = None,
+        clients: range | None = None,
     ) -> None:
         """`driver_for(client)`: the driver a client receives with (by default from the plan's
-        URLs; tests give an in-memory one)."""
+        URLs; tests give an in-memory one). `clients`: the client numbers this process runs
+        (all of them unless several processes share the plan)."""
         self.plan = plan
         self.rate_file = rate_file
         self.latency = latency
@@ -67,6 +69,7 @@ class ReceiverRun:
         self._closed_reconnects_ns: list[int] = []  # of drivers closed already
         self._stop = asyncio.Event()
         self._driver_for = driver_for or self._driver_from_url
+        self.clients = clients if clients is not None else range(plan.parallel_count)
 
     def _driver_from_url(self, client: int) -> Driver:
         url = self.plan.urls[client % len(self.plan.urls)]
@@ -75,7 +78,7 @@ class ReceiverRun:
 
     async def start(self) -> None:
         """Connect every consumer; returns once all of them are consuming."""
-        for client in range(self.plan.parallel_count):
+        for client in self.clients:
             driver = self._driver_for(client)
             await connect_within(driver, self.plan.reconnect_budget_s)
             await driver.receive(self._on_messages, self.plan.processing_delay_s)
@@ -157,8 +160,9 @@ class ReceiverRun:
         self._drivers.clear()
         self.rate_file.close()
         self.latency.close()
-        path = self.latency.directory / "receiver-sequences.json"
-        path.write_text(json.dumps(dump_bitsets(self.trackers)))
+        if self.latency.directory is not None:  # else a parent process writes it, merged
+            path = self.latency.directory / "receiver-sequences.json"
+            path.write_text(json.dumps(dump_bitsets(self.trackers)))
 
     def per_sender(self) -> dict[str, dict[str, int]]:
         out = {}

@@ -28,7 +28,12 @@ SECONDS = 10
 
 
 def run_fixed_rate(
-    daemons: Daemons, maestro: Maestro, send_url: str, receive_url: str, **sender_options: object
+    daemons: Daemons,
+    maestro: Maestro,
+    send_url: str,
+    receive_url: str,
+    receiver_options: dict[str, object] | None = None,
+    **sender_options: object,
 ) -> str:
     for name in ("s1", "s2"):
         daemons.start("maestro-worker", name, "--role", "sender")
@@ -48,7 +53,7 @@ def run_fixed_rate(
         },
         to=Role.SENDER,
     )
-    maestro.set({"receive_url": receive_url, "parallel_count": CLIENTS}, to=Role.RECEIVER)
+    maestro.set({"receive_url": receive_url, "parallel_count": CLIENTS, **(receiver_options or {})}, to=Role.RECEIVER)
     maestro.request(StartTest(test_id=test_id), to=maestro.workers())
     maestro.request(StartWorker(), to=Role.RECEIVER, timeout_s=30)
     maestro.request(StartWorker(), to=Role.SENDER, timeout_s=30)
@@ -169,6 +174,22 @@ def test_kafka_fixed_rate(daemons: Daemons, maestro: Maestro, tansu: str) -> Non
     url = f"{tansu}/{topic}?partitions=4&acks=all&group=maestro-{topic}&auto_offset_reset=earliest"
     test_id = run_fixed_rate(daemons, maestro, url, url)
     check_results(daemons, maestro, test_id)
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.usefixtures("rabbitmq")
+def test_receivers_in_two_processes_merge_to_exact_counts(daemons: Daemons, maestro: Maestro) -> None:
+    # Each receiver splits its 2 consumers over 2 processes: 4 competing consumers in 4
+    # processes, one latency log and one sequence file per receiver, and the checks of every
+    # other test (exact counts, no loss, no duplicates, latency per message).
+    queue = f"maestro-test-{uuid.uuid4().hex[:8]}"
+    url = f"amqp://guest:guest@127.0.0.1:5672/{queue}"
+    test_id = run_fixed_rate(daemons, maestro, url, url, receiver_options={"processes": 2})
+    check_results(daemons, maestro, test_id)
+    for name in ("r1", "r2"):
+        info = json.loads((peer_dir(daemons, test_id, "receiver", name) / "peer.json").read_text())
+        parts = {f.split("-")[1] for f in info["files"] if f.endswith(".csv.gz")}
+        assert parts == {"p0", "p1"}, info["files"]
 
 
 @pytest.mark.kafka

@@ -247,5 +247,6 @@ class KafkaDriver(Driver):
             if self._delivered:
                 batch, self._delivered = self._delivered, []
                 self._settle(batch)
+            self._producer = None  # librdkafka's client goes with the last reference (no close())
         if self._consumer is not None:
             await asyncio.to_thread(self._consumer.close)
