@@ -9,8 +9,9 @@ Each file stands alone (Spark reads the rotated files in parallel):
 
 For a sender eta is the intended send time and ata the actual one; for a receiver eta is the
 sender's intended time (from the message header) and ata the arrival. Files are flushed every
-few seconds with a sync flush, so a killed worker leaves everything up to its last flush
-readable (`read_rate_file` reads a file that was cut off).
+few seconds with a sync flush (the worker calls `flush()` with its live statistics, once a
+second), so a killed worker leaves everything up to its last flush readable (`read_rate_file`
+reads a file that was cut off).
 """
 
 from __future__ import annotations
@@ -66,10 +67,12 @@ class RateFileWriter:
         self._ata.append(ata_us)
         self._rows_in_file += 1
         self.rows += 1
-        if len(self._eta) >= _ROWS_PER_WRITE or time.monotonic() - self._last_flush >= self.flush_every_s:
+        if len(self._eta) >= _ROWS_PER_WRITE:
             self.flush()
 
     def flush(self) -> None:
+        """Write what is pending, and sync-flush when `flush_every_s` has passed since the last
+        sync (the owner calls this about once a second: a crash loses at most that much)."""
         if self._file is None:
             return
         if self._eta:

@@ -71,6 +71,7 @@ async def _child(spec: _ChildSpec, reports: Any, stop: multiprocessing.synchroni
         await asyncio.wait({task}, timeout=_REPORT_EVERY_S)
         if stop.is_set():
             run.stop()
+        run.rate_file.flush()
         reports.put(("interval", spec.part, _counters(run), run.stats.interval_lag_us.encode()))
         run.stats.fold()
     await run.close()
@@ -240,6 +241,7 @@ async def _receiver_child(spec: _ReceiverChildSpec, reports: Any, stop: multipro
         if time.monotonic() - last_roll >= 1.0:
             interval = run.latency.roll()
             latency = (interval.corrected.encode(), interval.service.encode())
+            run.rate_file.flush()
             last_roll = time.monotonic()
         reports.put(("interval", spec.part, _receiver_counters(run), latency))
     last = run.latency.roll()

@@ -179,6 +179,7 @@ class ReceiverRun:
         return out
 
     def interval_report(self) -> dict[str, Any]:
+        self.rate_file.flush()
         interval = self.last_interval = self.latency.roll()
         corrected = interval.corrected
         return {

@@ -188,6 +188,7 @@ class SenderRun:
         self.timebase = timebase or Timebase()
         self.stats = SenderStats()
         self._down_clients: set[int] = set()
+        self._down_reason = ""  # what the driver said when a client last found its connection down
         self.test_key = key_of(plan.test_id)
         self.clients = clients if clients is not None else range(plan.parallel_count)
         self.keys = {client: sender_key(plan.test_id, plan.peer, client) for client in self.clients}
@@ -341,50 +342,39 @@ class SenderRun:
                 # The window is the only brake: the wait shows as this message's schedule lag.
                 await self._wait_for_room(flight)
                 last_turn = time.perf_counter_ns()
-            if not await self._hand_over(client, driver, flight, sequence, intended):
+            if not self._hand_over(client, driver, flight, sequence, intended) and not await self._ride_out(
+                client, driver, flight, sequence, intended
+            ):
                 return
             sequence += 1
 
-    async def _hand_over(self, client: int, driver: Driver, flight: _Flight, sequence: int, intended_mono: int) -> bool:
-        """Hand one message to the driver, riding out an outage; False if stopped meanwhile."""
+    def _hand_over(self, client: int, driver: Driver, flight: _Flight, sequence: int, intended_mono: int) -> bool:
+        """Hand one message to the driver: the hot path, no coroutine. False if the connection
+        was down (counted; nothing spent), for `_ride_out` to try again."""
         tb = self.timebase
-        wall0, mono0 = tb.wall0_ns, tb.mono0_ns
-        intended_wall = wall0 + (intended_mono - mono0)
         size = self.plan.size
         size_bytes = size.min_bytes if size.fixed else self._size_rng.randint(size.min_bytes, size.max_bytes)
         tail = self._tails.get(size_bytes)
         if tail is None:
             tail = self._tails[size_bytes] = self._filler[: max(0, size_bytes - HEADER_BYTES)]
-        key = self.keys[client]
-        down_since: float | None = None
-        attempt = 0
-        while True:
-            sent_mono = time.perf_counter_ns()
-            sent_wall = wall0 + (sent_mono - mono0)
-            body = pack_header(self.test_key, key, sequence, intended_wall, sent_wall) + tail
-            try:
-                if not driver.publish(body, sequence):
-                    flight.in_flight += 1
-                break
-            except SendError as exc:  # refused outright: the sequence number is spent all the same
-                self.stats.errors[exc.kind] += 1
-                break
-            except DisconnectedError:
-                self.stats.errors["disconnected"] += 1
-                if client not in self._down_clients:  # one per outage a client rides out, not per message
-                    self._down_clients.add(client)
-                    self.stats.disconnects_ns.append(time.time_ns())
-                down_since = down_since or time.monotonic()
-                if time.monotonic() - down_since > self.plan.reconnect_budget_s:
-                    raise
-                attempt += 1
-                self.stats.retries += 1
-                await self._sleep_or_stop(backoff_s(attempt))
-                if self._stop.is_set():
-                    return False
-        if down_since is not None:
-            self._down_clients.discard(client)
+        intended_wall = tb.wall0_ns + (intended_mono - tb.mono0_ns)
+        sent_mono = time.perf_counter_ns()
+        sent_wall = tb.wall0_ns + (sent_mono - tb.mono0_ns)
         stats = self.stats
+        try:
+            if not driver.publish(
+                pack_header(self.test_key, self.keys[client], sequence, intended_wall, sent_wall) + tail, sequence
+            ):
+                flight.in_flight += 1
+        except SendError as exc:  # refused outright: the sequence number is spent all the same
+            stats.errors[exc.kind] += 1
+        except DisconnectedError as exc:
+            stats.errors["disconnected"] += 1
+            self._down_reason = str(exc)
+            if client not in self._down_clients:  # one per outage a client rides out, not per message
+                self._down_clients.add(client)
+                stats.disconnects_ns.append(time.time_ns())
+            return False
         if not stats.sent:
             stats.first_send_mono_ns = sent_mono
         stats.sent += 1
@@ -393,12 +383,31 @@ class SenderRun:
         self.rate_file.write(intended_wall // 1000, sent_wall // 1000)
         return True
 
+    async def _ride_out(self, client: int, driver: Driver, flight: _Flight, sequence: int, intended_mono: int) -> bool:
+        """The connection was down: try the same message again with backoff until it goes, the
+        reconnect budget runs out (raises), or the run is stopped (False)."""
+        down_since = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            self.stats.retries += 1
+            await self._sleep_or_stop(backoff_s(attempt))
+            if self._stop.is_set():
+                return False
+            if self._hand_over(client, driver, flight, sequence, intended_mono):
+                self._down_clients.discard(client)
+                return True
+            if time.monotonic() - down_since > self.plan.reconnect_budget_s:
+                budget = self.plan.reconnect_budget_s
+                raise DisconnectedError(f"{self._down_reason} for more than {budget:g} s", retry=False)
+
     async def _sleep_or_stop(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), seconds)
 
     def interval_report(self) -> dict[str, Any]:
         """Counters and this interval's schedule lag; starts the next interval."""
+        self.rate_file.flush()
         report = interval_report(self.stats, self.stats.interval_lag_us)
         self.stats.fold()
         return report
