@@ -25,6 +25,8 @@ import struct
 import time
 from dataclasses import dataclass, field
 
+from protocol.concurrency import PreciseTimer
+
 __all__ = ["FaultProxy", "Faults"]
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,7 @@ class FaultProxy:
         self.resets = 0
         self._connections: set[_Connection] = set()
         self._server: asyncio.Server | None = None
+        self._timer: PreciseTimer | None = None  # made by start(), on its loop
         self._flowing = asyncio.Event()
         self._flowing.set()
         self._random = random.Random(seed)
@@ -74,6 +77,7 @@ class FaultProxy:
         return host, port
 
     async def start(self) -> None:
+        self._timer = PreciseTimer(asyncio.get_running_loop())
         self._server = await asyncio.start_server(self._accept, *self.listen)
         log.info("fault proxy %s: %s:%d -> %s:%d", self.name, *self.address, *self.upstream)
 
@@ -84,6 +88,8 @@ class FaultProxy:
             self._drop(conn, reset=False)
         if self._server is not None:
             await self._server.wait_closed()
+        if self._timer is not None:
+            self._timer.close()
 
     def set(self, faults: Faults) -> None:
         """Put these faults in force (replacing the previous ones)."""
@@ -125,9 +131,9 @@ class FaultProxy:
     async def _pipe(self, conn: _Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One direction: read, hold for the latency, pace to the bandwidth, write; in order."""
         # Bounded: a paced or held writer stops the reader, and TCP pushes back on the sender.
-        queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(maxsize=64)
+        queue: asyncio.Queue[tuple[int, bytes]] = asyncio.Queue(maxsize=64)
         deliver = asyncio.create_task(self._deliver(queue, writer))
-        last_due = 0.0
+        last_due = 0  # perf_counter ns
         try:
             while True:
                 await self._flowing.wait()
@@ -135,10 +141,10 @@ class FaultProxy:
                 if not data:
                     break
                 await self._flowing.wait()  # what arrives as a blackhole starts is held too
-                delay_s = max(0.0, self.faults.latency_ms + self._jitter_ms()) / 1000.0
-                last_due = max(last_due, time.monotonic() + delay_s)
+                delay_ns = int(max(0.0, self.faults.latency_ms + self._jitter_ms()) * 1e6)
+                last_due = max(last_due, time.perf_counter_ns() + delay_ns)
                 await queue.put((last_due, data))
-            await queue.put((0.0, b""))
+            await queue.put((0, b""))
             await deliver
             with contextlib.suppress(OSError):
                 if writer.can_write_eof():
@@ -150,14 +156,15 @@ class FaultProxy:
             if all(task.done() or task is asyncio.current_task() for task in conn.tasks):
                 self._drop(conn, reset=False)
 
-    async def _deliver(self, queue: asyncio.Queue[tuple[float, bytes]], writer: asyncio.StreamWriter) -> None:
+    async def _deliver(self, queue: asyncio.Queue[tuple[int, bytes]], writer: asyncio.StreamWriter) -> None:
         while True:
             due, data = await queue.get()
             if not data:
                 return
-            wait_s = due - time.monotonic()
-            if wait_s > 0:
-                await asyncio.sleep(wait_s)
+            if due > time.perf_counter_ns():
+                # asyncio.sleep would add 0-2 ms to every delay (epoll's whole milliseconds).
+                assert self._timer is not None
+                await self._timer.sleep_until(due)
             await self._flowing.wait()
             writer.write(data)
             await writer.drain()

@@ -101,6 +101,7 @@ def test_a_confirmed_send_through_20_ms_more_keeps_its_rate_and_adds_20_ms(
     finally:
         loop.run(proxy.close())
     rise = delayed - base
+    print(f"{case}: p50 {base:.2f} ms -> {delayed:.2f} ms (+{rise:.2f})")  # shown with pytest -s
     assert abs(rise - _DELAY_MS) <= 0.05 * _DELAY_MS, f"p50 {base:.2f} ms -> {delayed:.2f} ms"
 
 
@@ -129,6 +130,7 @@ def test_kafka_acks_all_through_20_ms_more_keeps_its_rate(
     # the 1 ms fetch wait): 0 to 41 ms, where the median falls depends on how the 10 ms send
     # schedule lines up with that cycle. What is asserted is the range, and (above) the rate.
     rise = delayed - base
+    print(f"kafka: p50 {base:.2f} ms -> {delayed:.2f} ms (+{rise:.2f})")  # shown with pytest -s
     assert 2 * _DELAY_MS * 0.95 <= rise <= (4 * _DELAY_MS + 1) * 1.05, f"p50 {base:.2f} ms -> {delayed:.2f} ms"
 
 
