@@ -29,6 +29,7 @@ from coordinator.local import LocalCluster, LocalError
 from coordinator.maestro import Maestro
 from coordinator.topology.cli import add_topology_command
 from protocol.broker_url import default_broker_url
+from protocol.secrets import redact_text
 from protocol.topics import DEFAULT_PREFIX
 from protocol.upload import UploadError, upload_bytes
 
@@ -256,7 +257,7 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 def _store_definition(data_server: str, test_id: str, text: str) -> None:
     try:
-        upload_bytes(data_server, test_id, "definition.toml", text.encode(), replace=True)
+        upload_bytes(data_server, test_id, "definition.toml", redact_text(text).encode(), replace=True)
     except UploadError as exc:
         print(f"maestro test: could not store the definition: {exc}", file=sys.stderr)
 

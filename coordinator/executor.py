@@ -44,6 +44,7 @@ from protocol.notes import (
     UploadComplete,
     UserCommand,
 )
+from protocol.secrets import redact, redact_text
 from protocol.upload import UploadError, upload_bytes
 
 if TYPE_CHECKING:
@@ -519,10 +520,12 @@ def fetch_summary(data_server: str, test_id: str) -> dict[str, Any]:
 
 def store_result(result: TestResult, cases: list[TestResult]) -> None:
     """test.json and junit.xml beside the peers' folders on the data server."""
-    record = json.dumps(result.record, indent=2, sort_keys=True, default=str).encode()
+    # No password from any URL reaches the results (the data server publishes them over HTTP).
+    record = json.dumps(redact(result.record), indent=2, sort_keys=True, default=str).encode()
+    junit = redact_text(junit_xml(result, cases).decode()).encode()
     try:
         upload_bytes(result.data_server, result.test_id, "test.json", record, replace=True)
-        upload_bytes(result.data_server, result.test_id, "junit.xml", junit_xml(result, cases), replace=True)
+        upload_bytes(result.data_server, result.test_id, "junit.xml", junit, replace=True)
     except UploadError as exc:
         log.error("could not store test.json/junit.xml for %s: %s", result.test_id, exc)
         result.record.setdefault("notes", []).append(f"not stored on the data server: {exc}")

@@ -47,6 +47,7 @@ from protocol.notes import (
     UploadComplete,
 )
 from protocol.options import OptionError, parse_options
+from protocol.secrets import redact
 from protocol.topics import DEFAULT_PREFIX, Topics, check_topic_word
 from protocol.upload import upload_tree
 from protocol.version import VERSION
@@ -62,7 +63,8 @@ _SEEN_REQUESTS = 1024
 def write_peer_json(directory: Path, info: dict[str, Any]) -> None:
     """A peer's account of its part in a test, written whole or not at all."""
     directory.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(directory / "peer.json", json.dumps(info, indent=2, sort_keys=True, default=str))
+    text = json.dumps(redact(info), indent=2, sort_keys=True, default=str)
+    write_text_atomically(directory / "peer.json", text)
 
 
 def resolve_test_dir(data_dir: Path, test_id: str) -> Path:
@@ -309,7 +311,8 @@ class Peer:
         parsed = parse_options(note.options)
         self.check_options({**self.options, **parsed})
         self.options.update(parsed)
-        self.raw_options.update(note.options)
+        # What is kept and shown (peer.json, STATS, GET) has no passwords; `options` has them to connect.
+        self.raw_options.update(redact(note.options))
         log.info("options set: %s", ", ".join(sorted(note.options)))
         return OkResponse()
 

@@ -57,9 +57,9 @@ class Amqp10Driver(Driver):
         self._injector = EventInjector()
 
     def _url(self) -> str:
+        """Without the credentials: proton logs the URL it connects to (they go as arguments)."""
         e = self.endpoint
-        user = f"{e.username}:{e.password or ''}@" if e.username else ""
-        return f"{'amqps' if e.tls else 'amqp'}://{user}{e.host}:{e.port}"
+        return f"{'amqps' if e.tls else 'amqp'}://{e.host}:{e.port}"
 
     async def connect(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -182,8 +182,9 @@ class _Handler(MessagingHandler):
                 ssl_domain.set_trusted_ca_db(e.options["ca"])
             if not e.options.get("insecure"):
                 ssl_domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
+        credentials = {"user": e.username, "password": e.password or ""} if e.username else {}
         self.connection = event.container.connect(
-            self.driver._url(), ssl_domain=ssl_domain, allowed_mechs="PLAIN ANONYMOUS", heartbeat=10
+            self.driver._url(), ssl_domain=ssl_domain, allowed_mechs="PLAIN ANONYMOUS", heartbeat=10, **credentials
         )
 
     def on_connection_opened(self, _event: Any) -> None:
