@@ -125,7 +125,7 @@ class FixedRateTest:
     receivers: int = 1
     flows: tuple[Flow, ...] = ()
     fail: Fail = field(default_factory=Fail)
-    options: dict[str, Any] = field(default_factory=dict)  # more SET options: confirm_window, qos…
+    options: dict[str, Any] = field(default_factory=dict)  # more SET options: confirm_window, processes…
     # A test profile (seed 004 §3.1): (at, rate per client, clients) steps changing the load
     # during the run, e.g. ((0, 100, 2), ("30s", 200, 4)); the first at 0. Overrides rate/parallel
     # for senders.

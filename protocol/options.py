@@ -247,13 +247,7 @@ OPTIONS: dict[str, Callable[[Any], Any]] = {
     "message_size": parse_message_size,
     "send_url": _sut_urls,
     "receive_url": _sut_urls,
-    "durable": _boolean,
-    "ack_mode": _choice("auto", "manual", "none"),
     "confirm_window": _number(0, 1_000_000, integer=True),
-    "qos": _number(0, 2, integer=True),
-    "prefetch": _number(0, 1_000_000, integer=True),
-    "queue_arguments": _mapping,
-    "kafka": _mapping,
     "processing_delay_ms": _number(0),
     "start_jitter_s": parse_seconds,
     "reconnect_budget_s": parse_seconds,  # how long the SUT may stay unreachable before the test fails
@@ -273,11 +267,27 @@ OPTIONS: dict[str, Callable[[Any], Any]] = {
 }
 
 
+# What each driver understands goes in the SUT URL's query string, checked by that driver; a test
+# option of the same name would be accepted and then ignored, so it is refused with a pointer.
+IN_THE_URL = {
+    "durable": "?durable=true",
+    "ack_mode": "?ack=manual",
+    "qos": "?qos=1",
+    "prefetch": "?prefetch=100",
+    "queue_arguments": "?queue_type=quorum&max_length=1000",
+    "kafka": "?acks=all&linger_ms=5",
+}
+
+
 def parse_options(raw: Mapping[str, Any]) -> dict[str, Any]:
     """Parse every option or none: raises OptionError naming the first bad one."""
     parsed: dict[str, Any] = {}
     for name in sorted(raw):
         parser = OPTIONS.get(name)
+        if name in IN_THE_URL:
+            raise OptionError(
+                name, f"a driver option: put it in the SUT URL's query string ({IN_THE_URL[name]}; README, SUT URLs)"
+            )
         if parser is None:
             raise OptionError(name, f"unknown option (known: {', '.join(sorted(OPTIONS))})")
         try:
