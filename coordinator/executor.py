@@ -324,7 +324,7 @@ class Phase:
             while due and time.time() >= self.load_start_s + due[0].at_s:
                 self._fire(due.pop(0))
             self._take_events()
-            note = m.next_notification((TestSucceeded, TestFailed), involved, timeout_s=0.5)
+            note = m.next_notification((TestSucceeded, TestFailed), involved, timeout_s=0.5, test_id=self.test_id)
             while m.live_stats:
                 report = m.live_stats.popleft()
                 if isinstance(report, StatsReport) and report.test_id == self.test_id:

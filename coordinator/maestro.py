@@ -406,17 +406,23 @@ class Maestro:
                 self._cond.wait(remaining)
 
     def next_notification(
-        self, kinds: tuple[type[Note], ...], peer_ids: Collection[str], timeout_s: float
+        self, kinds: tuple[type[Note], ...], peer_ids: Collection[str], timeout_s: float, test_id: str | None = None
     ) -> Note | None:
-        """Take the oldest notification of `kinds` from one of `peer_ids`; None after
-        `timeout_s` (or at once when a peer among them is lost: check `lost`)."""
+        """Take the oldest notification of `kinds` from one of `peer_ids`, and of test `test_id`
+        when given (one of those kinds from an earlier test, late, is dropped: a phase of a series
+        must not end on its predecessor's verdict); None after `timeout_s` (or at once when a peer
+        among them is lost: check `lost`)."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while True:
-                for note in self._notifications:
-                    if note.header.sender_id in peer_ids and isinstance(note, kinds):
-                        self._notifications.remove(note)
-                        return note
+                for note in list(self._notifications):
+                    if note.header.sender_id not in peer_ids or not isinstance(note, kinds):
+                        continue
+                    self._notifications.remove(note)
+                    if test_id is not None and getattr(note, "test_id", test_id) != test_id:
+                        log.info("dropped a late %s of test %s", type(note).__name__, getattr(note, "test_id", ""))
+                        continue
+                    return note
                 if self.lost_among(peer_ids):
                     return None
                 remaining = deadline - time.monotonic()
