@@ -2,19 +2,85 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import os
+import signal
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+_BASETEMP: list[Path] = []  # the session's tmp_path root, once a test asked for a tmp_path
+
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """A skipped test proves nothing: a run with skips fails, as one that ran no test does."""
+    """A skipped test proves nothing: a run with skips fails, as one that ran no test does. And a
+    test leaves no process behind: anything still running that this session started fails it."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = len(reporter.stats.get("skipped", [])) if reporter is not None else 0
     if skipped and exitstatus == pytest.ExitCode.OK:
         reporter.write_line(f"{skipped} test(s) skipped: failing the run (a skipped test proves nothing)", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    leftovers = _leftover_processes()
+    if leftovers:
+        if reporter is not None:
+            reporter.write_line("processes the tests started are still running (killed now):", red=True)
+            for pid, argv in leftovers:
+                reporter.write_line(f"  {pid}: {argv[:200]}", red=True)
+        for pid, _ in leftovers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _leftover_processes() -> list[tuple[int, str]]:
+    """This session's descendants, and any process whose command line names its temporary
+    folder (a child an agent started and whose parent was killed is no descendant any more);
+    given a few seconds to finish going. PySpark's gateway JVM lives as long as this process."""
+    deadline = time.monotonic() + 5
+    while True:
+        found = [(pid, argv) for pid, argv in _ours() if "pyspark" not in argv]
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
+def _ours() -> list[tuple[int, str]]:
+    me = os.getpid()
+    parents: dict[int, int] = {}
+    argvs: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if fields[0] == "Z":  # a zombie is gone already; its parent just has not reaped it
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        argvs[int(entry.name)] = argv
+    found = []
+    for pid, argv in argvs.items():
+        if pid == me:
+            continue
+        ancestor, hops = parents.get(pid, 0), 0
+        while ancestor not in (0, 1, me) and hops < 64:
+            ancestor, hops = parents.get(ancestor, 0), hops + 1
+        if ancestor == me or any(str(base) in argv for base in _BASETEMP):
+            found.append((pid, argv))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _remember_basetemp(tmp_path_factory: pytest.TempPathFactory) -> None:
+    if not _BASETEMP:
+        _BASETEMP.append(tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture(autouse=True)

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,8 +38,16 @@ class Daemons:
         return (self.log_dir / f"{name}.log").read_text(errors="replace")
 
     def kill_all(self) -> None:
+        """SIGTERM first, so that an agent stops the services it started (a SUT broker it
+        restarted is its child and would outlive a SIGKILL); SIGKILL what is still up after 5 s."""
         for proc in self.procs.values():
             if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(10)
 
