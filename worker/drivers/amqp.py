@@ -36,6 +36,7 @@ from worker.drivers.base import (
     SendError,
     boolean,
     choice,
+    connect_cause,
     integer,
 )
 
@@ -129,11 +130,11 @@ class AmqpDriver(Driver):
             else:
                 self._exchange = self._channel.default_exchange
         except aio_pika.exceptions.ProbableAuthenticationError as exc:
-            raise ConnectError(f"{e}: the broker refused our credentials", retry=False) from exc
+            raise ConnectError(f"{e}: authentication failed (the broker refused our credentials)", retry=False) from exc
         except aio_pika.exceptions.ChannelPreconditionFailed as exc:
             raise ConnectError(f"{e}: the queue exists with other arguments: {exc}", retry=False) from exc
         except (*_DISCONNECTS, OSError, TimeoutError) as exc:
-            raise ConnectError(f"{e}: {exc or type(exc).__name__}", retry=True) from exc
+            raise ConnectError(f"{e}: {connect_cause(exc)} ({exc or type(exc).__name__})", retry=True) from exc
 
     def _reconnected(self, *_: Any) -> None:
         self.reconnects_ns.append(time.time_ns())

@@ -30,7 +30,9 @@ from worker.drivers.base import (
     SendError,
     boolean,
     choice,
+    connect_cause,
     integer,
+    probe,
 )
 
 __all__ = ["Amqp10Driver"]
@@ -62,6 +64,8 @@ class Amqp10Driver(Driver):
         return f"{'amqps' if e.tls else 'amqp'}://{e.host}:{e.port}"
 
     async def connect(self) -> None:
+        # Proton retries a refused or unresolvable address in the background, saying nothing.
+        await probe(self.endpoint)
         self._loop = asyncio.get_running_loop()
         opened: asyncio.Future[None] = self._loop.create_future()
         self._handler = _Handler(self, opened, LoopBatch(self._loop, self._settle))
@@ -292,6 +296,11 @@ class _Handler(MessagingHandler):
 
     def on_transport_error(self, event: Any) -> None:
         self.error = f"({event.transport.condition})"
+        if not self.opened.done():  # never connected: say why now, not at the timeout
+            condition = event.transport.condition
+            why = connect_cause(f"{condition.name} {condition.description}" if condition else "")
+            error = ConnectError(f"{self.driver.endpoint}: {why} {self.error}", retry=why != "authentication failed")
+            call_in_loop(self.loop, _resolve, self.opened, error)
         self.link_up = False
         self.fail_all(f"transport error: {event.transport.condition}")
 

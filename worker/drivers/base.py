@@ -14,6 +14,9 @@ retry can help; library exceptions never reach the load loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
+import socket
 import ssl
 import time
 from abc import ABC, abstractmethod
@@ -25,6 +28,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from protocol.options import OptionError
 
 __all__ = [
+    "FIRST_CONNECT_S",
     "ConnectError",
     "DisconnectedError",
     "Driver",
@@ -36,9 +40,11 @@ __all__ = [
     "backoff_s",
     "boolean",
     "choice",
+    "connect_cause",
     "connect_within",
     "integer",
     "number_range",
+    "probe",
 ]
 
 # Called on the event loop with a burst of messages as the library handed them over: each body
@@ -257,6 +263,66 @@ class Driver(ABC):
 
     @abstractmethod
     async def close(self) -> None: ...
+
+
+# How long a client tries for its first connection: a SUT that is not there, or refuses us,
+# fails the test in seconds. The reconnect budget is for outages after that first connection.
+FIRST_CONNECT_S = 3.0
+
+_CAUSES = (
+    (
+        "authentication failed",
+        (
+            "authentication failed",
+            "access_refused",
+            "unauthorized",
+            "not authorized",
+            "bad user name or password",
+            "sasl authentication",
+        ),
+    ),
+    (
+        "unknown host",
+        (
+            "name or service not known",
+            "nodename nor servname",
+            "temporary failure in name resolution",
+            "host resolution failure",
+            "no address associated",
+        ),
+    ),
+    ("connection refused", ("connection refused", "connect call failed", "refused to all addresses")),
+)
+
+
+def connect_cause(failure: BaseException | str) -> str:
+    """Why a connection failed, in the words a user looks for: "connection refused", "unknown
+    host", "authentication failed", "no answer", else what the library said."""
+    if isinstance(failure, socket.gaierror):
+        return "unknown host"
+    if isinstance(failure, ConnectionRefusedError) or getattr(failure, "errno", None) == errno.ECONNREFUSED:
+        return "connection refused"
+    if isinstance(failure, TimeoutError):
+        return "no answer"
+    text = str(failure) if not isinstance(failure, str) else failure
+    lowered = text.lower()
+    for cause, phrases in _CAUSES:
+        if any(phrase in lowered for phrase in phrases):
+            return cause
+    return text or type(failure).__name__
+
+
+async def probe(endpoint: Endpoint, timeout_s: float = 3.0) -> None:
+    """Open and close a TCP connection to the endpoint, so that a wrong host or port is named at
+    once (for libraries that would only retry in the background and say nothing)."""
+    try:
+        connection = await asyncio.wait_for(asyncio.open_connection(endpoint.host, endpoint.port), timeout_s)
+    except (OSError, TimeoutError) as exc:
+        raise ConnectError(f"{endpoint}: {connect_cause(exc)}", retry=True) from exc
+    _, writer = connection
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
 
 
 # Seconds between tries, growing to the last value and staying there.

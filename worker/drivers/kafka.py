@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol.concurrency import LoopBatch, PollThread, call_in_loop
 from worker.drivers.base import (
+    FIRST_CONNECT_S,
     ConnectError,
     DisconnectedError,
     Driver,
@@ -30,7 +31,9 @@ from worker.drivers.base import (
     OnMessages,
     SendError,
     choice,
+    connect_cause,
     integer,
+    probe,
 )
 
 __all__ = ["KafkaDriver"]
@@ -100,6 +103,7 @@ class KafkaDriver(Driver):
 
     async def connect(self) -> None:
         self._loop = asyncio.get_running_loop()
+        await probe(self.endpoint)  # librdkafka would only say "transport failure", after its timeout
         await asyncio.to_thread(self._ensure_topic)
 
     def _ensure_topic(self) -> None:
@@ -107,9 +111,12 @@ class KafkaDriver(Driver):
         (the topic may be created by others, and the consumer refreshes its metadata)."""
         admin = AdminClient(self._common_config())
         try:
-            known = admin.list_topics(self.destination, timeout=10).topics
+            known = admin.list_topics(self.destination, timeout=FIRST_CONNECT_S).topics
         except KafkaException as exc:
-            raise ConnectError(f"{self.endpoint}: {exc.args[0].str()}", retry=True) from exc
+            error = exc.args[0]
+            auth = error.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED)
+            cause = "authentication failed" if auth else connect_cause(error.str())
+            raise ConnectError(f"{self.endpoint}: {cause} ({error.str()})", retry=not auth) from exc
         existing = known.get(self.destination)
         if existing is not None and existing.error is None:
             return

@@ -27,7 +27,9 @@ from worker.drivers.base import (
     OnMessages,
     SendError,
     boolean,
+    connect_cause,
     integer,
+    probe,
 )
 
 __all__ = ["MqttDriver"]
@@ -57,6 +59,7 @@ class MqttDriver(Driver):
         self._receiving = False
         self._processing_delay_s = 0.0
         self._connect_error = "no answer"
+        self._refused = asyncio.Event()  # the broker answered CONNECT with a refusal
         self._client = self._make_client()
 
     def _make_client(self) -> mqtt.Client:
@@ -84,6 +87,7 @@ class MqttDriver(Driver):
         return int(self.endpoint.options.get("max_inflight", self.DEFAULT_WINDOW))
 
     async def connect(self) -> None:
+        await probe(self.endpoint)  # paho's connect_async retries a refused address in silence
         self._loop = asyncio.get_running_loop()
         self._acks = LoopBatch(self._loop, self._confirmed)
         self._messages = None  # set by receive()
@@ -94,12 +98,17 @@ class MqttDriver(Driver):
             )
         except (OSError, ValueError) as exc:
             raise ConnectError(f"{self.endpoint}: {exc}", retry=True) from exc
+        self._refused = asyncio.Event()
         self._client.loop_start()
-        try:
-            await asyncio.wait_for(self._connected.wait(), _CONNECT_TIMEOUT_S)
-        except TimeoutError as exc:
+        connected = asyncio.ensure_future(self._connected.wait())
+        refused = asyncio.ensure_future(self._refused.wait())
+        await asyncio.wait((connected, refused), timeout=_CONNECT_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
+        connected.cancel()
+        refused.cancel()
+        if not self._connected.is_set():
             self._client.loop_stop()
-            raise ConnectError(f"{self.endpoint}: no connection ({self._connect_error})", retry=True) from exc
+            why = connect_cause(self._connect_error)
+            raise ConnectError(f"{self.endpoint}: no connection: {why}", retry=why != "authentication failed")
 
     def publish(self, body: bytes, token: int) -> bool:
         if self._connected is None or not self._connected.is_set():
@@ -139,6 +148,8 @@ class MqttDriver(Driver):
     def _on_connect(self, client: mqtt.Client, _u: Any, _f: Any, reason: Any, _p: Any) -> None:
         if reason.is_failure:
             self._connect_error = str(reason)
+            if self._loop is not None and not self._was_connected:
+                call_in_loop(self._loop, self._refused.set)
             return
         # paho leaves Nagle on: a message would wait for the ACK of the one before, which a slow
         # path (a fault proxy's 20 ms) turns into up to 20 ms more latency.

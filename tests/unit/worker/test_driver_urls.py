@@ -89,3 +89,17 @@ def test_a_password_never_shows_in_an_error() -> None:
         parse_endpoint("amqp://u:hunter2@h/q?bogus=1", "receive_url")
     assert "hunter2" not in str(caught.value)
     assert "u:***@h" in str(caught.value)
+
+
+def test_connect_failures_are_named_in_the_words_a_user_looks_for() -> None:
+    import socket  # noqa: PLC0415
+
+    from worker.drivers.base import connect_cause  # noqa: PLC0415
+
+    assert connect_cause(ConnectionRefusedError(111, "Connect call failed")) == "connection refused"
+    assert connect_cause(socket.gaierror(-2, "Name or service not known")) == "unknown host"
+    assert connect_cause(TimeoutError()) == "no answer"
+    assert connect_cause("amqp:unauthorized-access Authentication failed [mech=PLAIN]") == "authentication failed"
+    assert connect_cause("Not authorized") == "authentication failed"
+    assert connect_cause("proton.pythonio Connection refused to all addresses") == "connection refused"
+    assert connect_cause("something else entirely") == "something else entirely"
