@@ -50,12 +50,7 @@ class LoopBatch(Generic[_T]):
         self._scheduled = False
 
     def put(self, item: _T) -> None:
-        with self._lock:
-            self._items.append(item)
-            if self._scheduled:
-                return
-            self._scheduled = True
-        call_in_loop(self._loop, self._flush)
+        self.put_many([item])
 
     def put_many(self, items: list[_T]) -> None:
         if not items:

@@ -67,6 +67,19 @@ def _p50_ms(daemons: Daemons, data_server: str, send_url: str, receive_url: str)
     return float(summary["latency_us"]["p50"]) / 1000
 
 
+def _before_and_with_the_delay(
+    daemons: Daemons, data_server: str, loop: BackgroundLoop, proxy: FaultProxy, urls: tuple[str, str]
+) -> tuple[float, float]:
+    """The p50 through the proxy as it is, then with the delay (urls: send, receive); the proxy
+    is closed after."""
+    try:
+        base = _p50_ms(daemons, data_server, *urls)
+        loop.run(_set(proxy, Faults(latency_ms=_DELAY_MS)))
+        return base, _p50_ms(daemons, data_server, *urls)
+    finally:
+        loop.run(proxy.close())
+
+
 def _workers(daemons: Daemons) -> None:
     daemons.start("maestro-worker", "s1", "--role", "sender")
     daemons.start("maestro-worker", "r1", "--role", "receiver")
@@ -94,12 +107,7 @@ def test_a_confirmed_send_through_20_ms_more_keeps_its_rate_and_adds_20_ms(
     _workers(daemons)
     through = template.format(port=proxy.address[1], id=test_id)
     direct = template.format(port=broker_port, id=test_id)
-    try:
-        base = _p50_ms(daemons, url, through, direct)
-        loop.run(_set(proxy, Faults(latency_ms=_DELAY_MS)))
-        delayed = _p50_ms(daemons, url, through, direct)
-    finally:
-        loop.run(proxy.close())
+    base, delayed = _before_and_with_the_delay(daemons, url, loop, proxy, (through, direct))
     rise = delayed - base
     print(f"{case}: p50 {base:.2f} ms -> {delayed:.2f} ms (+{rise:.2f})")  # shown with pytest -s
     assert abs(rise - _DELAY_MS) <= 0.05 * _DELAY_MS, f"p50 {base:.2f} ms -> {delayed:.2f} ms"
@@ -119,12 +127,7 @@ def test_kafka_acks_all_through_20_ms_more_keeps_its_rate(
         _workers(daemons)
         topic = f"pipe-{uuid.uuid4().hex[:8]}"
         kafka = f"kafka://127.0.0.1:{proxy_port}/{topic}?acks=all&fetch_wait_max_ms=1"
-        try:
-            base = _p50_ms(daemons, url, kafka, kafka)
-            loop.run(_set(proxy, Faults(latency_ms=_DELAY_MS)))
-            delayed = _p50_ms(daemons, url, kafka, kafka)
-        finally:
-            loop.run(proxy.close())
+        base, delayed = _before_and_with_the_delay(daemons, url, loop, proxy, (kafka, kafka))
     # The produce request's 20 ms, the fetch response's 20 ms, and the wait at the broker for
     # the consumer's next fetch, which comes once per round trip through the proxy (40 ms and
     # the 1 ms fetch wait): 0 to 41 ms, where the median falls depends on how the 10 ms send
