@@ -92,7 +92,7 @@ class Agent(Peer):
                 raise PeerError(f"fault proxy {proxy.name} cannot listen on {proxy.listen}: {exc}") from exc
         for service in self.services.values():
             if service.config.autostart:
-                service.start()
+                await asyncio.to_thread(service.start)  # systemctl may take its time: off the loop
 
     async def handle_role_note(self, note: Note) -> Note | None:
         match note:
