@@ -6,6 +6,7 @@ readers must agree, so both take them from here.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,16 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogReader
 
-__all__ = ["DIGITS", "HIGHEST_US", "LOWEST_US", "new_histogram", "read_intervals", "read_total", "record_values"]
+__all__ = [
+    "DIGITS",
+    "HIGHEST_US",
+    "LOWEST_US",
+    "new_histogram",
+    "read_intervals",
+    "read_total",
+    "record_samples",
+    "record_values",
+]
 
 LOWEST_US = 1
 HIGHEST_US = 3_600_000_000
@@ -48,6 +58,19 @@ def record_values(histogram: HdrHistogram, values: np.ndarray) -> None:
     h.total_count += len(values)
     h.min_value = min(h.min_value, int(values.min()))
     h.max_value = max(h.max_value, int(values.max()))
+
+
+def record_samples(histogram: HdrHistogram, samples: array[int]) -> int:
+    """A column of µs samples (appended one per message) into the histogram, each clamped to
+    its range; returns how many had to be clamped (never dropped: that would bias the result)."""
+    if not samples:
+        return 0
+    values = np.frombuffer(samples, dtype=np.int64)
+    out_of_range = int(((values < LOWEST_US) | (values > HIGHEST_US)).sum())
+    if out_of_range:
+        values = np.clip(values, LOWEST_US, HIGHEST_US)
+    record_values(histogram, values)
+    return out_of_range
 
 
 def read_intervals(path: Path) -> Iterator[HdrHistogram]:

@@ -17,11 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-import numpy as np
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogWriter
 
-from protocol.hdr import HIGHEST_US, LOWEST_US, new_histogram, record_values
+from protocol.hdr import new_histogram, record_samples
 
 __all__ = ["IntervalLatency", "LatencyRecorder"]
 
@@ -78,16 +77,8 @@ class LatencyRecorder:
 
     def flush(self) -> None:
         """Put the samples taken so far into the current interval's histograms."""
-        current = self.current
-        for samples, histogram in ((self.corrected_us, current.corrected), (self.service_us, current.service)):
-            if not samples:
-                continue
-            values = np.frombuffer(samples, dtype=np.int64)
-            out_of_range = (values < LOWEST_US) | (values > HIGHEST_US)
-            if out_of_range.any():
-                self.clamped += int(out_of_range.sum())
-                values = np.clip(values, LOWEST_US, HIGHEST_US)
-            record_values(histogram, values)
+        self.clamped += record_samples(self.current.corrected, self.corrected_us)
+        self.clamped += record_samples(self.current.service, self.service_us)
         self.corrected_us = array("q")
         self.service_us = array("q")
 

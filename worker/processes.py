@@ -23,6 +23,7 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
+from protocol.hdr import new_histogram
 from protocol.ratefile import RateFileWriter
 from protocol.sequences import encode_bitset, union_bitsets
 from worker.drivers.base import DriverError
@@ -114,7 +115,7 @@ class MultiProcessSender:
         self._stop = _CONTEXT.Event()
         self._children = {k: _Child() for k in range(len(self.parts))}
         self._procs: list[Any] = []
-        self._live_lag = HdrHistogram(1, 3_600_000_000, 3)
+        self._live_lag = new_histogram()
 
     @property
     def warm_up_end_ns(self) -> int:

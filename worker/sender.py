@@ -26,11 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from protocol.concurrency import PreciseTimer
-from protocol.hdr import HIGHEST_US, LOWEST_US, new_histogram, record_values
+from protocol.hdr import new_histogram, record_samples
 from protocol.options import Duration, MessageSize, ProfileStep
 from protocol.ratefile import RateFileWriter
 from worker.drivers import parse_endpoint
@@ -151,8 +150,8 @@ class SenderStats:
     def interval_lag_us(self) -> HdrHistogram:
         """This interval's schedule lag so far."""
         if self.lag_samples_us:
-            values = np.frombuffer(self.lag_samples_us, dtype=np.int64)
-            record_values(self._interval_lag_us, np.clip(values, LOWEST_US, HIGHEST_US))
+            # A lag under 1 µs (or a send ahead of its time) counts as 1 µs, the histogram's floor.
+            record_samples(self._interval_lag_us, self.lag_samples_us)
             self.lag_samples_us = array("q")
         return self._interval_lag_us
 
@@ -203,9 +202,9 @@ class SenderRun:
         self.failure: str | None = None
         self._stop = asyncio.Event()
         self._filler = random.Random(0).randbytes(plan.size.max_bytes)
-        self._tails: dict[int, bytes] = {}
+        self._tails: dict[int, bytes] = {}  # filler after the header, by message size
         self._driver_for = driver_for or self._driver_from_url
-        self._timer: PreciseTimer  # made by run(), on its loop  # filler after the header, by message size
+        self._timer: PreciseTimer  # made by run(), on its loop
         self._size_rng = random.Random(1)
 
     def stop(self) -> None:
