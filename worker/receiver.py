@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -13,7 +14,7 @@ from typing import Any
 
 from protocol.ratefile import RateFileWriter
 from protocol.sequences import SequenceTracker, dump_bitsets
-from worker.drivers import parse_endpoint
+from worker.drivers import driver_for_client
 from worker.drivers.base import FIRST_CONNECT_S, Driver, connect_within
 from worker.latency import IntervalLatency, LatencyRecorder
 from worker.payload import HEADER_LAYOUT, MAGIC, key_of
@@ -68,13 +69,8 @@ class ReceiverRun:
         self._drivers: list[Driver] = []
         self._closed_reconnects_ns: list[int] = []  # of drivers closed already
         self._stop = asyncio.Event()
-        self._driver_for = driver_for or self._driver_from_url
+        self._driver_for = driver_for or functools.partial(driver_for_client, plan.urls, "receive_url")
         self.clients = clients if clients is not None else range(plan.parallel_count)
-
-    def _driver_from_url(self, client: int) -> Driver:
-        url = self.plan.urls[client % len(self.plan.urls)]
-        driver_cls, endpoint = parse_endpoint(url, "receive_url")
-        return driver_cls(endpoint, client)
 
     async def start(self) -> None:
         """Connect every consumer; returns once all of them are consuming."""

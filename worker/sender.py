@@ -32,7 +32,7 @@ from protocol.concurrency import PreciseTimer
 from protocol.hdr import new_histogram, record_samples
 from protocol.options import Duration, MessageSize, ProfileStep
 from protocol.ratefile import RateFileWriter
-from worker.drivers import parse_endpoint
+from worker.drivers import driver_for_client
 from worker.drivers.base import (
     FIRST_CONNECT_S,
     DisconnectedError,
@@ -203,7 +203,7 @@ class SenderRun:
         self._stop = asyncio.Event()
         self._filler = random.Random(0).randbytes(plan.size.max_bytes)
         self._tails: dict[int, bytes] = {}  # filler after the header, by message size
-        self._driver_for = driver_for or self._driver_from_url
+        self._driver_for = driver_for or functools.partial(driver_for_client, plan.urls, "send_url")
         self._timer: PreciseTimer  # made by run(), on its loop
         self._size_rng = random.Random(1)
 
@@ -237,11 +237,6 @@ class SenderRun:
             await asyncio.gather(*clients, return_exceptions=True)
             self._timer.close()
             self.rate_file.flush()
-
-    def _driver_from_url(self, client: int) -> Driver:
-        url = self.plan.urls[client % len(self.plan.urls)]  # round robin over the cluster's nodes
-        driver_cls, endpoint = parse_endpoint(url, "send_url")
-        return driver_cls(endpoint, client)
 
     async def _client(self, client: int) -> None:
         plan = self.plan

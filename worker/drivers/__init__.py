@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from protocol.options import OptionError
 from worker.drivers.base import Driver, Endpoint
 
-__all__ = ["driver_class", "parse_endpoint"]
+__all__ = ["driver_class", "driver_for_client", "parse_endpoint"]
 
 _BY_SCHEME = {
     "amqp": "worker.drivers.amqp:AmqpDriver",
@@ -41,3 +41,9 @@ def driver_class(url: str, option_name: str = "url") -> type[Driver]:
 def parse_endpoint(url: str, option_name: str = "url") -> tuple[type[Driver], Endpoint]:
     cls = driver_class(url, option_name)
     return cls, cls.parse(url, option_name)
+
+
+def driver_for_client(urls: list[str], option_name: str, client: int) -> Driver:
+    """Client number `client`'s driver: the URLs taken round robin (a cluster's nodes)."""
+    cls, endpoint = parse_endpoint(urls[client % len(urls)], option_name)
+    return cls(endpoint, client)
