@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from protocol.secrets import redact_text
+
 __all__ = ["DEFAULT_BROKER_URL", "BrokerUrl", "BrokerUrlError", "default_broker_url"]
 
 DEFAULT_BROKER_URL = "mqtt://127.0.0.1:1883"
@@ -37,16 +39,16 @@ class BrokerUrl:
     def parse(cls, url: str) -> BrokerUrl:
         parts = urlsplit(url)
         if parts.scheme not in _SCHEMES:
-            raise BrokerUrlError(f"control broker URL {_redact(url)!r}: scheme must be mqtt:// or mqtts://")
+            raise BrokerUrlError(f"control broker URL {redact_text(url)!r}: scheme must be mqtt:// or mqtts://")
         tls, default_port = _SCHEMES[parts.scheme]
         try:
             port = parts.port or default_port
         except ValueError as exc:
-            raise BrokerUrlError(f"control broker URL {_redact(url)!r}: {exc}") from exc
+            raise BrokerUrlError(f"control broker URL {redact_text(url)!r}: {exc}") from exc
         if not parts.hostname:
-            raise BrokerUrlError(f"control broker URL {_redact(url)!r} names no host")
+            raise BrokerUrlError(f"control broker URL {redact_text(url)!r} names no host")
         if parts.path not in ("", "/"):
-            raise BrokerUrlError(f"control broker URL {_redact(url)!r}: a path is not allowed")
+            raise BrokerUrlError(f"control broker URL {redact_text(url)!r}: a path is not allowed")
         query = parse_qs(parts.query, keep_blank_values=True)
         unknown = sorted(set(query) - _QUERY_KEYS)
         if unknown:
@@ -79,10 +81,3 @@ class BrokerUrl:
         """The URL without its password, for logs and tables."""
         user = f"{self.username}:***@" if self.username else ""
         return f"{'mqtts' if self.tls else 'mqtt'}://{user}{self.host}:{self.port}"
-
-
-def _redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password:
-        return url.replace(f":{parts.password}@", ":***@", 1)
-    return url

@@ -13,9 +13,9 @@ from typing import Any
 
 __all__ = ["redact", "redact_text"]
 
-# scheme://user:password@ — the password ends at the @ (a literal @ or / in a password must be
-# percent-encoded in a URL, so neither can be part of it).
-_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*:)(?P<password>[^\s/@]+)@")
+# scheme://user:password@host — the password runs to the last @ before the host, as urlsplit
+# reads it (a literal @ should be percent-encoded, but a sloppy one must not leak half of it).
+_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*:)(?P<password>[^\s/]+)@")
 
 
 def redact_text(text: str) -> str:

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from protocol.options import OptionError
+from protocol.secrets import redact_text
 
 __all__ = [
     "FIRST_CONNECT_S",
@@ -190,7 +191,7 @@ class Driver(ABC):
     def parse(cls, url: str, option_name: str = "url") -> Endpoint:
         """Parse and check a URL; raises OptionError naming `option_name` and the fault."""
         parts = urlsplit(url)
-        safe = url.replace(f":{parts.password}@", ":***@") if parts.password else url
+        safe = redact_text(url)
         if parts.scheme not in cls.SCHEMES:
             raise OptionError(option_name, f"{safe}: {cls.__name__} takes {', '.join(cls.SCHEMES)}")
         tls, default_port = cls.SCHEMES[parts.scheme]

@@ -14,6 +14,9 @@ def test_passwords_in_urls_are_replaced_and_the_rest_kept() -> None:
     text = "rabbitmq=http://admin:pw1@a:15672,kafka://b:9092/t mqtt://u:pw2@c mqtt://only-user@d"
     assert redact_text(text) == "rabbitmq=http://admin:***@a:15672,kafka://b:9092/t mqtt://u:***@c mqtt://only-user@d"
     assert redact_text("no url here: a:b@c") == "no url here: a:b@c"
+    # A literal @ in a password (it should be %40): the whole of it goes, as urlsplit reads it.
+    assert redact_text("mqtt://u:p@ss@host:1883") == "mqtt://u:***@host:1883"
+    assert redact_text("amqp://u:p@1@h1,amqp://u:p2@h2") == "amqp://u:***@h1,amqp://u:***@h2"
 
 
 def test_structures_are_walked_whole() -> None:
