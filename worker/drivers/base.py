@@ -241,11 +241,12 @@ class Driver(ABC):
     def publish(self, body: bytes, token: int) -> bool:
         """Hand one message to the client library; never waits for the SUT.
 
-        Returns True when the message is settled already (nothing to confirm: MQTT QoS 0,
-        AMQP 0-9-1 without confirms once written, Kafka acks=0), False when `on_settled(token,
-        error)` follows on the event loop. Raises DisconnectedError when the connection is down
-        now (nothing was sent: the caller may hand the same message over again later), and
-        SendError when the library refused it outright.
+        Returns True when the message is settled already (nothing to confirm: MQTT QoS 0),
+        False when `on_settled(token, error)` follows on the event loop (every other case: an
+        AMQP 0-9-1 publish without confirms settles once written, Kafka's once reported).
+        Raises DisconnectedError when the connection is down now (nothing was sent: the caller
+        may hand the same message over again later), and SendError when the library refused it
+        outright.
         """
 
     @abstractmethod

@@ -98,7 +98,7 @@ class MqttDriver(Driver):
             )
         except (OSError, ValueError) as exc:
             raise ConnectError(f"{self.endpoint}: {exc}", retry=True) from exc
-        self._refused = asyncio.Event()
+        self._refused.clear()  # an earlier attempt's refusal
         self._client.loop_start()
         connected = asyncio.ensure_future(self._connected.wait())
         refused = asyncio.ensure_future(self._refused.wait())
