@@ -28,6 +28,7 @@ from agent.proxy import FaultProxy
 from agent.services import Service
 from agent.targets import Change, NetworkTarget, ProxyTarget, ServiceTarget, Target, parse_params
 from protocol.codes import Role
+from protocol.concurrency import run_blocking
 from protocol.daemon_cli import daemon_parser, run_daemon
 from protocol.notes import (
     AgentAction,
@@ -36,14 +37,11 @@ from protocol.notes import (
     Note,
     OkResponse,
     StartAgent,
-    StartTest,
     StopAgent,
     StopTest,
-    TestStarted,
     UserCommand,
 )
-from protocol.runtime import Peer, PeerConfig, PeerError, resolve_test_dir, write_peer_json
-from protocol.version import VERSION
+from protocol.runtime import Peer, PeerConfig, PeerError, write_peer_json
 
 __all__ = ["Agent", "main"]
 
@@ -75,14 +73,13 @@ class Agent(Peer):
             **self.networks,
         }
         self.sources = HandlerSources(self.agent_config.handler_sources, config.data_dir / "sources")
-        self.test_id = ""
         self.events: list[dict[str, Any]] = []
         self._changed: dict[str, Change] = {}  # what stands changed -> how to put it back
         self._lock = asyncio.Lock()  # one action at a time
 
     async def startup(self) -> None:
         for network in self.networks.values():
-            stale = await asyncio.to_thread(network.sweep)
+            stale = await run_blocking(network.sweep)
             if stale:
                 log.warning("network %s: removed %d rule(s) an earlier agent left", network.name, stale)
         for proxy in self.proxies.values():
@@ -92,15 +89,13 @@ class Agent(Peer):
                 raise PeerError(f"fault proxy {proxy.name} cannot listen on {proxy.listen}: {exc}") from exc
         for service in self.services.values():
             if service.config.autostart:
-                await asyncio.to_thread(service.start)  # systemctl may take its time: off the loop
+                await run_blocking(service.start)  # systemctl may take its time: off the loop
+
+    def test_started(self) -> None:
+        self.events = []
 
     async def handle_role_note(self, note: Note) -> Note | None:
         match note:
-            case StartTest():
-                self.test_id = note.test_id
-                self.events = []
-                self.bus.publish(self.topics.notifications, TestStarted(test_id=note.test_id))
-                return OkResponse()
             case StartAgent():
                 return OkResponse()
             case StopAgent() | StopTest():
@@ -110,7 +105,7 @@ class Agent(Peer):
             case UserCommand():
                 return self._command(note)
             case AgentSource():
-                directory = await asyncio.to_thread(self.sources.fetch, note.url, note.branch)
+                directory = await run_blocking(self.sources.fetch, note.url, note.branch)
                 self._event("source", "fetched", note.url, branch=note.branch, directory=str(directory))
                 return OkResponse()
             case _:
@@ -213,6 +208,11 @@ class Agent(Peer):
 
     # --- the end of a test ------------------------------------------------------------------
 
+    async def coordinator_lost(self) -> None:
+        # Nobody will send STOP_AGENT: put back what the test's actions changed.
+        await self._restore()
+        self._write_files()
+
     async def _restore(self) -> None:
         """Undo every change still standing: the SUT is left as the test found it."""
         async with self._lock:
@@ -228,17 +228,11 @@ class Agent(Peer):
     def _write_files(self) -> None:
         if not self.test_id:
             return
-        directory = resolve_test_dir(self.config.data_dir, self.test_id) / Role.AGENT.value / self.config.name
+        directory = self.test_dir()
         directory.mkdir(parents=True, exist_ok=True)
         with (directory / "agent-events.csv").open("w", newline="") as f:
             _write_events(f, self.events)
-        info = {
-            "name": self.config.name,
-            "host": self.config.host,
-            "peer_id": self.peer_id,
-            "role": Role.AGENT.value,
-            "test_id": self.test_id,
-            "version": VERSION,
+        info = self.peer_record() | {
             "events": self.events,
             "files": ["agent-events.csv"],
         }
@@ -251,7 +245,7 @@ class Agent(Peer):
             await proxy.close()
         for service in self.services.values():
             if service.proc is not None and service.running():
-                await asyncio.to_thread(service.stop)
+                await run_blocking(service.stop)
 
 
 def _write_events(f: IO[str], events: list[dict[str, Any]]) -> None:

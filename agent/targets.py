@@ -9,7 +9,6 @@ it left standing and how to undo it, so that the agent can restore everything at
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import ipaddress
@@ -25,6 +24,8 @@ from typing import Any, Protocol
 from agent.config import NetworkConfig
 from agent.proxy import FaultProxy
 from agent.services import Service
+from protocol.concurrency import run_blocking
+from protocol.parsing import number
 from protocol.runtime import PeerError
 
 __all__ = ["Change", "NetworkTarget", "ProxyTarget", "ServiceTarget", "Target", "parse_params"]
@@ -76,13 +77,11 @@ def parse_params(action: str, target: Target, args: list[str]) -> tuple[dict[str
 
 def _number(action: str, key: str, value: str, minimum: float = 0.0, maximum: float | None = None) -> float:
     try:
-        number = float(value)
+        return float(number(minimum, maximum)(value))
     except ValueError as exc:
-        raise PeerError(f"{action}: {key}={value!r} is not a number") from exc
-    if number < minimum or (maximum is not None and number > maximum):
-        bound = f"from {minimum:g} to {maximum:g}" if maximum is not None else f"at least {minimum:g}"
-        raise PeerError(f"{action}: {key}={value} is out of range ({bound})")
-    return number
+        # "delay_ms='x': expected a number, got 'x'"; "probability=2 is out of range (0 to 1)"
+        why = f"{value!r}: {exc}" if str(exc).startswith("expected") else str(exc)
+        raise PeerError(f"{action}: {key}={why}") from exc
 
 
 def _latency(action: str, params: dict[str, str]) -> tuple[float, float]:
@@ -113,12 +112,12 @@ class ServiceTarget:
         pass  # the actions take no parameters
 
     async def apply(self, action: str, params: dict[str, str]) -> Change | None:
-        await asyncio.to_thread(self._apply, action)
+        await run_blocking(self._apply, action)
         match action:
             case "stop" | "kill":
-                return Change(self.name, "start", lambda: asyncio.to_thread(self._apply, "start"))
+                return Change(self.name, "start", lambda: run_blocking(self._apply, "start"))
             case "pause":
-                return Change(self.name, "resume", lambda: asyncio.to_thread(self._apply, "resume"))
+                return Change(self.name, "resume", lambda: run_blocking(self._apply, "resume"))
             case "start" | "resume":
                 return Change(self.name, action, None)
         return None
@@ -230,16 +229,16 @@ class NetworkTarget:
     async def apply(self, action: str, params: dict[str, str]) -> Change | None:
         self.check(action, params)
         if action == "heal":
-            await asyncio.to_thread(self.heal)
+            await run_blocking(self.heal)
             return Change(self.name, "heal", None)
         if action in ("latency", "bandwidth"):
-            await asyncio.to_thread(self._qdisc_add, action, params)
-            return Change(f"{self.name} {action}", f"clear {action}", lambda: asyncio.to_thread(self._qdisc_del))
+            await run_blocking(self._qdisc_add, action, params)
+            return Change(f"{self.name} {action}", f"clear {action}", lambda: run_blocking(self._qdisc_del))
         if action in self._rules:
             raise PeerError(f"{action} {self.name}: already in force; heal it first")
         rules = self._drop_rules(params) if action == "drop" else self._partition_rules(params)
-        await asyncio.to_thread(self._insert, action, rules)
-        return Change(f"{self.name} {action}", f"clear {action}", lambda: asyncio.to_thread(self._delete, action))
+        await run_blocking(self._insert, action, rules)
+        return Change(f"{self.name} {action}", f"clear {action}", lambda: run_blocking(self._delete, action))
 
     def heal(self) -> None:
         for action in list(self._rules):

@@ -1,6 +1,8 @@
 """Reporter throughput: rate records per second through read -> per-second aggregate, with
-PySpark (the reporter's own `rate_series`) beside a single-process pandas baseline over the same
-files in the same run. Prints figures; never passes or fails.
+PySpark (the reporter's own `rate_series`, on local[1] and local[2]) beside a single-process
+pandas baseline written as a pandas user would (read_csv's C engine, cumsum, bincount) over the
+same files in the same run, and DuckDB where it is installed. Prints figures; never passes or
+fails.
 
     .venv/bin/python bench/report_throughput.py --records 30000000 --files 30
     .venv/bin/python bench/report_throughput.py --smoke
@@ -11,16 +13,20 @@ The Spark session's start is timed on its own: it is paid once per `maestro repo
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+from _procfs import descendants, status_kb
 
-from protocol.ratefile import RateFileWriter, read_rate_file
+from protocol.ratefile import RateFileWriter
 from reports.series import rate_series, spark_session
-from reports.summary import read_peers
+from reports.summary import read_peers, summarize
 
 T0_US = 1_800_000_000_000_000
 
@@ -39,12 +45,43 @@ def generate(test_dir: Path, records: int, files: int) -> None:
 
 
 def pandas_baseline(test_dir: Path) -> int:
+    """Per-second counts of every file, vectorised: the baseline a pandas user would write."""
     total = 0
     for path in sorted((test_dir / "sender" / "s1").glob("*.csv.gz")):
-        frame = pd.DataFrame(list(read_rate_file(path)), columns=["eta", "ata"])
-        counts = (frame["ata"] // 1_000_000).value_counts()
-        total += int(counts.sum())
+        with gzip.open(path, "rt") as f:
+            base_us = int(f.readline().split("base_us=")[1].split()[0])
+        frame = pd.read_csv(path, compression="gzip", skiprows=1, engine="c", dtype="int64")
+        seconds = ((base_us + frame["ata"].cumsum()) // 1_000_000).to_numpy()
+        total += int(np.bincount(seconds - seconds.min()).sum())
     return total
+
+
+def duckdb_baseline(test_dir: Path) -> int | None:
+    try:
+        import duckdb  # noqa: PLC0415 - optional: measured where it is installed
+    except ImportError:
+        return None
+    total = 0
+    for path in sorted((test_dir / "sender" / "s1").glob("*.csv.gz")):
+        with gzip.open(path, "rt") as f:
+            base_us = int(f.readline().split("base_us=")[1].split()[0])
+        query = (
+            f"SELECT count(*) FROM (SELECT ({base_us} + sum(ata) OVER (ROWS UNBOUNDED PRECEDING)) // 1000000 AS s "
+            f"FROM read_csv('{path}', skip=1, header=true)) GROUP BY s"
+        )
+        total += sum(n for (n,) in duckdb.sql(query).fetchall())
+    return total
+
+
+def _print_peaks(label: str) -> None:
+    """Peak RSS of this process (the driver) and of its children (the JVM, Python workers)."""
+    peaks: dict[str, float] = {}
+    for pid in descendants(os.getpid()):
+        name, kb, _ = status_kb(pid, "VmHWM")
+        peaks[name] = max(peaks.get(name, 0.0), kb / 1024)
+    children = ", ".join(f"{name} {mb:,.0f} MB" for name, mb in sorted(peaks.items()))
+    driver_mb = status_kb(os.getpid(), "VmHWM")[1] / 1024
+    print(f"  peak RSS ({label}): driver {driver_mb:,.0f} MB; {children or 'no children'}")
 
 
 def main() -> None:
@@ -52,31 +89,53 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=30_000_000)
     parser.add_argument("--files", type=int, default=30)
     parser.add_argument("--smoke", action="store_true", help="200,000 records: check that it still runs")
+    parser.add_argument("--soak", action="store_true", help="360 M records in 360 files, with peak RSS")
     args = parser.parse_args()
     if args.smoke:
         args.records, args.files = 200_000, 4
+    if args.soak:
+        args.records, args.files = 360_000_000, 360
     with tempfile.TemporaryDirectory() as tmp:
         test_dir = Path(tmp) / "bench"
         started = time.perf_counter()
         generate(test_dir, args.records, args.files)
         print(f"generated {args.records:,} records in {args.files} files: {time.perf_counter() - started:.1f} s")
 
-        started = time.perf_counter()
-        spark = spark_session()
-        print(f"spark session start: {time.perf_counter() - started:.1f} s")
-        try:
+        spark_s = {}
+        for master in ("local[1]", "local[2]"):
             started = time.perf_counter()
-            _, rows = rate_series(spark, read_peers(test_dir))
-            spark_s = time.perf_counter() - started
-        finally:
-            spark.stop()
+            spark = spark_session(master)
+            print(f"spark session start ({master}): {time.perf_counter() - started:.1f} s")
+            try:
+                started = time.perf_counter()
+                _, rows = rate_series(spark, read_peers(test_dir))
+                spark_s[master] = time.perf_counter() - started
+                _print_peaks(master)
+            finally:
+                spark.stop()
+            assert rows == args.records // args.files * args.files
+            print(f"spark {master}: {rows / spark_s[master] / 1e6:.2f} M records/s ({spark_s[master]:.1f} s)")
         started = time.perf_counter()
         baseline_rows = pandas_baseline(test_dir)
         pandas_s = time.perf_counter() - started
-        assert rows == baseline_rows == args.records // args.files * args.files
-        print(f"spark:  {rows / spark_s / 1e6:.2f} M records/s ({spark_s:.1f} s)")
-        print(f"pandas: {baseline_rows / pandas_s / 1e6:.2f} M records/s ({pandas_s:.1f} s)")
-        print(f"spark / pandas: {pandas_s / spark_s:.2f}x")
+        assert baseline_rows == rows
+        print(f"pandas (vectorised, 1 core): {rows / pandas_s / 1e6:.2f} M records/s ({pandas_s:.1f} s)")
+        started = time.perf_counter()
+        duck_rows = duckdb_baseline(test_dir)
+        if duck_rows is None:
+            print("duckdb: not installed")
+        else:
+            duck_s = time.perf_counter() - started
+            assert duck_rows == rows
+            print(f"duckdb: {rows / duck_s / 1e6:.2f} M records/s ({duck_s:.1f} s)")
+        started = time.perf_counter()
+        figures = summarize(test_dir)
+        summary_s = time.perf_counter() - started
+        print(f"summary (data server's figures, 1 core): {rows / summary_s / 1e6:.2f} M records/s ({summary_s:.1f} s)")
+        assert figures["send_rate"]["mean"] > 0
+        _print_peaks("after the summary, the driver's whole run")
+        print(f"local[1] -> local[2]: {spark_s['local[1]'] / spark_s['local[2]']:.2f}x")
+        print(f"spark local[2] / pandas: {pandas_s / spark_s['local[2]']:.2f}x")
 
 
 if __name__ == "__main__":

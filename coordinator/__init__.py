@@ -1,9 +1,11 @@
 """The coordinator: the Python API for test scripts, test executors, and the `maestro` CLI."""
 
+from coordinator.client import Target
 from coordinator.definitions import Action, Fail, FixedRateTest, Flow, IncrementalTest, UnboundedTest
-from coordinator.executor import TestResult
-from coordinator.maestro import Maestro, MaestroError, PeerRequestError, Target
+from coordinator.errors import MaestroError, PeerRequestError
+from coordinator.maestro import Maestro
 from coordinator.registry import PeerInfo, PeerState
+from coordinator.results import TestResult
 
 __all__ = [
     "Action",

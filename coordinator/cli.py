@@ -5,20 +5,24 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 from coordinator.commands import DELEGATED, add_commands
 from coordinator.definitions import DefinitionError
+from coordinator.errors import MaestroError
 from coordinator.local import LocalError
-from coordinator.maestro import Maestro, MaestroError
+from coordinator.maestro import Maestro
 from coordinator.registry import PeerInfo
 from protocol.broker_url import BrokerUrlError, default_broker_url
 from protocol.bus import BusError
 from protocol.daemon_cli import configure_logging
 from protocol.embedded_broker import EmbeddedBroker
+from protocol.secrets import KEY_FILE_ENV, TOKEN_FILE_ENV, SecretFileError
 from protocol.topics import DEFAULT_PREFIX
 from protocol.version import VERSION
 
@@ -98,6 +102,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level", default="warning", choices=["debug", "info", "warning", "error"], help="(default: %(default)s)"
     )
+    parser.add_argument(
+        "--key-file",
+        type=Path,
+        help="sign every note with the key in this file (mode 600), as peers started with it require; the "
+        "daemons and `serve` that maestro starts get it too (default: $MAESTRO_KEY_FILE, else none)",
+    )
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        help="the data server's bearer token for uploads (mode 600); a data server maestro starts requires it "
+        "(default: $MAESTRO_TOKEN_FILE, else none)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     peers = commands.add_parser("peers", help="list the live peers on a control broker")
@@ -132,9 +148,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     configure_logging(args.log_level)
+    # Through the environment, so that the daemons and the data server started here read them too.
+    for path, name in ((args.key_file, KEY_FILE_ENV), (args.token_file, TOKEN_FILE_ENV)):
+        if path is not None:
+            os.environ[name] = str(path.resolve())
     try:
         code: int = args.run(args)
-    except (BrokerUrlError, BusError, MaestroError, DefinitionError, LocalError, OSError) as exc:
+    except (BrokerUrlError, BusError, MaestroError, DefinitionError, LocalError, SecretFileError, OSError) as exc:
         print(f"maestro {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

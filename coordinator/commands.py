@@ -1,4 +1,5 @@
-"""`maestro run`, `maestro test`, `maestro demo` and `maestro serve`.
+"""`maestro run`, `maestro test`, and the commands handed to the reports package (`report`,
+`serve`); `maestro demo` is in `coordinator.demo`.
 
 `--local` (and `demo`) start what the test needs on this machine: an embedded control broker
 unless --broker is given, the data server over --data, one worker daemon per sender and
@@ -11,118 +12,22 @@ from __future__ import annotations
 import argparse
 import os
 import runpy
-import subprocess
 import sys
-import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
+from coordinator.cli_support import EXIT_CANNOT_RUN, EXIT_FAILED, add_where, cluster, key_value, report, scalar
+from coordinator.collect_command import add_collect
 from coordinator.declared import KINDS, build_test, load_test_file
-from coordinator.definitions import DefinitionError, FixedRateTest, TestDefinition
-from coordinator.executor import FINISHED, TestResult, new_test_id
-from coordinator.local import LocalCluster, LocalError
-from coordinator.maestro import Maestro
+from coordinator.definitions import DefinitionError, TestDefinition
+from coordinator.demo import add_demo
+from coordinator.results import new_test_id
+from coordinator.run import FINISHED
 from coordinator.topology.cli import add_topology_command
-from protocol.broker_url import default_broker_url
 from protocol.secrets import redact_text
-from protocol.topics import DEFAULT_PREFIX
 from protocol.upload import UploadError, upload_bytes
 
 __all__ = ["add_commands"]
-
-EXIT_FAILED = 1
-EXIT_CANNOT_RUN = 2
-
-
-def _key_value(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
-    return key, value
-
-
-def _scalar(text: str) -> Any:
-    """A command-line value as the option parsers expect it: numbers as numbers."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
-
-
-# --- where the test runs --------------------------------------------------------------------
-
-
-@dataclass
-class Where:
-    broker: str | None
-    topic_prefix: str
-    data: Path
-    data_server: str | None
-    local: bool
-
-
-def _add_where(parser: argparse.ArgumentParser, local_flag: bool = True) -> None:
-    parser.add_argument("--broker", help="control broker URL (default: $MAESTRO_BROKER, or embedded with --local)")
-    parser.add_argument("--topic-prefix", default=DEFAULT_PREFIX, help="MQTT topic prefix (default: %(default)s)")
-    parser.add_argument(
-        "--data-server", help="data server URL peers upload to (default: $MAESTRO_DATA_SERVER, or one started here)"
-    )
-    parser.add_argument(
-        "--data", type=Path, default=Path("results"), help="results folder of a local run (default: %(default)s)"
-    )
-    parser.add_argument("--no-report", action="store_true", help="do not write the report at the end")
-    parser.add_argument("--quiet", action="store_true", help="no live progress line")
-    if local_flag:
-        parser.add_argument(
-            "--local", action="store_true", help="start the control broker, data server and daemons on this machine"
-        )
-
-
-@contextmanager
-def _cluster(args: argparse.Namespace, test: TestDefinition, local: bool) -> Iterator[Maestro]:
-    """A connected Maestro; with `local`, on services and daemons started here first."""
-    if local:
-        base = test if isinstance(test, FixedRateTest) else test.base
-        workers = sum(f.senders + f.receivers for f in base.all_flows())
-        with Maestro.local(
-            workers,
-            inspectors=1 if base.inspectors else 0,
-            agents=base.agents,
-            data=args.data,
-            broker=args.broker,
-            topic_prefix=args.topic_prefix,
-        ) as maestro:
-            yield maestro
-        return
-    with Maestro.connect(
-        args.broker or default_broker_url(), topic_prefix=args.topic_prefix, data_server=args.data_server
-    ) as maestro:
-        yield maestro
-
-
-def _report(result: TestResult, root: Path | None, no_report: bool) -> None:
-    where = root / result.test_id if root is not None else result.url
-    print(f"test id: {result.test_id}")
-    print(f"files:   {where}")
-    if no_report:
-        return
-    if root is None:
-        print(f"report:  the results are on {result.data_server}; run `maestro report DIR {result.test_id}` there")
-        return
-    ids = [result.test_id, *(step.test_id for step in result.steps)]
-    run = subprocess.run([sys.executable, "-m", "reports", "report", str(root), *ids], check=False)
-    if run.returncode == 0:
-        print(f"report:  {root / result.test_id / 'report' / 'index.html'}")
-    else:
-        print(f"report:  failed (exit {run.returncode}); the files are intact, run `maestro report` again")
-
 
 # --- maestro test ---------------------------------------------------------------------------
 
@@ -148,8 +53,8 @@ def _add_test(commands: Any) -> None:
     p.add_argument("--receivers", type=int, help="receiver workers (default: 1)")
     p.add_argument("--name", help="a name for the test")
     p.add_argument("--test-id", help="the test id (default: time + random)")
-    p.add_argument("--option", type=_key_value, action="append", default=[], help="another SET option, KEY=VALUE")
-    p.add_argument("--label", type=_key_value, action="append", default=[], help="a label, KEY=VALUE (repeatable)")
+    p.add_argument("--option", type=key_value, action="append", default=[], help="another SET option, KEY=VALUE")
+    p.add_argument("--label", type=key_value, action="append", default=[], help="a label, KEY=VALUE (repeatable)")
     p.add_argument("--inspector", action="append", default=[], help="NAME[=MANAGEMENT-URL] (repeatable)")
     p.add_argument("--agent", action="append", default=[], help="agent peer NAME that joins (repeatable)")
     fail = p.add_argument_group("fail conditions")
@@ -175,12 +80,12 @@ def _add_test(commands: Any) -> None:
     sweep = p.add_argument_group("sweep")
     sweep.add_argument(
         "--grid",
-        type=_key_value,
+        type=key_value,
         action="append",
         default=[],
         help="KEY=V1,V2,… (repeatable): rate, parallel, size, option.NAME or url.NAME",
     )
-    _add_where(p)
+    add_where(p)
     p.set_defaults(run=cmd_test)
 
 
@@ -215,7 +120,7 @@ def test_from_args(args: argparse.Namespace) -> tuple[TestDefinition, str | None
         table["receive_url"] = args.receive_url if len(args.receive_url) > 1 else args.receive_url[0]
     if args.warm_up is not None:
         table["warm_up"] = args.warm_up
-    table["options"] = {k: _scalar(v) for k, v in args.option}
+    table["options"] = {k: scalar(v) for k, v in args.option}
     table["labels"] = dict(args.label)
     table["inspectors"] = args.inspector
     table["agents"] = args.agent
@@ -229,7 +134,7 @@ def test_from_args(args: argparse.Namespace) -> tuple[TestDefinition, str | None
             k: getattr(args, k) for k in ("low_rate", "high_rate", "resolution") if getattr(args, k) is not None
         },
         "repeated": {"times": args.times if args.times is not None else 3},
-        "sweep": {"grid": {key: [_scalar(v) for v in values.split(",")] for key, values in args.grid}},
+        "sweep": {"grid": {key: [scalar(v) for v in values.split(",")] for key, values in args.grid}},
     }
     if kind in series:
         table[kind] = series[kind]
@@ -243,21 +148,21 @@ def cmd_test(args: argparse.Namespace) -> int:
         print(f"maestro test: {exc}", file=sys.stderr)
         return EXIT_CANNOT_RUN
     test_id = args.test_id or new_test_id()
-    with _cluster(args, test, args.local) as maestro:
+    with cluster(args, test, args.local) as maestro:
         maestro.local_data_root = args.data
         print(f"test id: {test_id}", flush=True)
         result = maestro.run(test, test_id=test_id, progress=not args.quiet)
         if text is not None:
-            _store_definition(result.data_server, test_id, text)
+            _store_definition(result.data_server, test_id, text, maestro.upload_token)
         root = maestro.local_root
     print(result)
-    _report(result, root, args.no_report)
+    report(result, root, args.no_report)
     return 0 if result.passed else EXIT_FAILED
 
 
-def _store_definition(data_server: str, test_id: str, text: str) -> None:
+def _store_definition(data_server: str, test_id: str, text: str, token: str | None) -> None:
     try:
-        upload_bytes(data_server, test_id, "definition.toml", redact_text(text).encode(), replace=True)
+        upload_bytes(data_server, test_id, "definition.toml", redact_text(text).encode(), replace=True, token=token)
     except UploadError as exc:
         print(f"maestro test: could not store the definition: {exc}", file=sys.stderr)
 
@@ -301,89 +206,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_FAILED if failed else 0
 
 
-# --- maestro demo ---------------------------------------------------------------------------
-
-
-def _add_demo(commands: Any) -> None:
-    p = commands.add_parser(
-        "demo",
-        help="a short fixed-rate test on this machine, nothing else needed",
-        description="Start an embedded control broker, the data server, a sender and a receiver, a SUT that ships "
-        "with the Python packages (tansu, a Kafka-compatible broker; the embedded MQTT broker where tansu is not "
-        "available), an inspector and an agent, run a short fixed-rate test, write the report and print where "
-        "the results are.",
-    )
-    p.add_argument("--sut", help="a real SUT URL instead (amqp://, amqp10://, kafka://, mqtt://)")
-    p.add_argument("--rate", type=float, default=100.0, help="msg/s per client (default: %(default)s)")
-    p.add_argument("--parallel", type=int, default=2, help="clients (default: %(default)s)")
-    p.add_argument("--duration", default="15s", help="(default: %(default)s)")
-    p.add_argument("--warm-up", default="3s", help="(default: %(default)s)")
-    _add_where(p, local_flag=False)
-    p.set_defaults(run=cmd_demo)
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    root = args.data.resolve()
-    run_dir = root / ".local" / time.strftime("%Y%m%d-%H%M%S")
-    test_id = f"demo-{new_test_id()}"
-    with LocalCluster(run_dir, topic_prefix=args.topic_prefix, broker_url=args.broker or "") as local:
-        print(f"control broker: {local.broker_url}", flush=True)
-        sut = args.sut or _demo_sut(local, args.parallel)
-        print(f"SUT:            {sut}", flush=True)
-        data_server = args.data_server or local.data_server(root)
-        print(f"data server:    {data_server} (files under {root})", flush=True)
-        test = FixedRateTest(
-            send_url=sut,
-            rate=args.rate,
-            parallel=args.parallel,
-            size=256,
-            duration=args.duration,
-            warm_up=args.warm_up,
-            name="maestro demo",
-            labels={"demo": True},
-            inspectors=demo_inspectors(sut),
-            agents=("demo-agent",),
-            options={"inspector_interval_s": 1},
-        )
-        for role in ("receiver", "sender"):
-            local.daemon("maestro-worker", f"demo-{role}", run_dir / "peers" / role, "--role", role)
-        local.daemon("maestro-inspector", "demo-inspector", run_dir / "peers" / "inspector")
-        # An agent with no configuration: it joins the test and may touch nothing.
-        local.daemon("maestro-agent", "demo-agent", run_dir / "peers" / "agent")
-        with Maestro.connect(
-            local.broker_url, topic_prefix=args.topic_prefix, discover_s=0, data_server=data_server
-        ) as maestro:
-            maestro.wait_for_peers(4, timeout_s=30)
-            print(f"inspectors:     {', '.join(i.split('=')[0] for i in test.inspectors)}", flush=True)
-            print(f"test id:        {test_id}", flush=True)
-            result = maestro.run(test, test_id=test_id, progress=not args.quiet)
-    print(result)
-    _report(result, root, args.no_report)
-    return 0 if result.passed else EXIT_FAILED
-
-
-def demo_inspectors(sut: str) -> tuple[str, ...]:
-    """The host, and the inspector that fits the SUT where there is one: RabbitMQ's management
-    API for amqp:// (on its default port, with the SUT URL's credentials)."""
-    parts = urlsplit(sut)
-    if parts.scheme in ("amqp", "amqps"):
-        user = f"{parts.username or 'guest'}:{parts.password or 'guest'}@"
-        return (f"rabbitmq=http://{user}{parts.hostname}:15672", "host")
-    return ("host",)
-
-
-def _demo_sut(local: LocalCluster, consumers: int) -> str:
-    try:
-        # A partition per consumer, or all but one of them would idle. tansu does not answer a
-        # waiting fetch when data arrives, so librdkafka's 500 ms fetch.wait.max.ms would be the
-        # latency the demo shows: a 2 ms wait makes it the broker's own.
-        topic = f"maestro-demo-{uuid.uuid4().hex[:6]}"
-        return local.tansu() + f"/{topic}?partitions={consumers}&fetch_wait_max_ms=2"
-    except LocalError as exc:
-        print(f"no tansu here ({exc}); the embedded MQTT broker serves as the SUT", file=sys.stderr)
-        return f"{local.broker_url}/maestro/demo/{uuid.uuid4().hex[:6]}"
-
-
 # --- maestro report, maestro serve ------------------------------------------------------------
 
 # Commands of the reports package: their arguments are defined there, once, and everything after
@@ -408,7 +230,8 @@ def run_delegated(args: argparse.Namespace) -> int:
 
 
 def add_commands(commands: Any) -> None:
-    _add_demo(commands)
+    add_demo(commands)
+    add_collect(commands)
     _add_run(commands)
     _add_test(commands)
     add_topology_command(commands)

@@ -86,7 +86,10 @@ def build_test(kind: str, table: dict[str, Any]) -> TestDefinition:
         if other in table:
             raise DefinitionError(f"a [{other}] table in a {kind} test")
     if "fail" in table:
-        table["fail"] = Fail(**_known(Fail, table["fail"], "[fail]"))
+        try:
+            table["fail"] = Fail(**_known(Fail, table["fail"], "[fail]"))
+        except ValueError as exc:  # a value the peers' option parsers refuse
+            raise DefinitionError(f"[fail] {exc}") from exc
     if "flows" in table:
         table["flows"] = tuple(Flow(**_known(Flow, f, "[[flows]]")) for f in table["flows"])
     if "profile" in table:

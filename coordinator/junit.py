@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from datetime import datetime
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from coordinator.executor import TestResult
+from coordinator.results import TestResult
 
 __all__ = ["junit_xml"]
 
@@ -15,7 +13,7 @@ __all__ = ["junit_xml"]
 def _seconds(start: str, end: str) -> float:
     try:
         return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
-    except ValueError:
+    except (TypeError, ValueError):  # unknown (a test collected after its coordinator was lost)
         return 0.0
 
 

@@ -15,7 +15,7 @@ __all__ = ["ClockSample", "PeerInfo", "PeerRegistry", "PeerState", "estimate_clo
 
 class PeerState(StrEnum):
     READY = "ready"
-    RUNNING = "running"
+    RUNNING = "running"  # it said, when last PINGed, that it runs a test (`test_id`)
     MISSING = "missing"  # its last will arrived, or it stopped answering
 
 
@@ -46,11 +46,33 @@ class PeerInfo:
     state: PeerState = PeerState.READY
     version: str = ""
     pid: int = 0
+    test_id: str = ""  # the test it was last SET for, as it said when last PINGed
     clock: ClockSample | None = None  # the sample with the smallest round trip so far
 
     def record_clock(self, sample: ClockSample) -> None:
         if self.clock is None or sample.rtt_us < self.clock.rtt_us:
             self.clock = sample
+
+    def correction_ns(self) -> int:
+        """What to add to a coordinator time to get this peer's: its measured clock offset, or 0
+        when that is within the measurement's uncertainty. A round trip is rarely symmetric (a
+        broker's Nagle delay on one leg is tens of ms), and applying such an estimate to clocks
+        that agree (one host, or NTP) would move a start by up to half the round trip."""
+        c = self.clock
+        if c is None or abs(c.offset_us) <= c.uncertainty_us:
+            return 0
+        return int(c.offset_us * 1000)
+
+    def clock_record(self) -> dict[str, float] | None:
+        """The clock as test.json keeps it."""
+        c = self.clock
+        if c is None:
+            return None
+        return {
+            "offset_us": round(c.offset_us, 1),
+            "uncertainty_us": round(c.uncertainty_us, 1),
+            "rtt_us": round(c.rtt_us, 1),
+        }
 
     @property
     def label(self) -> str:
@@ -84,6 +106,11 @@ class PeerRegistry:
                 peer.state = PeerState.MISSING
             self._cond.notify_all()
             return peer
+
+    def is_missing(self, peer_id: str) -> bool:
+        with self._cond:
+            peer = self._peers.get(peer_id)
+            return peer is not None and peer.state == PeerState.MISSING
 
     def get(self, peer_id: str) -> PeerInfo | None:
         with self._cond:

@@ -7,16 +7,17 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from coordinator.cast import Cast
+from coordinator.client import MaestroClient
 from coordinator.definitions import FixedRateTest, IncrementalTest, RepeatedTest, SearchTest, SweepTest
-from coordinator.executor import Cast, Phase, TestResult, now_iso, parent_record, phase_row, store_result
+from coordinator.phase import Phase
+from coordinator.results import TestResult, now_iso, parent_record, phase_row
 from coordinator.statistics import estimate
+from coordinator.storage import ResultStore
 
-if TYPE_CHECKING:
-    from coordinator.maestro import Maestro
-
-__all__ = ["run_series"]
+__all__ = ["Series", "run_series"]
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +25,11 @@ Series = IncrementalTest | SearchTest | RepeatedTest | SweepTest
 
 
 class _Runner:
-    def __init__(self, maestro: Maestro, base: FixedRateTest, data_server: str, test_id: str, progress: bool) -> None:
+    def __init__(
+        self, maestro: MaestroClient, base: FixedRateTest, store: ResultStore, test_id: str, progress: bool
+    ) -> None:
         self.maestro = maestro
-        self.data_server = data_server
+        self.store = store
         self.test_id = test_id
         self.progress = progress
         self.cast = Cast.choose(maestro, base)
@@ -36,7 +39,7 @@ class _Runner:
         log.info("%s: %s", label, what)
         if self.progress:
             print(f"{label}: {what}", file=sys.stderr, flush=True)
-        result = Phase(self.maestro, test, f"{self.test_id}.{label}", self.data_server, self.cast, self.progress).run()
+        result = Phase(self.maestro, test, f"{self.test_id}.{label}", self.store, self.cast, self.progress).run()
         self.phases.append(result)
         return result
 
@@ -122,9 +125,9 @@ def _sweep(runner: _Runner, test: SweepTest) -> tuple[TestResult | None, dict[st
     return best, {"comparison": rows}
 
 
-def run_series(maestro: Maestro, test: Series, data_server: str, test_id: str, progress: bool) -> TestResult:
+def run_series(maestro: MaestroClient, test: Series, store: ResultStore, test_id: str, progress: bool) -> TestResult:
     started = now_iso()
-    runner = _Runner(maestro, test.base, data_server, test_id, progress)
+    runner = _Runner(maestro, test.base, store, test_id, progress)
     match test:
         case IncrementalTest():
             best, extra = _incremental(runner, test)
@@ -151,6 +154,6 @@ def run_series(maestro: Maestro, test: Series, data_server: str, test_id: str, p
     if best is not None and isinstance(test, IncrementalTest | SearchTest | SweepTest):
         record["max_sustainable" if not isinstance(test, SweepTest) else "best"] = phase_row(best)
     summary = best.summary if best is not None else phases[-1].summary
-    result = TestResult(test_id, record["outcome"], reason, summary, record, data_server, phases, best)
-    store_result(result, phases)
+    result = TestResult(test_id, record["outcome"], reason, summary, record, store.url, phases, best)
+    store.store(result, phases)
     return result

@@ -153,7 +153,9 @@ class AmqpManagementSource(Source):
 
     def _query(self, entity_type: str, columns: dict[str, str]) -> list[dict[str, Any]]:
         _, sender, receiver, reply_to = self._connect()
-        request_id = next(self._ids)
+        # A string: the router's Python agent (which answers for the allocator) drops numeric
+        # correlation ids, so their answers would come back uncorrelated (seen on 1.19.0).
+        request_id = f"maestro-{next(self._ids)}"
         request = Message(
             reply_to=reply_to,
             correlation_id=request_id,
@@ -164,7 +166,10 @@ class AmqpManagementSource(Source):
         try:
             sender.send(request, timeout=self.timeout_s)
             answer = receiver.receive(timeout=self.timeout_s)
-            receiver.accept()
+            # Qpid Dispatch Router answers presettled: there is nothing to accept then, and
+            # proton's accept() would fail on its empty queue of unsettled deliveries.
+            if receiver.fetcher is not None and receiver.fetcher.unsettled:
+                receiver.accept()
         except Exception as exc:  # Timeout, LinkDetached, ConnectionClosed...
             raise SourceError(f"{where}: {self._scrub(exc)}") from None
         if answer.correlation_id != request_id:
@@ -179,7 +184,7 @@ class AmqpManagementSource(Source):
             raise SourceError(f"{where}: the answer has no attributeNames and results")
         names = list(body["attributeNames"])
         return [
-            {columns[name]: value for name, value in zip(names, row, strict=False) if name in columns}
+            {columns[name]: _plain(value) for name, value in zip(names, row, strict=False) if name in columns}
             for row in body["results"]
         ]
 
@@ -192,3 +197,18 @@ class AmqpManagementSource(Source):
             with contextlib.suppress(Exception):  # closing a connection that already failed
                 self._link[0].close()
             self._link = None
+
+
+def _plain(value: Any) -> Any:
+    """Proton's AMQP types as plain Python: the router sends counters as ulong, uint and int,
+    which proton subclasses from int with a repr of their own ("ulong(42)"), and that repr is
+    what a CSV file would otherwise hold."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):  # symbol, char
+        return str(value)
+    return value

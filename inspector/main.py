@@ -20,26 +20,22 @@ from typing import Any, ClassVar
 from inspector.csvfile import DataSetWriter
 from inspector.registry import SOURCES
 from inspector.sources import Source, SourceError, redact
-from protocol.codes import Role
+from protocol.codes import Activity, Role
 from protocol.daemon_cli import daemon_parser, run_daemon
 from protocol.notes import (
     Note,
     OkResponse,
     StartInspector,
-    StartTest,
     StopInspector,
     StopTest,
     TestFailed,
-    TestStarted,
 )
-from protocol.runtime import Peer, PeerError, UnsupportedError, resolve_test_dir, write_peer_json
-from protocol.version import VERSION
+from protocol.runtime import Peer, PeerError, UnsupportedError, write_peer_json
 
 __all__ = ["Inspector", "main"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_INTERVAL_S = 10.0
 MIN_INTERVAL_S = 1.0
 
 
@@ -81,18 +77,11 @@ class Inspector(Peer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.test_id = ""
         self._running: dict[str, _Running] = {}
         self._started_ns = 0
 
     async def handle_role_note(self, note: Note) -> Note | None:
         match note:
-            case StartTest():
-                if self._running:
-                    raise PeerError(f"busy with test {self.test_id}")
-                self.test_id = note.test_id
-                self.bus.publish(self.topics.notifications, TestStarted(test_id=note.test_id))
-                return OkResponse()
             case StartInspector():
                 return self._start(note)
             case StopInspector() | StopTest():
@@ -107,24 +96,20 @@ class Inspector(Peer):
             raise UnsupportedError(f"no inspector {note.inspector!r} (known: {', '.join(sorted(SOURCES))})")
         if note.inspector in self._running:
             raise PeerError(f"inspector {note.inspector} runs already")
-        test_id = self.test_id or self.options.get("test_id", "")
-        if not test_id:
-            raise PeerError("no test id: send START_TEST or SET test_id first")
-        self.test_id = test_id
-        url = note.url or self.options.get("management_url", "")
-        interval = float(note.options.get("interval_s", self.options.get("inspector_interval_s", DEFAULT_INTERVAL_S)))
+        url = note.url or self.settings.management_url
+        interval = float(note.options.get("interval_s", self.settings.inspector_interval_s))
         if interval < MIN_INTERVAL_S:
             raise PeerError(f"interval {interval:g} s: at least {MIN_INTERVAL_S:g} s")
         try:
             source = factory(url)
         except SourceError as exc:
             raise PeerError(str(exc)) from exc
-        directory = resolve_test_dir(self.config.data_dir, test_id) / Role.INSPECTOR.value / self.config.name
+        directory = self.test_dir()
         running = _Running(source, url, directory, interval)
         if not self._running:
             self._started_ns = time.time_ns()
         self._running[note.inspector] = running
-        self.state = "running"
+        self.state = Activity.RUNNING
         running.task = asyncio.create_task(self._poll(running))
         log.info("inspector %s on %s every %g s", note.inspector, redact(url) or "this host", interval)
         return OkResponse()
@@ -155,10 +140,13 @@ class Inspector(Peer):
         running.errors += 1
         running.in_a_row += 1
         running.last_error = error
-        limit = int(self.options.get("fail_inspector_errors", 0))
+        limit = self.settings.fail.inspector_errors
         if limit and running.in_a_row == limit:
             reason = f"inspector {running.source.name}: {limit} failed samples in a row, the last: {error}"
             self.bus.publish(self.topics.notifications, TestFailed(test_id=self.test_id, message=reason))
+
+    async def coordinator_lost(self) -> None:
+        await self._stop_all()
 
     async def _stop_all(self) -> None:
         if not self._running:
@@ -171,13 +159,7 @@ class Inspector(Peer):
                 writer.close()
             running.source.close()
         directory = next(iter(self._running.values())).directory
-        info = {
-            "name": self.config.name,
-            "host": self.config.host,
-            "peer_id": self.peer_id,
-            "role": Role.INSPECTOR.value,
-            "test_id": self.test_id,
-            "version": VERSION,
+        info = self.peer_record() | {
             "started_ns": self._started_ns,
             "ended_ns": time.time_ns(),
             "inspectors": {name: r.summary() for name, r in self._running.items()},
@@ -185,7 +167,7 @@ class Inspector(Peer):
         }
         write_peer_json(directory, info)
         self._running.clear()
-        self.state = "idle"
+        self.state = Activity.IDLE
 
     def counters(self) -> dict[str, Any]:
         counters = super().counters()

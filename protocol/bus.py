@@ -26,6 +26,7 @@ from protocol.codec import DEFAULT_MAX_NOTE_BYTES, ProtocolError, decode, encode
 from protocol.codes import NoteType
 from protocol.correlation import Correlator, Replies
 from protocol.notes import AbnormalDisconnect, Header, Note
+from protocol.signing import NoteGuard, NoteKey, RefusedNoteError, sign, split
 from protocol.topics import Topics
 
 __all__ = ["BusError", "ConnectFailedError", "ControlBus", "Identity", "NoteHandler", "no_delay"]
@@ -39,7 +40,9 @@ BadNoteHandler = Callable[[str, ProtocolError], None]
 # declared gone by the broker after 1.5 times this.
 _KEEPALIVE_S = 10
 _RECONNECT_MIN_S = 1
-_RECONNECT_MAX_S = 30
+# Short: after a broker restart every peer is back within this, so the coordinator can tell
+# a peer that died in the gap (silent) from one still reconnecting.
+_RECONNECT_MAX_S = 2
 # CONNACK codes (MQTT 3.1.1 and their MQTT 5 twins) after which a retry cannot succeed.
 _REFUSALS = {2, 4, 5, 0x85, 0x86, 0x87, 0x8C}
 
@@ -82,8 +85,13 @@ class ControlBus:
         on_bad_note: BadNoteHandler | None = None,
         on_connected: Callable[[], None] | None = None,
         last_will: bool = True,
+        will_topic: str | None = None,
         max_note_bytes: int = DEFAULT_MAX_NOTE_BYTES,
+        key: NoteKey | None = None,
+        require_signed: bool = False,
     ) -> None:
+        """With a `key`, every note sent is signed and every signed note received is checked;
+        `require_signed` refuses unsigned ones too (protocol.signing)."""
         self.url = url
         self.identity = identity
         self.topics = topics
@@ -91,18 +99,25 @@ class ControlBus:
         self.on_bad_note = on_bad_note
         self.on_connected = on_connected
         self.max_note_bytes = max_note_bytes
+        self._key = key
+        self._guard = NoteGuard(key, require=require_signed)
         self.correlator = Correlator()
-        self._subscriptions: set[str] = set()
+        self._subscriptions: dict[str, int] = {}  # topic -> QoS
         self._lock = threading.Lock()
         self._connected = threading.Event()
         self._connections = 0
+        # Outages after the first connection: (lost, back) wall times in ns, back 0 while down;
+        # and the monotonic seconds spent down, so waits can leave the gap out.
+        self.outages: list[tuple[int, int]] = []
+        self._down_since: float | None = None
+        self._down_total_s = 0.0
         self._refused = threading.Event()  # credentials or client id refused: retrying cannot help
         self._last_error = "no answer yet"
-        self._client = self._make_client(last_will)
+        self._client = self._make_client(last_will, will_topic or topics.notifications)
 
     # --- connection ---------------------------------------------------------------------------
 
-    def _make_client(self, last_will: bool) -> mqtt.Client:
+    def _make_client(self, last_will: bool, will_topic: str) -> mqtt.Client:
         client = mqtt.Client(
             callback_api_version=CallbackAPIVersion.VERSION2,
             client_id=self.identity.peer_id,
@@ -121,7 +136,7 @@ class ControlBus:
             client.tls_insecure_set(self.url.insecure)
         if last_will:
             # The broker publishes this if the peer vanishes without a clean disconnect.
-            client.will_set(self.topics.notifications, encode(self._stamp(AbnormalDisconnect())), qos=1)
+            client.will_set(will_topic, self._encode(self._stamp(AbnormalDisconnect())), qos=1)
         client.reconnect_delay_set(_RECONNECT_MIN_S, _RECONNECT_MAX_S)
         client.on_connect = self._on_connect
         client.on_connect_fail = self._on_connect_fail
@@ -160,16 +175,27 @@ class ControlBus:
     def connected(self) -> bool:
         return self._connected.is_set()
 
-    def subscribe(self, topics: Iterable[str]) -> None:
-        new = set(topics)
+    @property
+    def connections(self) -> int:
+        """Connections made so far: more than one means it came back after losing the broker."""
+        return self._connections
+
+    def downtime_s(self) -> float:
+        """Seconds without the broker since the first connection, the current gap included."""
+        with self._lock:
+            current = 0.0 if self._down_since is None else time.monotonic() - self._down_since
+            return self._down_total_s + current
+
+    def subscribe(self, topics: Iterable[str], qos: int = 1) -> None:
+        new = dict.fromkeys(topics, qos)
         with self._lock:
             self._subscriptions |= new
         if self.connected:
-            self._client.subscribe([(t, 1) for t in sorted(new)])
+            self._client.subscribe(sorted(new.items()))
 
     def unsubscribe(self, topic: str) -> None:
         with self._lock:
-            self._subscriptions.discard(topic)
+            self._subscriptions.pop(topic, None)
         if self.connected:
             self._client.unsubscribe(topic)
 
@@ -191,7 +217,7 @@ class ControlBus:
     def publish(self, topic: str, note: Note, *, reply_to: Note | None = None, qos: int = 1) -> Note:
         """Stamp and send a note; returns it as sent (with its header)."""
         stamped = self._stamp(note, reply_to)
-        self._publish_raw(topic, encode(stamped), qos)
+        self._publish_raw(topic, self._encode(stamped), qos)
         return stamped
 
     def reply(self, request: Note, response: Note) -> Note:
@@ -201,7 +227,7 @@ class ControlBus:
         """Answer a request we could not decode, correlated by the id we could read (if any)."""
         stamped = self._stamp(response)
         stamped = stamped.with_header(replace(stamped.header, correlation_id=correlation_id))
-        self._publish_raw(self.topics.maestro, encode(stamped), 1)
+        self._publish_raw(self.topics.maestro, self._encode(stamped), 1)
         return stamped
 
     def request(self, topic: str, note: Note, expect: Iterable[str] | None, timeout_s: float) -> tuple[Note, Replies]:
@@ -209,13 +235,29 @@ class ControlBus:
 
         With `expect=None` it collects whoever answers until the timeout: only discovery does that.
         """
+        stamped = self.send_request(topic, note, expect)
+        return stamped, self.await_replies(stamped.header.message_id, timeout_s)
+
+    def send_request(self, topic: str, note: Note, expect: Iterable[str] | None) -> Note:
+        """The first half of `request`: several requests can be out at once, each then awaited."""
         stamped = self._stamp(note)
         replies = self.correlator.expect(stamped.header.message_id, expect)
-        if replies.expected == frozenset():
-            self.correlator.wait(stamped.header.message_id, 0)
-            return stamped, replies
-        self._publish_raw(topic, encode(stamped), 1)
-        return stamped, self.correlator.wait(stamped.header.message_id, timeout_s)
+        if replies.expected != frozenset():
+            self._publish_raw(topic, self._encode(stamped), 1)
+        return stamped
+
+    def await_replies(self, message_id: str, timeout_s: float, finish: bool = True) -> Replies:
+        return self.correlator.wait(message_id, timeout_s, finish)
+
+    def resend(self, topic: str, stamped: Note) -> None:
+        """The same request again (same message id): a peer that answered it answers again, and
+        none acts on it twice. Stamped anew, or a keyed peer would take it for a replay."""
+        again = stamped.with_header(replace(stamped.header, timestamp_ns=time.time_ns()))
+        self._publish_raw(topic, self._encode(again), 1)
+
+    def _encode(self, note: Note) -> bytes:
+        packed = encode(note)
+        return packed if self._key is None else sign(packed, self._key)
 
     def _publish_raw(self, topic: str, payload: bytes, qos: int) -> None:
         info = self._client.publish(topic, payload, qos=qos)
@@ -235,9 +277,13 @@ class ControlBus:
             return
         no_delay(client)
         with self._lock:
-            topics = sorted(self._subscriptions)
+            topics = sorted(self._subscriptions.items())
+            if self._down_since is not None:
+                self._down_total_s += time.monotonic() - self._down_since
+                self._down_since = None
+                self.outages[-1] = (self.outages[-1][0], time.time_ns())
         if topics:
-            client.subscribe([(t, 1) for t in topics])
+            client.subscribe(topics)
         self._connections += 1
         self._connected.set()
         log.info("%s to the control broker %s", "reconnected" if self._connections > 1 else "connected", self.url)
@@ -250,16 +296,24 @@ class ControlBus:
     def _on_disconnect(self, _client: mqtt.Client, _userdata: Any, _flags: Any, reason: Any, _props: Any) -> None:
         if self._connected.is_set() and reason.is_failure:
             log.warning("lost the control broker %s (%s); reconnecting", self.url, reason)
+            with self._lock:
+                self._down_since = time.monotonic()
+                self.outages.append((time.time_ns(), 0))
         self._connected.clear()
 
     def _on_message(self, _client: mqtt.Client, _userdata: Any, message: mqtt.MQTTMessage) -> None:
+        unsigned, mac = split(message.payload)
         try:
-            note = decode(message.payload, self.max_note_bytes)
-        except ProtocolError as exc:
-            if self.on_bad_note is not None:
-                self.on_bad_note(message.topic, exc)
+            note = decode(unsigned, self.max_note_bytes)
+            self._guard.check(note, unsigned, mac)
+        except RefusedNoteError as refused:
+            if refused.answer:
+                self._bad_note(message.topic, ProtocolError(refused.reason, note.header.message_id))
             else:
-                log.warning("undecodable note on %s: %s", message.topic, exc.reason)
+                log.warning("refused a note on %s from %r: %s", message.topic, note.header.sender_name, refused.reason)
+            return
+        except ProtocolError as exc:
+            self._bad_note(message.topic, exc)
             return
         if note.TYPE == NoteType.RESPONSE and self.correlator.deliver(note):
             return
@@ -269,6 +323,12 @@ class ControlBus:
             except Exception:
                 # A handler bug must not kill paho's network thread (and with it the bus).
                 log.exception("note handler failed on %s", type(note).__name__)
+
+    def _bad_note(self, topic: str, error: ProtocolError) -> None:
+        if self.on_bad_note is not None:
+            self.on_bad_note(topic, error)
+        else:
+            log.warning("undecodable note on %s: %s", topic, error.reason)
 
 
 def no_delay(client: mqtt.Client) -> None:

@@ -74,6 +74,13 @@ class Role(StrEnum):
         return self in (Role.OTHER, Role.SENDER, Role.RECEIVER)
 
 
+class Activity(StrEnum):
+    """What a peer is doing, as it says in PING and STATS answers."""
+
+    IDLE = "idle"
+    RUNNING = "running"  # a test's work: load, inspection or an agent's watch
+
+
 class ErrorCode(IntEnum):
     """The `code` of an INTERNAL_ERROR response."""
 

@@ -2,7 +2,8 @@
 
 paho-mqtt, python-qpid-proton and confluent-kafka each run their own thread; their callbacks
 hand work to an asyncio loop through `call_in_loop`, or, where it comes per message, through a
-`LoopBatch` that crosses once per burst. Sync code that needs an asyncio service
+`LoopBatch` that crosses once per burst; blocking calls (systemctl, iptables) go off the
+loop through `run_blocking`. Sync code that needs an asyncio service
 (the embedded broker) runs it on a `BackgroundLoop`. No other module starts threads.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import heapq
 import itertools
 import logging
@@ -19,7 +21,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
-__all__ = ["BackgroundLoop", "LoopBatch", "PollThread", "PreciseTimer", "call_in_loop"]
+__all__ = ["BackgroundLoop", "LoopBatch", "PollThread", "PreciseTimer", "call_in_loop", "run_blocking"]
 
 _T = TypeVar("_T")
 
@@ -31,6 +33,16 @@ def call_in_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args:
     # RuntimeError: the loop closed while the library thread was still delivering; nobody listens.
     with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(fn, *args)
+
+
+# Threads of their own for slow system calls: a systemctl that takes its 120 s must not hold the
+# default executor's few threads, which the bus's connect and the uploads use.
+_BLOCKING = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="maestro-blocking")
+
+
+async def run_blocking(fn: Callable[..., _T], *args: Any) -> _T:
+    """`fn(*args)` off the loop (systemctl, iptables, tc, git), awaited."""
+    return await asyncio.get_running_loop().run_in_executor(_BLOCKING, functools.partial(fn, *args))
 
 
 class LoopBatch(Generic[_T]):

@@ -75,7 +75,9 @@ class Correlator:
                     replies.lost.add(peer_id)
             self._cond.notify_all()
 
-    def wait(self, message_id: str, timeout_s: float) -> Replies:
+    def wait(self, message_id: str, timeout_s: float, finish: bool = True) -> Replies:
+        """Until every expected peer answered or was lost, or `timeout_s`; with `finish=False`
+        the request stays open for a later wait (after asking the silent ones again)."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
             replies = self._pending[message_id]
@@ -86,5 +88,6 @@ class Correlator:
                         break
                     self._cond.wait(remaining)
             finally:
-                del self._pending[message_id]
+                if finish:
+                    del self._pending[message_id]
         return replies

@@ -12,7 +12,10 @@ from pathlib import Path
 
 from protocol.broker_url import BrokerUrlError, default_broker_url
 from protocol.codes import Role
+from protocol.presence import GRACE_S
 from protocol.runtime import Peer, PeerConfig
+from protocol.secrets import KEY_FILE_ENV, TOKEN_FILE_ENV, env_path, read_token_file
+from protocol.signing import NoteKey
 from protocol.topics import DEFAULT_PREFIX
 from protocol.version import VERSION
 
@@ -46,6 +49,26 @@ def daemon_parser(prog: str, description: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="(default: %(default)s)"
     )
+    parser.add_argument(
+        "--coordinator-grace-s",
+        type=float,
+        default=GRACE_S,
+        help="after the last will of the coordinator running this peer's test, how long (s, while connected) "
+        "to wait for it to come back before stopping the test's work (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--key-file",
+        type=Path,
+        default=env_path(KEY_FILE_ENV),
+        help="sign every note with the key in this file (mode 600, 16 bytes or more) and take only notes "
+        "signed with it (default: $MAESTRO_KEY_FILE, else no signing)",
+    )
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        default=env_path(TOKEN_FILE_ENV),
+        help="the data server's bearer token for uploads, in this file (mode 600) (default: $MAESTRO_TOKEN_FILE)",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
     return parser
 
@@ -66,6 +89,9 @@ def run_daemon(
             role=role,
             data_dir=args.data_dir,
             topic_prefix=args.topic_prefix,
+            coordinator_grace_s=args.coordinator_grace_s,
+            key=NoteKey.from_file(args.key_file) if args.key_file else None,
+            upload_token=read_token_file(args.token_file) if args.token_file else None,
         )
         peer = make_peer(config)
     except (BrokerUrlError, ValueError) as exc:

@@ -113,14 +113,25 @@ def note_class(note_type: NoteType, command: Command) -> type[Note] | None:
 class StartWorker(Note):
     """Start the role's work (send or receive) with the options stored by SET.
 
-    `start_at_ns`: a sender connects at once but sends its first message at this wall time
-    (the peer's own clock: the coordinator corrects for each peer's offset), so all senders
-    start together. 0 = at once."""
+    `start_at_ns`: a sender connects at once but sends its first message at this wall time, so
+    all senders start together; 0 = at once. One note goes to every sender: each adds its own
+    entry of `clock_offsets_ns` (peer id -> its clock minus the coordinator's, as measured by
+    PING) to turn the coordinator's time into its own.
+
+    `latency_shift_us`: receiver peer id -> what to add to its measured latencies where its
+    senders run on other hosts (protocol.clock_correction), for its latency bound and its live
+    figures; the files keep the latencies as measured, and the reports correct them the same way."""
 
     TYPE = NoteType.REQUEST
     COMMAND = Command.START_WORKER
     worker: str = ""
     start_at_ns: int = 0
+    clock_offsets_ns: dict[str, int] = field(default_factory=dict)
+    latency_shift_us: dict[str, int] = field(default_factory=dict)
+
+    def start_for(self, peer_id: str) -> int:
+        """The common start in `peer_id`'s own clock (0: at once)."""
+        return self.start_at_ns + self.clock_offsets_ns.get(peer_id, 0) if self.start_at_ns else 0
 
 
 @_register
@@ -326,6 +337,8 @@ class PingResponse(Note):
     peer_time_ns: int
     version: str = ""
     pid: int = 0
+    state: str = ""  # protocol.codes.Activity
+    test_id: str = ""  # the test it was last SET for
 
 
 @_register
@@ -390,6 +403,10 @@ class DrainComplete(Note):
 @_register
 @dataclass(frozen=True)
 class TestStarted(Note):
+    """Maestro Java's code 70, kept so such a note still decodes. Peers do not send it: the OK to
+    START_TEST says the same, and a notification per peer would double what the broker queues
+    for the coordinator at that moment (Mosquitto drops beyond `max_queued_messages`)."""
+
     TYPE = NoteType.NOTIFICATION
     COMMAND = Command.NOTIFY_TEST_STARTED
     test_id: str

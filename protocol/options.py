@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from protocol.parsing import boolean, choice, number, text
+from protocol.sut_url import parse_sut_url
+
 __all__ = [
     "OPTIONS",
     "Duration",
@@ -63,7 +66,6 @@ _TIME_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _SIZE = re.compile(r"^(\d+)\s*(b|kb|kib|mb|mib)?$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 1000_000, "mib": 1024 * 1024}
 MAX_MESSAGE_BYTES = 100 * 1024 * 1024
-_URL_SCHEMES = {"amqp", "amqps", "amqp10", "amqp10s", "kafka", "kafkas", "mqtt", "mqtts"}
 
 
 def parse_seconds(value: Any) -> float:
@@ -135,49 +137,6 @@ def _positive(value: _N, what: str) -> _N:
     return value
 
 
-def _number(low: float, high: float | None = None, integer: bool = False) -> Callable[[Any], float | int]:
-    def parse(value: Any) -> float | int:
-        if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise ValueError(f"expected a number, got {value!r}")
-        number = float(value)
-        if integer:
-            if number != int(number):
-                raise ValueError(f"expected a whole number, got {value!r}")
-            number = int(number)
-        if number < low or (high is not None and number > high):
-            bound = f"from {low:g} to {high:g}" if high is not None else f"at least {low:g}"
-            raise ValueError(f"{value!r} is out of range ({bound})")
-        return number
-
-    return parse
-
-
-def _boolean(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off"):
-        return False
-    raise ValueError(f"expected true or false, got {value!r}")
-
-
-def _choice(*choices: str) -> Callable[[Any], str]:
-    def parse(value: Any) -> str:
-        if value not in choices:
-            raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
-        return str(value)
-
-    return parse
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {value!r}")
-    return value
-
-
 def _mapping(value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise ValueError("expected a map with string keys")
@@ -204,7 +163,7 @@ def parse_profile(value: Any) -> tuple[ProfileStep, ...]:
         if not isinstance(item, list | tuple) or len(item) != 3:
             raise ValueError(f"step {item!r}: expected [at, rate_per_client, parallel]")
         at, rate, parallel = item
-        step = ProfileStep(parse_seconds(at), float(_number(0)(rate)), int(_number(1, 100_000, integer=True)(parallel)))
+        step = ProfileStep(parse_seconds(at), float(number(0)(rate)), int(number(1, 100_000, integer=True)(parallel)))
         if steps and step.at_s <= steps[-1].at_s:
             raise ValueError(f"step at {step.at_s:g} s: the times must rise")
         steps.append(step)
@@ -219,50 +178,47 @@ def _sut_urls(value: Any) -> list[str]:
     if not isinstance(urls, list) or not urls or not all(isinstance(u, str) and u for u in urls):
         raise ValueError("expected a URL or a list of URLs")
     for url in urls:
-        parts = urlsplit(url)
-        if parts.scheme not in _URL_SCHEMES:
-            raise ValueError(f"{url!r}: the scheme must be one of {', '.join(sorted(_URL_SCHEMES))}")
-        if not parts.hostname:
-            raise ValueError(f"{url!r} names no host")
+        parse_sut_url(url)  # scheme, host, destination and every query option, or SutUrlError
     return urls
 
 
 def _http_url(value: Any) -> str:
-    text = _text(value)
-    if urlsplit(text).scheme not in ("http", "https"):
-        raise ValueError(f"{text!r} is not an http:// or https:// URL")
-    return text
+    url = text(value)
+    if urlsplit(url).scheme not in ("http", "https"):
+        raise ValueError(f"{url!r} is not an http:// or https:// URL")
+    return url
 
 
 # name -> parser. Names say their unit; see DESIGN.md "Test options".
 OPTIONS: dict[str, Callable[[Any], Any]] = {
-    "test_id": _text,
+    "test_id": text,
     "duration": parse_duration,
     "warm_up_s": parse_seconds,
-    "rate_per_s": _number(0),  # per client; 0 = as fast as the SUT takes it
-    "arrivals": _choice("uniform", "poisson"),
+    "rate_per_s": number(0),  # per client; 0 = as fast as the SUT takes it
+    "arrivals": choice("uniform", "poisson"),
     "profile": parse_profile,  # rate and clients changing during the run; overrides rate_per_s
-    "parallel_count": _number(1, 100_000, integer=True),
-    "processes": _number(1, 256, integer=True),  # processes a sender's or receiver's clients are split over
+    "parallel_count": number(1, 100_000, integer=True),
+    "processes": number(1, 256, integer=True),  # processes a sender's or receiver's clients are split over
     "message_size": parse_message_size,
     "send_url": _sut_urls,
     "receive_url": _sut_urls,
-    "confirm_window": _number(0, 1_000_000, integer=True),
-    "processing_delay_ms": _number(0),
+    "confirm_window": number(0, 1_000_000, integer=True),
+    "processing_delay_ms": number(0),
     "start_jitter_s": parse_seconds,
     "reconnect_budget_s": parse_seconds,  # how long the SUT may stay unreachable before the test fails
-    "precise_timing": _boolean,  # yield-spin to each send time: ~10 us schedule lag, costs CPU
-    "fail_latency_ms": _number(0),  # 0 = no latency bound
-    "fail_latency_policy": _choice("soft", "hard"),
-    "fail_latency_percentile": _number(0, 100),
-    "fail_min_rate_ratio": _number(0, 1),
-    "fail_max_loss_ratio": _number(0, 1),
+    "precise_timing": boolean,  # yield-spin to each send time: ~10 us schedule lag, costs CPU
+    "fail_latency_ms": number(0),  # 0 = no latency bound
+    "fail_latency_policy": choice("soft", "hard"),
+    "fail_latency_percentile": number(0, 100),
+    "fail_min_rate_ratio": number(0, 1),
+    "fail_max_loss_ratio": number(0, 1),
     "fail_stall_s": parse_seconds,
-    "fail_inspector_errors": _number(0, 1_000_000, integer=True),  # failed samples in a row; 0: never fail
-    "management_url": _text,
-    "inspector": _text,
-    "inspector_interval_s": _number(1),
+    "fail_inspector_errors": number(0, 1_000_000, integer=True),  # failed samples in a row; 0: never fail
+    "management_url": text,
+    "inspector": text,
+    "inspector_interval_s": number(1),
     "data_server_url": _http_url,
+    "upload_retry_s": parse_seconds,  # how long a peer retries an unreachable data server at collection
     "labels": _mapping,
 }
 

@@ -17,18 +17,25 @@ reads a file that was cut off).
 from __future__ import annotations
 
 import gzip
-import itertools
-import operator
 import time
 import zlib
 from array import array
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["RateFileWriter", "decode_rate_file", "read_rate_file"]
+__all__ = [
+    "RateFileWriter",
+    "RateSeconds",
+    "arrivals_per_second",
+    "decode_rate_file",
+    "rate_columns",
+    "rate_seconds",
+    "read_rate_file",
+]
 
 _HEADER = "# maestro-rate v1 "
 _ROWS_PER_WRITE = 4096  # rows encoded and handed to gzip at once
@@ -145,15 +152,58 @@ def decode_rate_file(data: bytes, name: str = "rate file") -> Iterator[tuple[int
         yield eta, ata
 
 
-def arrivals_per_second(data: bytes, name: str = "rate file") -> Counter[int]:
-    """Rows per whole second of the `ata` column, for the reporter's per-second rates: the same
-    rows as decode_rate_file, counted without a Python loop per row (map, accumulate and Counter
-    run in C), about 1.5 times as fast."""
+@dataclass
+class RateSeconds:
+    """What the figures need of a rate file, read without a Python step per row (numpy parses,
+    sums and counts in C: ~10 times a loop over the rows, and no per-row objects held)."""
+
+    per_second: Counter[int] = field(default_factory=Counter)  # by second of `ata`, of rows with eta >= since_us
+    first_ata_us: int | None = None
+    last_ata_us: int | None = None
+    rows: int = 0
+
+    def add(self, other: RateSeconds) -> None:
+        """Another file's (or peer's) into these."""
+        self.per_second.update(other.per_second)
+        self.rows += other.rows
+        if other.first_ata_us is not None:
+            mine = self.first_ata_us
+            self.first_ata_us = other.first_ata_us if mine is None else min(mine, other.first_ata_us)
+        if other.last_ata_us is not None:
+            mine = self.last_ata_us
+            self.last_ata_us = other.last_ata_us if mine is None else max(mine, other.last_ata_us)
+
+
+def rate_columns(data: bytes, name: str = "rate file") -> tuple[np.ndarray, np.ndarray]:
+    """The rows as two columns, eta and ata (absolute µs, int64), parsed and summed in C."""
     base_us, body = _rows(data, name)
-    values = body.replace(",", "\n").split("\n")
-    atas = itertools.accumulate(map(int, values[1::2]), initial=base_us)
-    next(atas)  # the base itself
-    return Counter(map(operator.floordiv, atas, itertools.repeat(1_000_000)))
+    if not body:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    values = np.fromstring(body[:-1].replace("\n", ","), dtype=np.int64, sep=",")
+    if len(values) % 2:
+        raise ValueError(f"{name}: a row without its two columns")
+    return base_us + np.cumsum(values[0::2]), base_us + np.cumsum(values[1::2])
+
+
+def rate_seconds(data: bytes, name: str = "rate file", since_us: int = 0) -> RateSeconds:
+    """`since_us`: rows whose eta is before it (the warm-up) are left out of `per_second`."""
+    eta, ata = rate_columns(data, name)
+    if not len(ata):
+        return RateSeconds()
+    kept = ata[eta >= since_us] if since_us else ata
+    per_second: Counter[int] = Counter()
+    if len(kept):
+        seconds = kept // 1_000_000
+        first = int(seconds.min())
+        counts = np.bincount(seconds - first)
+        present = np.flatnonzero(counts)
+        per_second.update(dict(zip((present + first).tolist(), counts[present].tolist(), strict=True)))
+    return RateSeconds(per_second, int(ata.min()), int(ata.max()), len(ata))
+
+
+def arrivals_per_second(data: bytes, name: str = "rate file") -> Counter[int]:
+    """Rows per whole second of the `ata` column, for the reporter's per-second rates."""
+    return rate_seconds(data, name).per_second
 
 
 def _gunzip_tolerant(data: bytes) -> bytes:

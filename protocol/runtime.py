@@ -25,8 +25,9 @@ from protocol.atomic import write_text_atomically
 from protocol.broker_url import BrokerUrl
 from protocol.bus import ConnectFailedError, ControlBus, Identity
 from protocol.codec import DEFAULT_MAX_NOTE_BYTES, ProtocolError
-from protocol.codes import ErrorCode, NoteType, Role
+from protocol.codes import Activity, ErrorCode, NoteType, Role
 from protocol.concurrency import call_in_loop
+from protocol.memory import trim_forever
 from protocol.notes import (
     GetRequest,
     GetResponse,
@@ -42,14 +43,21 @@ from protocol.notes import (
     RoleAssign,
     RoleUnassign,
     SetRequest,
+    StartAgent,
+    StartInspector,
+    StartTest,
+    StartWorker,
     StatsRequest,
     StatsResponse,
     UploadComplete,
 )
 from protocol.options import OptionError, parse_options
+from protocol.presence import GRACE_S, CoordinatorWatch
 from protocol.secrets import redact
+from protocol.signing import NoteKey
+from protocol.test_options import TestOptions
 from protocol.topics import DEFAULT_PREFIX, Topics, check_topic_word
-from protocol.upload import upload_tree
+from protocol.upload import upload_with_retries
 from protocol.version import VERSION
 
 __all__ = ["Peer", "PeerConfig", "PeerError", "UnsupportedError", "resolve_test_dir", "write_peer_json"]
@@ -98,6 +106,10 @@ class PeerConfig:
     topic_prefix: str = DEFAULT_PREFIX
     max_note_bytes: int = DEFAULT_MAX_NOTE_BYTES
     connect_timeout_s: float = 30.0
+    coordinator_grace_s: float = GRACE_S
+    # With a key, every note must come signed with it (protocol.signing).
+    key: NoteKey | None = None
+    upload_token: str | None = field(default=None, repr=False)  # the data server's, for writes
 
     def __post_init__(self) -> None:
         check_topic_word(self.name, "peer name")
@@ -115,8 +127,10 @@ class Peer:
     def __init__(self, config: PeerConfig) -> None:
         self.config = config
         self.role = config.role
-        self.state = "idle"
-        self.options: dict[str, Any] = {}
+        self.state = Activity.IDLE
+        self.test_id = ""  # the test START_TEST (or SET test_id) named
+        self.options: dict[str, Any] = {}  # as SET gave them, parsed
+        self.settings = TestOptions()  # the same, typed, with the defaults filled in
         self.raw_options: dict[str, Any] = {}
         self.topics = Topics(config.topic_prefix)
         self.bus = ControlBus(
@@ -124,11 +138,17 @@ class Peer:
             Identity.new(config.name, config.host, config.role.value),
             self.topics,
             max_note_bytes=config.max_note_bytes,
+            key=config.key,
+            require_signed=config.key is not None,
         )
         self._inbox: asyncio.Queue[tuple[str, Note | ProtocolError]] = asyncio.Queue()
         self._stopping = asyncio.Event()
-        self._seen: OrderedDict[str, None] = OrderedDict()
+        # Requests answered (or being answered), with the answer: a request seen again (a QoS 1
+        # redelivery, or the coordinator asking again after a lost answer) gets the same answer,
+        # and is never acted on twice.
+        self._seen: OrderedDict[str, Note | None] = OrderedDict()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.coordinator = CoordinatorWatch(self.bus, config.coordinator_grace_s)
         self.protocol_errors = 0
 
     @property
@@ -157,10 +177,14 @@ class Peer:
         except ConnectFailedError as exc:
             log.error("%s", exc)
             return 1
-        log.info("%s %s (%s) is up on %s", self.role.value, self.config.name, self.peer_id, self.bus.url)
+        keyed = ", taking only notes signed with its key" if self.config.key else ""
+        log.info("%s %s (%s) is up on %s%s", self.role.value, self.config.name, self.peer_id, self.bus.url, keyed)
         dispatcher = asyncio.create_task(self._dispatch_forever())
+        watcher = asyncio.create_task(self._watch_coordinator())
+        trimmer = asyncio.create_task(trim_forever())
         await self._stopping.wait()
-        dispatcher.cancel()
+        for task in (dispatcher, watcher, trimmer):
+            task.cancel()
         await self.shutdown()
         self.bus.close()
         log.info("%s %s stopped", self.role.value, self.config.name)
@@ -194,7 +218,7 @@ class Peer:
 
     def _subscriptions(self) -> list[str]:
         t = self.topics
-        topics = [t.everyone, t.by_id(self.peer_id), t.by_name(self.config.host, self.config.name)]
+        topics = [t.everyone, t.coordinator, t.by_id(self.peer_id), t.by_name(self.config.host, self.config.name)]
         if self.role.is_worker:
             topics.append(t.workers)
         if self.role not in (Role.OTHER,):
@@ -217,7 +241,21 @@ class Peer:
             except Exception:
                 log.exception("failed to answer a note on %s", topic)
 
+    async def _watch_coordinator(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            if self.coordinator.lost():
+                log.warning("the coordinator of test %s is gone: stopping its work, keeping its files", self.test_id)
+                try:
+                    await self.coordinator_lost()
+                except Exception:
+                    log.exception("stopping after the coordinator's loss failed")
+
     async def _dispatch(self, topic: str, item: Note | ProtocolError) -> None:
+        if topic == self.topics.coordinator:
+            if isinstance(item, Note):
+                self.coordinator.heard(item)
+            return
         from_notifications = topic == self.topics.notifications
         if isinstance(item, ProtocolError):
             self.protocol_errors += 1
@@ -230,26 +268,31 @@ class Peer:
             if note.header.sender_id != self.peer_id:
                 await self.handle_notification(note)
             return
+        self.coordinator.heard(note)
+        if isinstance(note, StartTest | StartWorker | StartInspector | StartAgent):
+            self.coordinator.started_by(note.header.sender_id)
         if note.TYPE != NoteType.REQUEST:
             self.protocol_errors += 1
             reason = f"{type(note).__name__} is a {note.TYPE.name.lower()}, not a request"
             self.bus.reply(note, ProtocolErrorResponse(reason=reason))
             return
-        if self._already_seen(note.header.message_id):
+        message_id = note.header.message_id
+        if message_id in self._seen:
+            if (answered := self._seen[message_id]) is not None:
+                self.bus.reply(note, answered)
             return
+        self._remember(message_id, None)
         response = await self._answer(note)
         if response is not None:
+            self._remember(message_id, response)
             self.bus.reply(note, response)
         if isinstance(note, Halt):
             self.stop("HALT")
 
-    def _already_seen(self, message_id: str) -> bool:
-        if message_id in self._seen:
-            return True
-        self._seen[message_id] = None
+    def _remember(self, message_id: str, response: Note | None) -> None:
+        self._seen[message_id] = response
         if len(self._seen) > _SEEN_REQUESTS:
             self._seen.popitem(last=False)
-        return False
 
     async def _answer(self, note: Note) -> Note | None:
         try:
@@ -280,6 +323,8 @@ class Peer:
                 return self._on_role_unassign()
             case LogRequest():
                 return self._on_log(note)
+            case StartTest():
+                return self._on_start_test(note)
             case _:
                 return await self.handle_role_note(note)
 
@@ -291,11 +336,49 @@ class Peer:
     async def handle_notification(self, note: Note) -> None:
         """Another peer's notification (only with LISTENS_TO_NOTIFICATIONS)."""
 
+    async def coordinator_lost(self) -> None:
+        """The coordinator of the running test is gone for good: stop its work, keep its files."""
+
+    def test_started(self) -> None:
+        """A role's own reset when START_TEST names a new test."""
+
     def check_options(self, options: dict[str, Any]) -> None:
         """Role-specific checks of parsed options; raise OptionError to refuse the SET."""
 
     def counters(self) -> dict[str, Any]:
         return {"protocol_errors": self.protocol_errors}
+
+    # --- the test ------------------------------------------------------------------------------
+
+    def current_test_id(self) -> str:
+        """The test START_TEST named, else the one SET gave; a PeerError when neither did."""
+        test_id = self.test_id or self.settings.test_id
+        if not test_id:
+            raise PeerError("no test id: send START_TEST or SET test_id first")
+        self.test_id = test_id
+        return test_id
+
+    def test_dir(self) -> Path:
+        """Where this peer writes the current test's files: <data dir>/<test id>/<role>/<name>."""
+        return resolve_test_dir(self.config.data_dir, self.current_test_id()) / self.role.value / self.config.name
+
+    def peer_record(self) -> dict[str, Any]:
+        """What every peer.json starts with; a role adds its own account."""
+        return {
+            "name": self.config.name,
+            "host": self.config.host,
+            "peer_id": self.peer_id,
+            "role": self.role.value,
+            "test_id": self.test_id,
+            "version": VERSION,
+        }
+
+    def _on_start_test(self, note: StartTest) -> OkResponse:
+        if self.state == Activity.RUNNING:
+            raise PeerError(f"busy with test {self.test_id}")
+        self.test_id = note.test_id
+        self.test_started()
+        return OkResponse()
 
     # --- shared handlers ----------------------------------------------------------------------
 
@@ -305,12 +388,15 @@ class Peer:
             peer_time_ns=time.time_ns(),
             version=VERSION,
             pid=os.getpid(),
+            state=self.state,
+            test_id=self.settings.test_id,
         )
 
     def _on_set(self, note: SetRequest) -> OkResponse:
         parsed = parse_options(note.options)
         self.check_options({**self.options, **parsed})
         self.options.update(parsed)
+        self.settings = TestOptions.from_parsed(self.options)
         # What is kept and shown (peer.json, STATS, GET) has no passwords; `options` has them to connect.
         self.raw_options.update(redact(note.options))
         log.info("options set: %s", ", ".join(sorted(note.options)))
@@ -319,7 +405,7 @@ class Peer:
     def _on_stats(self) -> StatsResponse:
         return StatsResponse(
             state=self.state,
-            test_id=str(self.options.get("test_id", "")),
+            test_id=self.settings.test_id,
             counters=self.counters(),
             options=self.raw_options,
         )
@@ -338,23 +424,29 @@ class Peer:
     def _on_log(self, note: LogRequest) -> OkResponse:
         """Upload this peer's files of a test; UPLOAD_COMPLETE follows once the server confirmed
         them (each local copy is deleted only then)."""
-        url = note.upload_url or self.options.get("data_server_url", "")
+        url = note.upload_url or self.settings.data_server_url
         if not url:
             raise PeerError("no data server: send LOG with upload_url, or SET data_server_url")
         test_dir = resolve_test_dir(self.config.data_dir, note.test_id)
         trees = [(d / self.config.name, PurePosixPath(d.name, self.config.name)) for d in sorted(test_dir.glob("*"))]
-        if self.state == "running" and note.test_id == self.options.get("test_id"):
+        if self.state == Activity.RUNNING and note.test_id == self.settings.test_id:
             raise PeerError(f"test {note.test_id} is still running here: stop it first")
+
+        budget_s = self.settings.upload_retry_s
 
         async def upload() -> None:
             try:
-                report = await asyncio.to_thread(upload_tree, url, note.test_id, trees)
+                report = await upload_with_retries(url, note.test_id, trees, budget_s, self.config.upload_token)
             except Exception as exc:  # the coordinator waits for the notification whatever broke
                 log.exception("upload failed")
                 done = UploadComplete(test_id=note.test_id, success=False, message=f"{type(exc).__name__}: {exc}")
             else:
                 failed = "; ".join(f"{path}: {why}" for path, why in sorted(report.failed.items()))
-                message = f"{len(report.uploaded)} files" + (f", failed: {failed}" if failed else "")
+                message = f"{len(report.uploaded)} files" + (
+                    f", failed after {budget_s:g} s of retries (kept here for `maestro collect`): {failed}"
+                    if failed
+                    else ""
+                )
                 done = UploadComplete(
                     test_id=note.test_id, success=report.ok, uploaded=report.uploaded, message=message
                 )
@@ -370,7 +462,7 @@ class Peer:
             raise PeerError(f"unknown role {note.role!r}") from exc
         if role not in self.ASSIGNABLE_ROLES:
             raise UnsupportedError(f"a {self.config.role.value} daemon cannot take the role {role.value}")
-        if self.state != "idle":
+        if self.state != Activity.IDLE:
             raise PeerError(
                 f"cannot change role while {self.state}",
             )
@@ -380,7 +472,7 @@ class Peer:
     def _on_role_unassign(self) -> OkResponse:
         if not self.ASSIGNABLE_ROLES:
             raise UnsupportedError(f"a {self.role.value} keeps its role")
-        if self.state != "idle":
+        if self.state != Activity.IDLE:
             raise PeerError(f"cannot drop the role while {self.state}")
         self._set_role(Role.OTHER)
         return OkResponse()

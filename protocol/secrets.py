@@ -8,10 +8,26 @@ answers) goes through `redact` first, which turns `scheme://user:password@host` 
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+from pathlib import Path
 from typing import Any
 
-__all__ = ["redact", "redact_text"]
+__all__ = [
+    "KEY_FILE_ENV",
+    "TOKEN_FILE_ENV",
+    "SecretFileError",
+    "env_path",
+    "read_secret_file",
+    "read_token_file",
+    "redact",
+    "redact_text",
+]
+
+# Where the note-signing key and the data server's token are, when no flag says.
+KEY_FILE_ENV = "MAESTRO_KEY_FILE"
+TOKEN_FILE_ENV = "MAESTRO_TOKEN_FILE"
 
 # scheme://user:password@host — the password runs to the last @ before the host, as urlsplit
 # reads it (a literal @ should be percent-encoded, but a sloppy one must not leak half of it).
@@ -31,3 +47,39 @@ def redact(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return type(value)(redact(item) for item in value)
     return value
+
+
+class SecretFileError(ValueError):
+    """A key or token file that cannot be used; the message says why and what to do."""
+
+
+def read_secret_file(path: Path, what: str, min_bytes: int = 1) -> bytes:
+    """The secret in `path`, without surrounding whitespace. Refused, as ssh refuses a private
+    key, when others than its owner may read it: a secret that anyone on the host can read
+    protects nothing."""
+    try:
+        mode = path.stat().st_mode
+        secret = path.read_bytes().strip()
+    except OSError as exc:
+        raise SecretFileError(f"cannot read the {what} file {path}: {exc.strerror or exc}") from exc
+    if mode & 0o077:
+        raise SecretFileError(
+            f"the {what} file {path} may be read by others (mode {stat.S_IMODE(mode):04o}): chmod 600 {path}"
+        )
+    if len(secret) < min_bytes:
+        raise SecretFileError(f"the {what} file {path} holds {len(secret)} bytes; it needs at least {min_bytes}")
+    return secret
+
+
+def read_token_file(path: Path) -> str:
+    """The data server's bearer token in `path` (read_secret_file's rules; printable ASCII)."""
+    token = read_secret_file(path, "token")
+    if not all(0x21 <= byte <= 0x7E for byte in token):
+        raise SecretFileError(f"the token file {path} must hold one word of printable ASCII")
+    return token.decode()
+
+
+def env_path(name: str) -> Path | None:
+    """A file named by an environment variable ($MAESTRO_KEY_FILE, $MAESTRO_TOKEN_FILE), if set."""
+    value = os.environ.get(name)
+    return Path(value) if value else None

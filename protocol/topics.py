@@ -40,6 +40,12 @@ class Topics:
         return f"{self.prefix}/notifications"
 
     @property
+    def coordinator(self) -> str:
+        """The coordinator's presence: PEER_ONLINE when it (re)connects, its last will when it
+        vanishes; every peer listens."""
+        return f"{self.prefix}/coordinator"
+
+    @property
     def everyone(self) -> str:
         return f"{self.prefix}/peer"
 

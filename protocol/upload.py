@@ -7,7 +7,9 @@ server answers "already there" for identical content).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -19,7 +21,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-__all__ = ["UploadError", "UploadReport", "file_sha256", "upload_bytes", "upload_file", "upload_tree"]
+__all__ = [
+    "UploadError",
+    "UploadReport",
+    "file_sha256",
+    "upload_bytes",
+    "upload_file",
+    "upload_tree",
+    "upload_with_retries",
+]
+
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +67,12 @@ def file_url(server_url: str, test_id: str, remote: str) -> str:
     return f"{server_url.rstrip('/')}/api/results/{urllib.parse.quote(test_id, safe='')}/files/{quoted}"
 
 
-def _put(url: str, body: bytes | Path, sha256: str, replace: bool) -> dict[str, object]:
+def _put(url: str, body: bytes | Path, sha256: str, replace: bool, token: str | None) -> dict[str, object]:
     headers = {CHECKSUM_HEADER: sha256, "Content-Type": "application/octet-stream"}
     if replace:
         headers[REPLACE_HEADER] = "1"
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
     last = ""
     for attempt in range(1, _ATTEMPTS + 1):
         data = body.read_bytes() if isinstance(body, Path) else body
@@ -82,16 +95,26 @@ def _put(url: str, body: bytes | Path, sha256: str, replace: bool) -> dict[str, 
     raise UploadError(f"gave up after {_ATTEMPTS} attempts: {last}")
 
 
-def upload_bytes(server_url: str, test_id: str, remote: str, data: bytes, replace: bool = False) -> None:
-    _put(file_url(server_url, test_id, remote), data, hashlib.sha256(data).hexdigest(), replace)
+# `token`: the data server's bearer token for writes, when it has one (`serve --token-file`).
 
 
-def upload_file(server_url: str, test_id: str, remote: str, path: Path) -> None:
-    _put(file_url(server_url, test_id, remote), path, file_sha256(path), replace=False)
+def upload_bytes(
+    server_url: str, test_id: str, remote: str, data: bytes, *, replace: bool = False, token: str | None = None
+) -> None:
+    _put(file_url(server_url, test_id, remote), data, hashlib.sha256(data).hexdigest(), replace, token)
+
+
+def upload_file(server_url: str, test_id: str, remote: str, path: Path, token: str | None = None) -> None:
+    _put(file_url(server_url, test_id, remote), path, file_sha256(path), False, token)
 
 
 def upload_tree(
-    server_url: str, test_id: str, trees: Iterable[tuple[Path, PurePosixPath]], delete: bool = True
+    server_url: str,
+    test_id: str,
+    trees: Iterable[tuple[Path, PurePosixPath]],
+    *,
+    delete: bool = True,
+    token: str | None = None,
 ) -> UploadReport:
     """Upload every file under each local directory to `<remote prefix>/<relative path>`;
     with `delete`, each confirmed file is removed, then the directories left empty."""
@@ -102,7 +125,7 @@ def upload_tree(
         for path in sorted(p for p in local.rglob("*") if p.is_file() and not p.name.endswith(".tmp")):
             remote = str(prefix / path.relative_to(local).as_posix())
             try:
-                upload_file(server_url, test_id, remote, path)
+                upload_file(server_url, test_id, remote, path, token)
             except UploadError as exc:
                 log.error("upload of %s failed: %s", remote, exc)
                 report.failed[remote] = str(exc)
@@ -115,6 +138,27 @@ def upload_tree(
                 _remove_if_empty(directory)
             _remove_if_empty(local)
     return report
+
+
+async def upload_with_retries(
+    server_url: str, test_id: str, trees: list[tuple[Path, PurePosixPath]], budget_s: float, token: str | None = None
+) -> UploadReport:
+    """`upload_tree` off the loop; what failed is tried again with backoff (1 s, doubling, at
+    most 15 s apart) for `budget_s`. A file is deleted only once the server confirmed it, so what
+    never got through stays for a later collection."""
+    deadline = time.monotonic() + budget_s
+    total = UploadReport()
+    pause_s = 1.0
+    while True:
+        report = await asyncio.to_thread(functools.partial(upload_tree, server_url, test_id, trees, token=token))
+        total.uploaded += report.uploaded
+        total.failed = report.failed
+        if report.ok or time.monotonic() + pause_s > deadline:
+            return total
+        why = next(iter(report.failed.values()))
+        log.warning("%d files not uploaded (%s); trying again in %g s", len(report.failed), why, pause_s)
+        await asyncio.sleep(pause_s)
+        pause_s = min(pause_s * 2, 15.0)
 
 
 def _remove_if_empty(directory: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import uvicorn
 
 from protocol.daemon_cli import configure_logging
+from protocol.secrets import TOKEN_FILE_ENV, SecretFileError, env_path, read_token_file
 from reports.paths import UnsafePathError, resolve_inside
 from reports.server import create_app
 
@@ -56,8 +57,13 @@ def _report(args: argparse.Namespace) -> int:
     regressions = []
     if tests:
         started = time.monotonic()
-        spark = spark_session(args.master)
-        print(f"spark session up in {time.monotonic() - started:.1f} s", file=sys.stderr)
+        jvm_log = None if args.verbose else root / ".logs" / "spark.log"
+        spark = spark_session(args.master, jvm_log)
+        print(
+            f"report: spark session up in {time.monotonic() - started:.1f} s"
+            + (f" (its log: {jvm_log})" if jvm_log else ""),
+            file=sys.stderr,
+        )
         try:
             for test_dir in tests:
                 folder, summary = build_report(spark, test_dir, baseline, thresholds)
@@ -82,6 +88,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--data", type=Path, default=Path("results"), help="the data root (default: %(default)s)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=int, default=8080, help="(default: %(default)s)")
+    serve.add_argument(
+        "--token-file",
+        type=Path,
+        default=env_path(TOKEN_FILE_ENV),
+        help="refuse uploads without the bearer token in this file (mode 600); reading stays open "
+        "(default: $MAESTRO_TOKEN_FILE, else none)",
+    )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     report = sub.add_parser(
         "report",
@@ -98,15 +111,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.add_argument("--max-latency-rise", type=float, default=0.10, help="fraction (default: %(default)s)")
     report.add_argument("--max-loss-rise", type=float, default=0.0, help="loss ratio points (default: %(default)s)")
     report.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    report.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show Spark's and the JVM's own output (default: to RESULTS/.logs/spark.log)",
+    )
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
     if args.command == "report":
         return _report(args)
     try:
-        app = create_app(args.data)
+        token = read_token_file(args.token_file).encode() if args.token_file else None
+    except SecretFileError as exc:
+        print(f"maestro serve: {exc}", file=sys.stderr)
+        return 2
+    try:
+        app = create_app(args.data, token)
     except OSError as exc:
         print(f"maestro serve: cannot use {args.data}: {exc}", file=sys.stderr)
         return 2
-    log.info("data server on http://%s:%d, data root %s", args.host, args.port, args.data.resolve())
+    log.info(
+        "data server on http://%s:%d, data root %s%s",
+        args.host,
+        args.port,
+        args.data.resolve(),
+        "; uploads only with its bearer token" if token else "",
+    )
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0

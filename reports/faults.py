@@ -24,15 +24,15 @@ Times are the peers' wall clocks; on one host, or with NTP, they line up with th
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from protocol.ratefile import read_rate_file
+import numpy as np
+
+from protocol.ratefile import rate_columns
 from reports.summary import Peers
 
 __all__ = ["Traffic", "Window", "fault_effects", "read_traffic", "windows_from_events"]
@@ -56,50 +56,71 @@ class Window:
 
 @dataclass
 class Traffic:
-    send_times_us: list[int]  # actual send times, sorted
-    send_intended_us: list[int]  # intended send times of the messages sent, sorted
-    arrivals: list[tuple[int, int]]  # (arrival, intended) of first deliveries, by arrival
-    arrival_intended_us: list[int]  # their intended send times, sorted
+    """Every message's times, as sorted int64 columns (µs): numpy, not a tuple per message, so a
+    night's worth fits in memory and each question is a binary search."""
+
+    send_times_us: np.ndarray  # actual send times, sorted
+    send_intended_us: np.ndarray  # intended send times of the messages sent, sorted
+    arrival_us: np.ndarray  # first deliveries' arrival times, sorted
+    arrival_latency_us: np.ndarray  # their arrival minus intended time, in arrival order
+    arrival_intended_us: np.ndarray  # their intended send times, sorted
     duplicates_per_s: dict[int, int]
-    disconnects_us: list[int]  # sorted
-    reconnects_us: list[int] = field(default_factory=list)  # senders' and receivers' libraries', sorted
+    disconnects_us: np.ndarray  # sorted
+    reconnects_us: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # sorted
+
+    @classmethod
+    def of(
+        cls,
+        sends: tuple[np.ndarray, np.ndarray],
+        arrivals: tuple[np.ndarray, np.ndarray],
+        duplicates_per_s: dict[int, int],
+        disconnects_us: Sequence[int] = (),
+        reconnects_us: Sequence[int] = (),
+    ) -> Traffic:
+        """From (eta, ata) columns of the sends and of the arrivals, in any order."""
+        arrival_eta, arrival_ata = (np.asarray(c, np.int64) for c in arrivals)
+        order = np.argsort(arrival_ata, kind="stable")
+        return cls(
+            send_times_us=np.sort(np.asarray(sends[1], np.int64)),
+            send_intended_us=np.sort(np.asarray(sends[0], np.int64)),
+            arrival_us=arrival_ata[order],
+            arrival_latency_us=(arrival_ata - arrival_eta)[order],
+            arrival_intended_us=np.sort(arrival_eta),
+            duplicates_per_s=duplicates_per_s,
+            disconnects_us=np.sort(np.asarray(disconnects_us, np.int64)),
+            reconnects_us=np.sort(np.asarray(reconnects_us, np.int64)),
+        )
 
     @property
     def start_us(self) -> int:
-        return min(self.send_times_us[:1] + [a for a, _ in self.arrivals[:1]], default=0)
+        firsts = [int(c[0]) for c in (self.send_times_us, self.arrival_us) if len(c)]
+        return min(firsts, default=0)
 
 
 def read_traffic(peers: Peers) -> Traffic:
-    sends: list[tuple[int, int]] = []
-    arrivals: list[tuple[int, int]] = []
+    columns: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {"sender": [], "receiver": []}
     duplicates: dict[int, int] = {}
     disconnects: list[int] = []
     reconnects: list[int] = []
     for directory, info in peers:
         role = info.get("role")
-        if role not in ("sender", "receiver"):
+        if role not in columns:
             continue
         for name in info.get("files", []):
             if name.endswith(".csv.gz"):
-                rows = list(read_rate_file(directory / name))
-                if role == "sender":
-                    sends += rows
-                else:
-                    arrivals += [(ata, eta) for eta, ata in rows]
+                columns[role].append(rate_columns((directory / name).read_bytes(), str(directory / name)))
         for second, count in info.get("duplicates_per_s", {}).items():
             duplicates[int(second)] = duplicates.get(int(second), 0) + count
         disconnects += [t // 1000 for t in info.get("disconnects_ns", [])]
         reconnects += [t // 1000 for t in info.get("reconnects_ns", [])]
-    arrivals.sort()
-    return Traffic(
-        send_times_us=sorted(ata for _, ata in sends),
-        send_intended_us=sorted(eta for eta, _ in sends),
-        arrivals=arrivals,
-        arrival_intended_us=sorted(eta for _, eta in arrivals),
-        duplicates_per_s=duplicates,
-        disconnects_us=sorted(disconnects),
-        reconnects_us=sorted(reconnects),
-    )
+
+    def joined(role: str) -> tuple[np.ndarray, np.ndarray]:
+        parts = columns[role]
+        if not parts:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        return np.concatenate([e for e, _ in parts]), np.concatenate([a for _, a in parts])
+
+    return Traffic.of(joined("sender"), joined("receiver"), duplicates, disconnects, reconnects)
 
 
 def windows_from_events(events: Iterable[dict[str, Any]]) -> list[Window]:
@@ -125,7 +146,7 @@ def fault_effects(windows: Sequence[Window], traffic: Traffic) -> list[dict[str,
     """A row per window. "Before" and "after" stop where a neighbouring fault begins or ends, so
     that one fault's effect is not counted as another's."""
     origin = traffic.start_us
-    arrival_times = [a for a, _ in traffic.arrivals]
+    arrival_times = traffic.arrival_us
     ordered = sorted(windows, key=lambda w: w.start_us)
     rows = []
     previous_end = -(2**62)
@@ -140,14 +161,14 @@ def fault_effects(windows: Sequence[Window], traffic: Traffic) -> list[dict[str,
 
 
 def _effect(
-    w: Window, t: Traffic, arrival_times: list[int], *, origin: int, previous_end: int, next_start: int
+    w: Window, t: Traffic, arrival_times: np.ndarray, *, origin: int, previous_end: int, next_start: int
 ) -> tuple[dict[str, Any], int]:
     outage = _outage(arrival_times, w)
     span_end = max(w.end_us, outage[1] if outage else w.end_us)
     before_from = max(w.start_us - BEFORE_US, previous_end)
     after_to = max(span_end, min(span_end + BEFORE_US, next_start))
     # The rate before: over the ten seconds before the fault, or as much of them as there was.
-    seen_from = max(before_from, arrival_times[0] if arrival_times else w.start_us)
+    seen_from = max(before_from, int(arrival_times[0]) if len(arrival_times) else w.start_us)
     seconds_before = (w.start_us - seen_from) / 1e6
     baseline = _count(arrival_times, seen_from, w.start_us) / seconds_before if seconds_before > 0 else 0.0
     sent = _count(t.send_intended_us, w.start_us, span_end)
@@ -165,9 +186,9 @@ def _effect(
         "first_consume_after_s": _first_after(arrival_times, w.end_us),
         "back_to_95_percent_s": _back_to(arrival_times, w.end_us, 0.95 * baseline),
         "rate_before_per_s": round(baseline, 1),
-        "p99_before_ms": _p99_ms(t.arrivals, before_from, w.start_us),
-        "p99_during_ms": _p99_ms(t.arrivals, w.start_us, span_end),
-        "p99_after_ms": _p99_ms(t.arrivals, span_end, after_to),
+        "p99_before_ms": _p99_ms(t, before_from, w.start_us),
+        "p99_during_ms": _p99_ms(t, w.start_us, span_end),
+        "p99_after_ms": _p99_ms(t, span_end, after_to),
         "lost": max(0, sent - arrived),
         "duplicates": sum(n for s, n in t.duplicates_per_s.items() if first_second <= s <= last_second),
         "disconnects": _count(t.disconnects_us, w.start_us, span_end + 1),
@@ -175,48 +196,46 @@ def _effect(
     }, span_end
 
 
-def _count(sorted_values: Sequence[int], lo: int, hi: int) -> int:
+def _count(sorted_values: np.ndarray, lo: int, hi: int) -> int:
     """How many values lie in [lo, hi)."""
-    return bisect.bisect_left(sorted_values, hi) - bisect.bisect_left(sorted_values, lo)
+    return int(np.searchsorted(sorted_values, hi) - np.searchsorted(sorted_values, lo))
 
 
-def _outage(arrivals: Sequence[int], w: Window) -> tuple[int, int] | None:
-    lo = max(0, bisect.bisect_left(arrivals, w.start_us) - 1)
+def _outage(arrivals: np.ndarray, w: Window) -> tuple[int, int] | None:
+    lo = max(0, int(np.searchsorted(arrivals, w.start_us)) - 1)
     # The pause must begin by the fault's end (and a second's slack): a later one is another story.
-    hi = bisect.bisect_right(arrivals, w.end_us + OUTAGE_SLACK_US) + 1
-    hi = min(hi, len(arrivals))
+    hi = min(int(np.searchsorted(arrivals, w.end_us + OUTAGE_SLACK_US, side="right")) + 1, len(arrivals))
     if hi - lo < 2:
         return None
-    before = arrivals[bisect.bisect_left(arrivals, w.start_us - BEFORE_US) : lo + 1]
-    gaps_before = sorted(b - a for a, b in itertools.pairwise(before))
-    typical = gaps_before[len(gaps_before) // 2] if gaps_before else 0
+    before = arrivals[int(np.searchsorted(arrivals, w.start_us - BEFORE_US)) : lo + 1]
+    gaps_before = np.sort(np.diff(before))
+    typical = int(gaps_before[len(gaps_before) // 2]) if len(gaps_before) else 0
     threshold = max(MIN_OUTAGE_US, 5 * typical)
-    best = max(((arrivals[i + 1] - arrivals[i], i) for i in range(lo, hi - 1)), default=(0, -1))
-    if best[0] <= threshold:
+    gaps = np.diff(arrivals[lo:hi])
+    i = len(gaps) - 1 - int(np.argmax(gaps[::-1]))  # the last of the longest
+    if gaps[i] <= threshold:
         return None
-    return arrivals[best[1]], arrivals[best[1] + 1]
+    return int(arrivals[lo + i]), int(arrivals[lo + i + 1])
 
 
-def _first_after(sorted_values: Sequence[int], when: int) -> float | None:
-    i = bisect.bisect_left(sorted_values, when)
-    return round((sorted_values[i] - when) / 1e6, 3) if i < len(sorted_values) else None
+def _first_after(sorted_values: np.ndarray, when: int) -> float | None:
+    i = int(np.searchsorted(sorted_values, when))
+    return round((int(sorted_values[i]) - when) / 1e6, 3) if i < len(sorted_values) else None
 
 
-def _back_to(arrivals: Sequence[int], end: int, target_per_s: float) -> float | None:
-    if target_per_s <= 0 or not arrivals:
+def _back_to(arrivals: np.ndarray, end: int, target_per_s: float) -> float | None:
+    if target_per_s <= 0 or not len(arrivals):
         return None
-    step = 0
-    while end + step <= arrivals[-1]:
-        if _count(arrivals, end + step, end + step + 1_000_000) >= target_per_s:
-            return round(step / 1e6, 1)
-        step += RECOVERY_STEP_US
-    return None
+    starts = np.arange(end, int(arrivals[-1]) + 1, RECOVERY_STEP_US)
+    counts = np.searchsorted(arrivals, starts + 1_000_000) - np.searchsorted(arrivals, starts)
+    reached = np.flatnonzero(counts >= target_per_s)
+    return round((int(starts[reached[0]]) - end) / 1e6, 1) if len(reached) else None
 
 
-def _p99_ms(arrivals: Sequence[tuple[int, int]], lo: int, hi: int) -> float | None:
-    i, j = bisect.bisect_left(arrivals, (lo, -math.inf)), bisect.bisect_left(arrivals, (hi, -math.inf))
-    latencies = sorted(a - intended for a, intended in arrivals[i:j])
-    if not latencies:
+def _p99_ms(t: Traffic, lo: int, hi: int) -> float | None:
+    i, j = np.searchsorted(t.arrival_us, [lo, hi])
+    latencies = np.sort(t.arrival_latency_us[i:j])
+    if not len(latencies):
         return None
     rank = max(0, math.ceil(0.99 * len(latencies)) - 1)  # nearest rank
-    return round(latencies[rank] / 1000, 3)
+    return round(int(latencies[rank]) / 1000, 3)

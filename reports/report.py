@@ -18,11 +18,12 @@ import plotly.graph_objects as go
 from reports.baseline import Thresholds, compare
 from reports.clocks import clock_corrections
 from reports.faults import fault_effects, read_traffic, windows_from_events
+from reports.inspector_panels import inspector_panels
 from reports.page import ERRORS_JS, PLOTLY_JS, STYLE, SUMMARY_KEYS, cell, figure, summary_json, table
 from reports.price import price_performance
 from reports.series import inspector_tables, latency_series, rate_series
 from reports.series_report import build_series_report
-from reports.summary import generator_bound, read_peers, read_test_json, summarize
+from reports.summary import generator_bound, inspector_shortfalls, read_peers, read_test_json, summarize
 
 __all__ = ["SUMMARY_KEYS", "build_index", "build_report", "summary_json"]
 
@@ -34,8 +35,16 @@ def _when(second: int) -> datetime:
     return datetime.fromtimestamp(second, UTC)
 
 
-def _rate_chart(rates: dict[tuple[str, str], dict[int, int]], events: list[dict[str, Any]]) -> str:
+def _rate_chart(
+    rates: dict[tuple[str, str], dict[int, int]], events: list[dict[str, Any]], outages: list[dict[str, Any]]
+) -> str:
     fig = go.Figure()
+    # The coordinator's control-broker outages: the load went on, the coordinator did not see it.
+    for outage in outages:
+        lost = datetime.fromisoformat(outage["lost"])
+        back = datetime.fromisoformat(outage["back"]) if outage.get("back") else lost
+        fig.add_vrect(x0=lost, x1=back, fillcolor="#999999", opacity=0.25, line_width=0)
+        fig.add_annotation(x=lost, yref="paper", y=1.06, text="control broker down", showarrow=False, font={"size": 10})
     # Agent actions on the time axis: a line at each start and end.
     for event in events:
         if "time" not in event or "action" not in event:
@@ -85,36 +94,6 @@ def _distribution_chart(figures: dict[str, Any]) -> str:
     return figure(fig, "Latency by percentile (whole test after warm-up, corrected)", "milliseconds")
 
 
-def _inspector_charts(test_dir: Path) -> list[str]:
-    charts = []
-    for name, rows in inspector_tables(test_dir).items():
-        if not rows:
-            continue
-        numeric = [c for c in rows[0] if c != "timestamp" and _is_number(rows[0][c])]
-        keys = [c for c in rows[0] if c not in numeric and c != "timestamp"]
-        fig = go.Figure()
-        groups: dict[str, list[dict[str, str]]] = {}
-        for row in rows:
-            groups.setdefault("/".join(row[k] for k in keys) or name, []).append(row)
-        for group, entries in sorted(groups.items())[:20]:
-            for column in numeric[:8]:
-                fig.add_scatter(
-                    x=[e["timestamp"] for e in entries],
-                    y=[float(e[column]) for e in entries if _is_number(e[column])],
-                    name=f"{group} {column}" if len(groups) > 1 else column,
-                )
-        charts.append(figure(fig, f"Inspector {name}", "value"))
-    return charts
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
 def build_report(
     spark: Any, test_dir: Path, baseline: Path | None = None, thresholds: Thresholds | None = None
 ) -> tuple[Path, dict[str, Any]]:
@@ -155,7 +134,7 @@ def build_report(
     faults = fault_effects(windows, read_traffic(peers)) if windows else []
     if faults:
         (out / "faults.json").write_text(json.dumps(faults, indent=2))
-    charts = [_rate_chart(rates, record.get("events", []))]
+    charts = [_rate_chart(rates, record.get("events", []), record.get("control_outages", []))]
     corrected = [p for p in figures["peers"] if "latency_correction_us" in p]
     uncertainty_ms = max((p["latency_uncertainty_us"] for p in corrected), default=0.0) / 1000
     if latency.get("corrected"):
@@ -165,7 +144,7 @@ def build_report(
         title = "Service latency per second (from the actual send time)"
         charts.append(_latency_chart(latency["service"], title, uncertainty_ms))
     charts.append(_distribution_chart(figures))
-    charts += _inspector_charts(test_dir)
+    charts += inspector_panels(inspector_tables(test_dir))
     peer_rows = [
         {**p, "clock offset ms": _offset(p.get("clock", {}))}
         for p in record.get(
@@ -174,6 +153,7 @@ def build_report(
     ]
     reason = f"<p>Reason: {html.escape(str(summary['reason']))}</p>" if summary["reason"] else ""
     reason += "".join(f'<p class="failure">Generator-bound: {html.escape(why)}</p>' for why in generator_bound(peers))
+    reason += "".join(f'<p class="failure">Inspector: {html.escape(why)}</p>' for why in inspector_shortfalls(peers))
     reason += "".join(
         f"<p>Latency at {html.escape(str(p['name']))} corrected across hosts by the measured clock offsets: "
         f"{p['latency_correction_us'] / 1000:+.3f} ms ± {p['latency_uncertainty_us'] / 1000:.3f} ms.</p>"

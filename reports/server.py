@@ -5,32 +5,43 @@ download them.
     GET  /api/results                          every test, newest first, with its outcome
     GET  /api/results/{test_id}                a test's files and its test.json
     GET  /api/results/{test_id}/summary        its figures, computed from the files
-    GET  /results/{test_id}/{path}             download one file (a report page, too)
+    POST /api/results/{test_id}/summary        the same, with the peers' clocks in the body
+                                               ({"peers": [...]} as test.json has them), for
+                                               the coordinator before test.json exists
+    GET  /api/results/{test_id}/report         where its report is: done, queued, building, failed
+    GET  /results/{test_id}/{path}             download one file; a report not written yet is
+                                               queued (reports/report_queue.py) and answered 202
+                                               with a page that reloads itself until it is there
     GET  /                                     the results index of `maestro report`
 
 A file is written to a temporary name, checked against the sender's SHA-256, then renamed:
 the data root never holds half a file, and a bad checksum leaves nothing behind. Sending the
 same file twice is answered "exists"; different content under an existing name is refused
 unless the sender says it replaces it (the coordinator rewrites test.json as a test ends).
+
+With a token (`serve --token-file`), a PUT must carry `Authorization: Bearer <token>`; reading
+stays open, as the reports are for people to browse.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import hmac
+import html
+import json
 import logging
 import os
-import subprocess
-import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
-from fastapi.responses import FileResponse, JSONResponse, RedirectResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from protocol.upload import CHECKSUM_HEADER, REPLACE_HEADER, file_sha256
 from reports.paths import UnsafePathError, check_test_id, resolve_inside
+from reports.report_queue import BuildState, ReportQueue
 from reports.summary import read_test_json, summarize
 
 __all__ = ["create_app"]
@@ -38,13 +49,16 @@ __all__ = ["create_app"]
 log = logging.getLogger(__name__)
 
 MAX_FILE_BYTES = 4 << 30
+MAX_RECORD_BYTES = 16 << 20
 
 
-def create_app(root: Path) -> FastAPI:
+def create_app(root: Path, token: bytes | None = None) -> FastAPI:
     root = root.resolve()
     root.mkdir(parents=True, exist_ok=True)
     app = FastAPI(title="Maestro data server", version="1")
     app.state.root = root
+    app.state.token = token
+    app.state.reports = ReportQueue(root)
     app.include_router(router)
     return app
 
@@ -62,6 +76,7 @@ def inside(request: Request, test_id: str, path: str = "") -> Path:
 
 @router.put("/api/results/{test_id}/files/{path:path}")
 async def put_file(test_id: str, path: str, request: Request) -> JSONResponse:
+    _check_token(request)
     target = inside(request, test_id, path)
     expected = request.headers.get(CHECKSUM_HEADER, "").lower()
     if len(expected) != 64 or any(c not in "0123456789abcdef" for c in expected):
@@ -87,6 +102,20 @@ async def put_file(test_id: str, path: str, request: Request) -> JSONResponse:
     log.info("%s %s/%s (%d bytes)", "stored" if created else "already had", test_id, path, size)
     answer = {"test_id": test_id, "path": path, "bytes": size, "sha256": actual}
     return JSONResponse(answer | {"status": "created" if created else "exists"}, status_code=201 if created else 200)
+
+
+def _check_token(request: Request) -> None:
+    token: bytes | None = request.app.state.token
+    if token is None:
+        return
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token):
+        raise HTTPException(
+            401,
+            "this data server takes uploads only with its bearer token (the daemons' and the coordinator's "
+            "--token-file)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
 
 
 @router.get("/", response_model=None)
@@ -138,20 +167,49 @@ def show_test(test_id: str, request: Request) -> dict[str, Any]:
 
 @router.get("/api/results/{test_id}/summary")
 def summary(test_id: str, request: Request) -> dict[str, Any]:
-    """The test's figures from the files collected so far (the summary.json keys)."""
+    """The test's figures from the files collected so far (the summary.json keys), latency
+    corrected by the clock offsets test.json records."""
+    return _summary(request, test_id, None)
+
+
+@router.post("/api/results/{test_id}/summary")
+async def summary_with_clocks(test_id: str, request: Request) -> dict[str, Any]:
+    """The same, corrected by the clocks the body carries: the coordinator asks before it has
+    written test.json, and its result must carry the figures the report will show."""
+    body = await request.body()
+    if len(body) > MAX_RECORD_BYTES:
+        raise HTTPException(413, f"a record larger than {MAX_RECORD_BYTES} bytes")
+    try:
+        record = json.loads(body)
+    except ValueError as exc:
+        raise HTTPException(400, f"the body is not JSON: {exc}") from exc
+    if not isinstance(record, dict) or not isinstance(record.get("peers", []), list):
+        raise HTTPException(400, 'the body must be {"peers": [...]}, as test.json has them')
+    return await asyncio.to_thread(_summary, request, test_id, record)
+
+
+def _summary(request: Request, test_id: str, record: dict[str, Any] | None) -> dict[str, Any]:
     directory = inside(request, test_id)
     if not directory.is_dir():
         raise HTTPException(404, f"no test {test_id}")
     try:
-        figures = summarize(directory)
-    except (OSError, ValueError, KeyError) as exc:
+        figures = summarize(directory, record=record)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise HTTPException(422, f"cannot read the files of {test_id}: {exc}") from exc
     info = read_test_json(directory)
     return {"outcome": info.get("outcome"), "reason": info.get("reason"), **figures}
 
 
-@router.get("/results/{test_id}/{path:path}")
-def download(test_id: str, path: str, request: Request) -> FileResponse:
+@router.get("/api/results/{test_id}/report")
+def report_state(test_id: str, request: Request) -> dict[str, object]:
+    """Where the test's report is: done, or queued, building or failed (asking queues it)."""
+    if not inside(request, test_id).is_dir():
+        raise HTTPException(404, f"no test {test_id}")
+    return request.app.state.reports.ask(test_id).as_dict()
+
+
+@router.get("/results/{test_id}/{path:path}", response_model=None)
+def download(test_id: str, path: str, request: Request) -> FileResponse | Response:
     target = inside(request, test_id, path)
     test_dir = inside(request, test_id)
     if (
@@ -159,7 +217,7 @@ def download(test_id: str, path: str, request: Request) -> FileResponse:
         and test_dir.is_dir()
         and not (test_dir / "report" / "index.html").exists()
     ):
-        _report_on_request(request.app.state.root, test_id)
+        return _building(test_id, path, request.app.state.reports.ask(test_id))
     if target.is_dir():
         target = target / "index.html"
     if not target.is_file():
@@ -167,22 +225,32 @@ def download(test_id: str, path: str, request: Request) -> FileResponse:
     return FileResponse(target)
 
 
-_REPORT_LOCK = threading.Lock()
+_BUILDING_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><meta http-equiv="refresh" content="2">
+<title>Building the report of {test_id}</title></head>
+<body style="font-family: sans-serif; margin: 3em">
+<h1>Building the report of {test_id}</h1>
+<p id="report-state" data-state="{state}">{what}</p>
+<p>This page reloads itself every 2 s and shows the report once it is written.</p>
+{error}</body></html>
+"""
 
 
-def _report_on_request(root: Path, test_id: str) -> None:
-    """A test without a report gets one when someone asks for it (the reporter in its own
-    process: Spark's JVM does not belong in the server). One at a time."""
-    with _REPORT_LOCK:
-        if (root / test_id / "report" / "index.html").exists():
-            return
-        log.info("writing the report of %s on request", test_id)
-        run = subprocess.run(
-            [sys.executable, "-m", "reports", "report", str(root), test_id], capture_output=True, text=True, check=False
-        )
-        if run.returncode != 0:
-            log.error("report of %s failed: %s", test_id, run.stderr[-2000:])
-            raise HTTPException(500, f"the report of {test_id} could not be written; the server log says why")
+def _building(test_id: str, path: str, state: BuildState) -> Response:
+    """What a report asked for before it exists gets: 202 and where it is, HTML for a page."""
+    if state.state == "done":  # written between the check and the ask
+        return RedirectResponse(f"/results/{test_id}/{path}")
+    info = state.as_dict()
+    if not (path.endswith(".html") or path.rstrip("/") == "report"):
+        return JSONResponse(info, status_code=202, headers={"Retry-After": "2"})
+    what = {
+        "queued": f"Queued: {state.ahead} report(s) before it.",
+        "building": f"Building for {info['elapsed_s']} s: {state.step}.",
+        "failed": "The reporter failed; it is tried again when asked in 30 s.",
+    }[state.state]
+    error = f"<pre>{html.escape(state.error)}</pre>" if state.error else ""
+    page = _BUILDING_PAGE.format(test_id=html.escape(test_id), state=state.state, what=html.escape(what), error=error)
+    return HTMLResponse(page, status_code=202, headers={"Retry-After": "2"})
 
 
 def _commit(tmp_name: str, target: Path, path: str, actual: str, expected: str, *, replace: bool) -> bool:

@@ -10,16 +10,23 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from protocol.hdr import new_histogram, read_intervals
-from protocol.ratefile import read_rate_file
+from protocol.ratefile import RateSeconds, rate_seconds
 from protocol.sequences import load_bitset, merge_bitsets
 from reports.clocks import Correction, clock_corrections, shifted
 
-__all__ = ["Peers", "generator_bound", "rate_over_seconds", "read_peers", "read_test_json", "summarize"]
+__all__ = [
+    "Peers",
+    "generator_bound",
+    "inspector_shortfalls",
+    "rate_of",
+    "read_peers",
+    "read_test_json",
+    "summarize",
+]
 
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
 # The points of the whole-test percentile distribution (the report's HDR-style plot).
@@ -49,10 +56,9 @@ def read_test_json(test_dir: Path) -> dict[str, Any]:
     return info
 
 
-def rate_over_seconds(times_us: Iterable[int]) -> dict[str, float]:
-    """Messages per whole second. The first and last seconds are partial and left out when
-    there are whole ones between them."""
-    buckets = Counter(t // 1_000_000 for t in times_us)
+def rate_of(buckets: Counter[int]) -> dict[str, float]:
+    """Messages per whole second from counts by second. The first and last seconds are partial
+    and left out when there are whole ones between them."""
     if not buckets:
         return {"mean": 0.0, "min": 0.0, "max": 0.0}
     first, last = min(buckets), max(buckets)
@@ -75,25 +81,18 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any]
 
     sent_by_key: dict[str, int] = {}
     peer_of_key: dict[str, str] = {}
-    send_times: list[int] = []
-    first_send = last_send = None
+    sends = RateSeconds()
     for directory, info in senders:
         sent_by_key |= {key: client["sent"] for key, client in info.get("senders", {}).items()}
         peer_of_key |= {
             key: f"{info.get('name')}/{client['client']}" for key, client in info.get("senders", {}).items()
         }
-        for name in info.get("files", []):
-            for eta, ata in read_rate_file(directory / name):
-                first_send = ata if first_send is None else min(first_send, ata)
-                last_send = ata if last_send is None else max(last_send, ata)
-                if eta >= warm_up_end_us:
-                    send_times.append(ata)
+        _add(sends, directory, info.get("files", []), warm_up_end_us)
 
     bitsets: dict[str, list[bytes]] = {}
     deliveries: Counter[str] = Counter()
     out_of_order: Counter[str] = Counter()  # as each receiver saw its share of the sender's stream
-    receive_times: list[int] = []
-    last_receive = None
+    receives = RateSeconds()
     latency, clamped = _latency(receivers, corrections, warm_up_end_us)
     foreign: Counter[str] = Counter()
     for directory, info in receivers:
@@ -105,13 +104,7 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any]
         if sequences.exists():
             for key, text in json.loads(sequences.read_text()).items():
                 bitsets.setdefault(key, []).append(load_bitset(text))
-        for name in info.get("files", []):
-            if not name.endswith(".csv.gz"):
-                continue
-            for eta, ata in read_rate_file(directory / name):
-                last_receive = ata if last_receive is None else max(last_receive, ata)
-                if eta >= warm_up_end_us:
-                    receive_times.append(ata)
+        _add(receives, directory, [n for n in info.get("files", []) if n.endswith(".csv.gz")], warm_up_end_us)
 
     received = lost = duplicates = 0
     per_sender = []
@@ -134,7 +127,8 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any]
                 "out_of_order": out_of_order[key],
             }
         )
-    end = max(x for x in (last_send, last_receive) if x is not None) if first_send is not None else None
+    first_send = sends.first_ata_us
+    end = max((x for x in (sends.last_ata_us, receives.last_ata_us) if x is not None), default=None)
     return {
         "test_id": test_dir.name,
         "duration_s": (end - first_send) / 1e6 if first_send is not None and end is not None else 0.0,
@@ -143,8 +137,8 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any]
         "lost": lost,
         "duplicates": duplicates,
         "foreign": dict(foreign),
-        "send_rate": rate_over_seconds(send_times),
-        "receive_rate": rate_over_seconds(receive_times),
+        "send_rate": rate_of(sends.per_second),
+        "receive_rate": rate_of(receives.per_second),
         "latency_us": {
             **{name: float(latency.get_value_at_percentile(p)) for name, p in PERCENTILES.items()},
             "max": float(latency.get_max_value()),
@@ -155,6 +149,12 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any]
         "peers": _peer_rows(peers, corrections),
         "latency_clamped_by_correction": clamped,
     }
+
+
+def _add(total: RateSeconds, directory: Path, names: list[str], since_us: int) -> None:
+    """A peer's rate files into the running total: counts by second, first and last time."""
+    for name in names:
+        total.add(rate_seconds((directory / name).read_bytes(), str(directory / name), since_us))
 
 
 def _latency(receivers: Peers, corrections: dict[str, Correction], warm_up_end_us: int) -> tuple[Any, int]:
@@ -184,6 +184,8 @@ def _peer_rows(peers: Peers, corrections: dict[str, Correction]) -> list[dict[st
             row |= _correction_fields(corrections.get(str(info.get("name"))))
         if why := _generator_bound(info):
             row["generator_bound"] = why  # in summary.json too: not a SUT figure
+        if shortfalls := _inspector_shortfalls(info):
+            row["inspector_shortfall"] = shortfalls  # its series are missing or thin
         rows.append(row)
     return rows
 
@@ -200,6 +202,33 @@ def _correction_fields(correction: Correction | None) -> dict[str, Any]:
 # A sender this busy was the limit itself: its figures describe the load generator, not the SUT.
 _BUSY_CPU_PERCENT = 90.0
 _BUSY_LOOP_LAG_MS = 100.0
+
+
+def inspector_shortfalls(peers: Peers) -> list[str]:
+    """Inspectors that collected no sample, or fewer than half of what their interval and the
+    time they ran should have given: their charts are missing or mostly gaps."""
+    return [why for _, info in peers for why in _inspector_shortfalls(info)]
+
+
+def _inspector_shortfalls(info: dict[str, Any]) -> list[str]:
+    if info.get("role") != "inspector":
+        return []
+    ran_s = (int(info.get("ended_ns", 0)) - int(info.get("started_ns", 0))) / 1e9
+    found = []
+    for name, inspector in sorted(info.get("inspectors", {}).items()):
+        interval_s = float(inspector.get("interval_s") or 0)
+        samples, errors = int(inspector.get("samples", 0)), int(inspector.get("errors", 0))
+        # One sample at the start, then one per interval.
+        expected = 1 + int(ran_s // interval_s) if interval_s > 0 and ran_s > 0 else 1
+        last = f"; last error: {inspector['last_error']}" if inspector.get("last_error") else ""
+        if samples == 0:
+            found.append(f"inspector {name} on {info.get('name')} collected no sample ({errors} failed{last})")
+        elif samples < expected / 2:
+            found.append(
+                f"inspector {name} on {info.get('name')} collected {samples} of about {expected} samples "
+                f"({errors} failed{last})"
+            )
+    return found
 
 
 def generator_bound(peers: Peers) -> list[str]:

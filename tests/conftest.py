@@ -84,6 +84,13 @@ def _remember_basetemp(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _unstored_results_in_the_tests_own_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test.json the data server could not take is kept on the coordinator's machine: in the
+    test's folder, not in the checkout (coordinator processes the test starts inherit it)."""
+    monkeypatch.setenv("MAESTRO_UNSTORED", str(tmp_path / "maestro-unstored"))
+
+
+@pytest.fixture(autouse=True)
 def _collect_garbage_after_each_test() -> Iterator[None]:
     """Leaked sockets surface at garbage collection: collect here, so the test that leaked is the one that fails."""
     yield

@@ -29,6 +29,7 @@ from protocol.sequences import encode_bitset, union_bitsets
 from worker.drivers.base import DriverError
 from worker.latency import LatencyRecorder
 from worker.receiver import ReceiverPlan, ReceiverRun
+from worker.run import SendingAccount
 from worker.sender import SenderPlan, SenderRun, SenderStats, interval_report, sender_key
 from worker.timebase import Timebase
 
@@ -99,7 +100,7 @@ class _Child:
     done: bool = False
 
 
-class MultiProcessSender:
+class MultiProcessSender(SendingAccount):
     """The `SenderRun` surface (run, stop, stats, keys, files, close) over child processes."""
 
     def __init__(self, plan: SenderPlan, processes: int, directory: Path, labels: dict[str, str]) -> None:

@@ -18,6 +18,7 @@ from worker.drivers import driver_for_client
 from worker.drivers.base import FIRST_CONNECT_S, Driver, connect_within
 from worker.latency import IntervalLatency, LatencyRecorder
 from worker.payload import HEADER_LAYOUT, MAGIC, key_of
+from worker.run import ReceivingAccount
 
 __all__ = ["ReceiverPlan", "ReceiverRun"]
 
@@ -33,6 +34,7 @@ class ReceiverPlan:
     duration_s: float | None = None  # stop by itself after this, once drained
     drain_idle_s: float = 2.0  # draining ends after this long without a message
     reconnect_budget_s: float = 60.0
+    latency_shift_us: int = 0  # the clock correction its bound and live figures use (StartWorker)
 
 
 @dataclass
@@ -45,7 +47,7 @@ class ReceiverStats:
     duplicates_per_s: Counter[int] = field(default_factory=Counter)
 
 
-class ReceiverRun:
+class ReceiverRun(ReceivingAccount):
     def __init__(
         self,
         plan: ReceiverPlan,
@@ -177,12 +179,12 @@ class ReceiverRun:
     def interval_report(self) -> dict[str, Any]:
         self.rate_file.flush()
         interval = self.last_interval = self.latency.roll()
-        corrected = interval.corrected
+        corrected, shift = interval.corrected, self.plan.latency_shift_us
         return {
             "received": self.stats.received,
             "foreign": dict(self.stats.foreign),
             "duplicates": sum(t.counts().duplicates for t in self.trackers.values()),
-            "latency_p50_us": corrected.get_value_at_percentile(50),
-            "latency_p99_us": corrected.get_value_at_percentile(99),
-            "latency_max_us": corrected.get_max_value(),
+            "latency_p50_us": max(corrected.get_value_at_percentile(50) + shift, 0),
+            "latency_p99_us": max(corrected.get_value_at_percentile(99) + shift, 0),
+            "latency_max_us": max(corrected.get_max_value() + shift, 0),
         }

@@ -43,6 +43,7 @@ from worker.drivers.base import (
     connect_within,
 )
 from worker.payload import HEADER_BYTES, key_of, pack_header
+from worker.run import SendingAccount
 from worker.schedule import Schedule
 from worker.timebase import Timebase
 
@@ -178,7 +179,7 @@ class _Flight:
     closed: bool = False  # the driver is closed: whatever it still settles was counted already
 
 
-class SenderRun:
+class SenderRun(SendingAccount):
     def __init__(
         self,
         plan: SenderPlan,

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -31,6 +32,8 @@ from protocol.embedded_broker import free_port
 REPO = ANSIBLE_DIR.parent
 PLAYBOOKS = ("site.yml", "upgrade.yml", "teardown.yml", "topology.yml", "check.yml")
 PEERS = {"s1", "r1", "w3", "node-b-inspector", "node-a-agent"}
+LAB_KEY = "lab-note-key-0f3c9a1e7d"
+LAB_TOKEN = "lab-upload-token-5b21"
 
 pytestmark = [pytest.mark.ansible]
 
@@ -56,9 +59,11 @@ def _processes_under(prefix: Path) -> list[str]:
     return out
 
 
-def _peers(broker_url: str) -> dict[str, dict[str, object]]:
+def _peers(broker_url: str, key_file: Path | None) -> dict[str, dict[str, object]]:
+    """`maestro peers`, signing its PING with the deployed key (keyed peers refuse others)."""
+    keyed = ["--key-file", str(key_file)] if key_file else []
     result = subprocess.run(
-        [str(BIN / "maestro"), "peers", "--json", "--broker", broker_url],
+        [str(BIN / "maestro"), *keyed, "peers", "--json", "--broker", broker_url],
         capture_output=True,
         text=True,
         timeout=60,
@@ -67,10 +72,12 @@ def _peers(broker_url: str) -> dict[str, dict[str, object]]:
     return {peer["name"]: peer for peer in json.loads(result.stdout)}
 
 
-def _wait_for_peers(broker_url: str, names: set[str], until: float = 30.0) -> dict[str, dict[str, object]]:
+def _wait_for_peers(
+    broker_url: str, key_file: Path, names: set[str], until: float = 30.0
+) -> dict[str, dict[str, object]]:
     deadline = time.monotonic() + until
     while True:
-        peers = _peers(broker_url)
+        peers = _peers(broker_url, key_file)
         if names <= set(peers) or time.monotonic() > deadline:
             return peers
         time.sleep(1)
@@ -85,6 +92,10 @@ class Lab:
 
     def prefix(self, node: str) -> Path:
         return self.root / node
+
+    @property
+    def key_file(self) -> Path:
+        return self.prefix("node-a") / "etc/note.key"
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +118,8 @@ maestro_control_port={control_port}
 maestro_data_port={data_port}
 maestro_data_listen=127.0.0.1
 maestro_install_packages=false
+maestro_note_key={LAB_KEY}
+maestro_data_token={LAB_TOKEN}
 
 [control]
 node-a ansible_host=127.0.0.1 maestro_prefix={root}/node-a {agent_vars}
@@ -166,18 +179,31 @@ def test_site_deploys_a_cluster_that_runs_a_test_then_upgrade_and_teardown(lab: 
     # 1. One playbook: a working cluster that `maestro peers` sees.
     first = recap(_playbook(home, lab.inventory, "site.yml"))
     assert first["node-a"]["changed"] > 0 and first["node-a"]["failed"] == 0
-    peers = _wait_for_peers(lab.broker_url, PEERS)
+    peers = _wait_for_peers(lab.broker_url, lab.key_file, PEERS)
     assert set(peers) == PEERS
+    assert _peers(lab.broker_url, None) == {}  # every peer takes only signed notes
     assert {peers["s1"]["role"], peers["r1"]["role"], peers["w3"]["role"]} == {"sender", "receiver", "other"}
     agent_toml = load_config(lab.prefix("node-a") / "etc/agent.toml")  # the agent's own parser reads it
     assert agent_toml.proxies["sut-proxy"].upstream == ("127.0.0.1", 5672)
     assert agent_toml.services["rabbit"].match == "beam.smp"
     env_file = (lab.prefix("node-b") / "etc/maestro.env").read_text()
     assert f"MAESTRO_BROKER={lab.broker_url}" in env_file and f"MAESTRO_DATA_SERVER={lab.data_url}" in env_file
+    # The key and the token: in files only their owner reads, named by the coordinators' environment,
+    # and nowhere else (every peer signs, as maestro_note_key_roles says by default).
+    etc = lab.prefix("node-a") / "etc"
+    key_file, token_file = etc / "note.key", etc / "data.token"
+    assert key_file.read_text().strip() == LAB_KEY and token_file.read_text().strip() == LAB_TOKEN
+    assert stat.S_IMODE(key_file.stat().st_mode) == stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    assert f"MAESTRO_KEY_FILE={lab.prefix('node-b')}/etc/note.key" in env_file
+    for name in ("s1", "node-a-agent"):
+        assert f"--key-file\n{key_file}\n" in (etc / f"{name}.args").read_text()
+    assert f"--token-file\n{token_file}\n" in (etc / "data-server.args").read_text()
 
     # ... and a test runs on it, its files landing on the deployed data server.
     queue = f"ansible-{uuid.uuid4().hex[:8]}"
-    with Maestro.connect(lab.broker_url, discover_s=1, data_server=lab.data_url) as maestro:
+    with Maestro.connect(
+        lab.broker_url, discover_s=1, data_server=lab.data_url, key_file=key_file, token_file=token_file
+    ) as maestro:
         result = maestro.run(
             FixedRateTest(send_url=f"amqp://guest:guest@127.0.0.1:5672/{queue}", rate=50, size=64, duration="3s"),
             progress=False,
@@ -189,6 +215,15 @@ def test_site_deploys_a_cluster_that_runs_a_test_then_upgrade_and_teardown(lab: 
     assert (results / "test.json").is_file()
     assert (results / "sender/s1/peer.json").is_file() and (results / "receiver/r1/peer.json").is_file()
 
+    written = [
+        path
+        for node in ("node-a", "node-b")
+        for folder in ("etc", "log", "run", "results", "data")
+        for path in (lab.prefix(node) / folder).rglob("*")
+        if path.is_file() and path.name not in ("note.key", "data.token")
+    ]
+    assert written and not [p for p in written for secret in (LAB_KEY, LAB_TOKEN) if secret.encode() in p.read_bytes()]
+
     # 2. A second run changes nothing.
     assert changed(_playbook(home, lab.inventory, "site.yml")) == {"localhost": 0, "node-a": 0, "node-b": 0}
 
@@ -196,7 +231,7 @@ def test_site_deploys_a_cluster_that_runs_a_test_then_upgrade_and_teardown(lab: 
     pid_before = peers["s1"]["pid"]
     os.kill(int(str(pid_before)), signal.SIGKILL)
     deadline = time.monotonic() + 30
-    while (peer := _peers(lab.broker_url).get("s1")) is None or peer["pid"] == pid_before:
+    while (peer := _peers(lab.broker_url, lab.key_file).get("s1")) is None or peer["pid"] == pid_before:
         assert time.monotonic() < deadline, "s1 was not restarted"
         time.sleep(1)
 
@@ -208,7 +243,7 @@ def test_site_deploys_a_cluster_that_runs_a_test_then_upgrade_and_teardown(lab: 
             [str(lab.prefix(node) / "venv/bin/maestro-worker"), "--version"], capture_output=True, text=True, check=True
         )
         assert version.stdout.split() == ["maestro-worker", "0.1.1.post7"]
-    peers = _wait_for_peers(lab.broker_url, PEERS)
+    peers = _wait_for_peers(lab.broker_url, lab.key_file, PEERS)
     assert {name: peer["version"] for name, peer in peers.items()} == dict.fromkeys(PEERS, "0.1.1.post7")
 
     # 5. Teardown leaves nothing running and keeps the results.

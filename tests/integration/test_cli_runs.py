@@ -195,3 +195,30 @@ def test_a_sut_that_refuses_connections_fails_the_test_within_5_s_naming_it(tmp_
     failed = datetime.fromisoformat(str(record["failed_at"])) - datetime.fromisoformat(str(record["started"]))
     assert failed.total_seconds() < 5, failed
     assert time.monotonic() - started < 30  # and the rest (stop, collect) does not wait for peers that never ran
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.embedded_broker
+def test_maestro_hands_its_key_and_token_to_what_it_starts(tmp_path: Path) -> None:
+    """`maestro --key-file --token-file test --local`: the daemons it starts take only signed
+    notes, and the data server it starts takes only uploads with the token, which they send."""
+    key, token = tmp_path / "lab.key", tmp_path / "upload.token"
+    for path, text in ((key, "a key for this lab only"), (token, "token-for-uploads")):
+        path.write_text(text + "\n")
+        path.chmod(0o600)
+    common = ["--local", "--send-url", queue_url(), "--rate", "20", "--duration", "3s", "--quiet", "--no-report"]
+    run = maestro("--key-file", str(key), "--token-file", str(token), "test", "fixed-rate", *common, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    root = tmp_path / "results"
+    record = test_record(root, run.stdout)
+    assert record["outcome"] == "success"
+    assert {"sender", "receiver"} <= {p.name for p in (root / str(record["test_id"])).iterdir()}  # uploaded
+    logs = list((root / ".local").glob("*/*.log"))
+    daemons = [p for p in logs if p.name.startswith("worker-")]
+    assert len(daemons) == 2, logs
+    for log in daemons:
+        assert "taking only notes signed with its key" in log.read_text(), log
+    (server,) = [p for p in logs if p.name == "data-server.log"]
+    assert "uploads only with its bearer token" in server.read_text()
+    secrets = ("a key for this lab only", "token-for-uploads")
+    assert not [p for p in logs for secret in secrets if secret in p.read_text()]

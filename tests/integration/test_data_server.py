@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -107,3 +109,37 @@ def test_an_unreachable_server_is_retried_then_reported(tmp_path: Path) -> None:
     with pytest.raises(UploadError, match="gave up after 5 attempts"):
         upload_file("http://127.0.0.1:1", "t1", "a.txt", path)
     assert path.read_text() == "kept"
+
+
+def test_with_a_token_uploads_need_it_and_reading_stays_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("t0ken-for-uploads\n")
+    token_file.chmod(0o600)
+    monkeypatch.setenv("MAESTRO_TOKEN_FILE", str(token_file))  # the server started below reads it
+    root = tmp_path / "root"
+    with LocalCluster(tmp_path / "logs", broker_url="unused") as local:
+        url = local.data_server(root)
+        status, body = put(url, "t1/files/a.txt", b"anonymous")
+        assert status == 401 and "bearer token" in body
+        with pytest.raises(UploadError, match="HTTP 401"):
+            upload_bytes(url, "t1", "a.txt", b"wrong", token="not-the-token")
+        upload_bytes(url, "t1", "a.txt", b"with the token", token="t0ken-for-uploads")
+        assert get(f"{url}/results/t1/a.txt") == (200, b"with the token")
+    assert sorted(p.name for p in (root / "t1").iterdir()) == ["a.txt"]
+
+
+def test_a_token_file_others_may_read_is_refused_before_serving(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("t0ken\n")
+    token_file.chmod(0o644)
+    serve = subprocess.run(
+        [sys.executable, "-m", "reports", "serve", "--data", str(tmp_path / "root"), "--token-file", str(token_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert serve.returncode == 2
+    assert serve.stderr.strip() == (
+        f"maestro serve: the token file {token_file} may be read by others (mode 0644): chmod 600 {token_file}"
+    )

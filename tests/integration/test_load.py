@@ -20,7 +20,7 @@ from protocol.codes import Role
 from protocol.hdr import new_histogram
 from protocol.notes import DrainComplete, DrainRequest, StartTest, StartWorker, StatsReport, TestFailed, TestSucceeded
 from protocol.ratefile import read_rate_file
-from protocol.sequences import load_bitset, merge_bitsets
+from protocol.sequences import load_bitset, merge_bitsets, union_bitsets
 
 RATE_PER_CLIENT = 50
 CLIENTS = 2
@@ -71,6 +71,12 @@ def run_fixed_rate(
 
 def peer_dir(daemons: Daemons, test_id: str, role: str, name: str) -> Path:
     return daemons.log_dir / name / test_id / role / name
+
+
+def _missing(bitsets: list[bytes], sent: int) -> list[int]:
+    """The first sequence numbers no receiver saw: where in the stream a loss happened."""
+    seen = int.from_bytes(union_bitsets(bitsets), "little")
+    return [i for i in range(sent) if not (seen >> i) & 1][:20]
 
 
 def check_results(daemons: Daemons, maestro: Maestro, test_id: str) -> None:
@@ -128,7 +134,7 @@ def check_results(daemons: Daemons, maestro: Maestro, test_id: str) -> None:
     assert received_total == sent_total == 2 * RATE_PER_CLIENT * CLIENTS * SECONDS
     for key, sent in sent_by_key.items():
         merged = merge_bitsets(bitsets[key], deliveries[key])
-        assert (merged.lost(sent), merged.duplicates) == (0, 0), key
+        assert (merged.lost(sent), merged.duplicates) == (0, 0), (key, "missing:", _missing(bitsets[key], sent))
     assert maestro.live_stats, "no live statistics reached the coordinator"
     assert all(isinstance(n, StatsReport) for n in maestro.live_stats)
 

@@ -24,7 +24,7 @@ from support.processes import Daemons
 from support.runs import run_with
 
 from coordinator import Fail, FixedRateTest, Flow, IncrementalTest, Maestro
-from coordinator.definitions import RepeatedTest, SearchTest, SweepTest
+from coordinator.definitions import DefinitionError, RepeatedTest, SearchTest, SweepTest
 from protocol.ratefile import read_rate_file
 
 pytestmark = [pytest.mark.mosquitto, pytest.mark.rabbitmq]
@@ -141,6 +141,7 @@ def test_a_receiver_killed_mid_test_fails_it_within_5_s_and_the_rest_is_collecte
         killer.join()
     assert not result.passed
     assert result.reason is not None and "peer lost: r1@" in result.reason
+    assert result.reason.endswith("(last will, then no answer to a PING)"), result.reason
     failed_at = datetime.fromisoformat(result.record["failed_at"]).timestamp()
     assert 0 <= failed_at - killed_at[0] < 5
     assert time.monotonic() - started < 25  # it did not run its 30 s
@@ -232,20 +233,21 @@ def test_a_profile_changes_rate_and_clients_during_one_test(
     assert [per_second[s] for s in range(6)] == [20, 20, 100, 100, 10, 10]
 
 
-def test_a_test_the_peers_refuse_fails_with_their_reason_and_no_traceback(
+def test_a_test_that_cannot_run_fails_with_its_reason_and_no_traceback(
     daemons: Daemons, prefix: str, rabbitmq: None, data_server: tuple[str, Path]
 ) -> None:
     url, _ = data_server
     start_workers(daemons, senders=1, receivers=1)
     with Maestro.connect(daemons.broker_url, topic_prefix=prefix, discover_s=0, data_server=url) as maestro:
         maestro.wait_for_peers(2, timeout_s=20)
-        refused = maestro.run(FixedRateTest(send_url=queue_url() + "?prefetsh=5", duration="2s"), progress=False)
+        # A misspelt driver option is refused in the definition, before any daemon tries it.
+        with pytest.raises(DefinitionError, match="unknown option 'prefetsh'"):
+            FixedRateTest(send_url=queue_url() + "?prefetsh=5", duration="2s")
         # An unreachable SUT: the receiver cannot start consuming within its reconnect budget.
         unreachable = maestro.run(
             FixedRateTest(send_url="amqp://127.0.0.1:1/q", duration="2s", options={"reconnect_budget_s": 1}),
             progress=False,
         )
-    assert not refused.passed and "unknown option 'prefetsh'" in (refused.reason or "")
     assert not unreachable.passed and "127.0.0.1:1" in (unreachable.reason or "")
 
 

@@ -4,47 +4,28 @@ A send that waited for each acknowledgement would manage 1 / (40 ms round trip) 
 through the delay and fall ever further behind; pipelined, every protocol keeps the rate, the
 test succeeds, and the median latency rises by the 20 ms the path added, no more.
 
-The senders go through the agent's fault proxy (in this process), the receivers straight to
-the broker. Kafka is the exception: tansu advertises one address, so its consumer goes through
-the proxy too, and its fetches add a round trip of their own (asserted separately below). The
-proxy runs in this process, the nearest real thing to a slower network that needs no root.
+The senders go through the agent's fault proxy (in a process of its own), the receivers
+straight to the broker. Kafka is the exception: tansu advertises one address, so its consumer
+goes through the proxy too, and its fetches add a round trip of their own (asserted separately
+below). The proxy is the nearest real thing to a slower network that needs no root.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support.processes import Daemons
+from support.proxy_process import ProxyProcess
 from support.runs import run_with
 
-from agent.proxy import FaultProxy, Faults
 from coordinator import Fail, FixedRateTest
 from coordinator.local import LocalCluster
-from protocol.concurrency import BackgroundLoop
 from protocol.embedded_broker import free_port
 
 _DELAY_MS = 20.0
-
-
-@pytest.fixture
-def loop() -> Iterator[BackgroundLoop]:
-    background = BackgroundLoop("fault-proxy")
-    yield background
-    background.close()
-
-
-def _proxy(loop: BackgroundLoop, upstream_port: int, listen_port: int = 0) -> FaultProxy:
-    proxy = FaultProxy("sut-path", ("127.0.0.1", listen_port), ("127.0.0.1", upstream_port))
-    loop.run(proxy.start())
-    return proxy
-
-
-async def _set(proxy: FaultProxy, faults: Faults) -> None:
-    proxy.set(faults)
 
 
 def _p50_ms(daemons: Daemons, data_server: str, send_url: str, receive_url: str) -> float:
@@ -68,16 +49,12 @@ def _p50_ms(daemons: Daemons, data_server: str, send_url: str, receive_url: str)
 
 
 def _before_and_with_the_delay(
-    daemons: Daemons, data_server: str, loop: BackgroundLoop, proxy: FaultProxy, urls: tuple[str, str]
+    daemons: Daemons, data_server: str, proxy: ProxyProcess, urls: tuple[str, str]
 ) -> tuple[float, float]:
-    """The p50 through the proxy as it is, then with the delay (urls: send, receive); the proxy
-    is closed after."""
-    try:
-        base = _p50_ms(daemons, data_server, *urls)
-        loop.run(_set(proxy, Faults(latency_ms=_DELAY_MS)))
-        return base, _p50_ms(daemons, data_server, *urls)
-    finally:
-        loop.run(proxy.close())
+    """The p50 through the proxy as it is, then with the delay (urls: send, receive)."""
+    base = _p50_ms(daemons, data_server, *urls)
+    proxy.set_latency(_DELAY_MS)
+    return base, _p50_ms(daemons, data_server, *urls)
 
 
 def _workers(daemons: Daemons) -> None:
@@ -96,18 +73,18 @@ CASES = {
 @pytest.mark.usefixtures("mosquitto_url", "rabbitmq")
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_confirmed_send_through_20_ms_more_keeps_its_rate_and_adds_20_ms(
-    case: str, daemons: Daemons, data_server: tuple[str, Path], loop: BackgroundLoop
+    case: str, daemons: Daemons, data_server: tuple[str, Path]
 ) -> None:
     template, broker_port = CASES[case]
     url, _root = data_server
     test_id = uuid.uuid4().hex[:8]
     if case.startswith("amqp10"):
         _declare_queue(f"pipe-{test_id}")  # RabbitMQ's AMQP 1.0 address /queue/NAME needs the queue
-    proxy = _proxy(loop, broker_port)
     _workers(daemons)
-    through = template.format(port=proxy.address[1], id=test_id)
-    direct = template.format(port=broker_port, id=test_id)
-    base, delayed = _before_and_with_the_delay(daemons, url, loop, proxy, (through, direct))
+    with ProxyProcess(broker_port) as proxy:
+        through = template.format(port=proxy.port, id=test_id)
+        direct = template.format(port=broker_port, id=test_id)
+        base, delayed = _before_and_with_the_delay(daemons, url, proxy, (through, direct))
     rise = delayed - base
     print(f"{case}: p50 {base:.2f} ms -> {delayed:.2f} ms (+{rise:.2f})")  # shown with pytest -s
     assert abs(rise - _DELAY_MS) <= 0.05 * _DELAY_MS, f"p50 {base:.2f} ms -> {delayed:.2f} ms"
@@ -116,18 +93,17 @@ def test_a_confirmed_send_through_20_ms_more_keeps_its_rate_and_adds_20_ms(
 @pytest.mark.timeout(240)
 @pytest.mark.usefixtures("mosquitto_url")
 def test_kafka_acks_all_through_20_ms_more_keeps_its_rate(
-    daemons: Daemons, data_server: tuple[str, Path], loop: BackgroundLoop, tmp_path: Path
+    daemons: Daemons, data_server: tuple[str, Path], tmp_path: Path
 ) -> None:
     url, _root = data_server
-    port, proxy_port = free_port(), free_port()
-    proxy = _proxy(loop, port, proxy_port)
-    with LocalCluster(tmp_path / "tansu", broker_url="unused") as local:
+    port = free_port()
+    with ProxyProcess(port) as proxy, LocalCluster(tmp_path / "tansu", broker_url="unused") as local:
         # Advertised as the proxy: every connection after the bootstrap goes through it.
-        local.tansu(port=port, advertised_port=proxy_port)
+        local.tansu(port=port, advertised_port=proxy.port)
         _workers(daemons)
         topic = f"pipe-{uuid.uuid4().hex[:8]}"
-        kafka = f"kafka://127.0.0.1:{proxy_port}/{topic}?acks=all&fetch_wait_max_ms=1"
-        base, delayed = _before_and_with_the_delay(daemons, url, loop, proxy, (kafka, kafka))
+        kafka = f"kafka://127.0.0.1:{proxy.port}/{topic}?acks=all&fetch_wait_max_ms=1"
+        base, delayed = _before_and_with_the_delay(daemons, url, proxy, (kafka, kafka))
     # The produce request's 20 ms, the fetch response's 20 ms, and the wait at the broker for
     # the consumer's next fetch, which comes once per round trip through the proxy (40 ms and
     # the 1 ms fetch wait): 0 to 41 ms, where the median falls depends on how the 10 ms send

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -34,7 +35,14 @@ def test_the_report_of_a_known_folder(spark: Any, tmp_path: Path) -> None:
     event = {"time": "2027-01-15T08:00:02+00:00", "action": "restart", "phase": "start", "target": "sut"}
     record = {"outcome": "failure", "reason": "lost 1 of 40", "kind": "fixed-rate", "events": [event]}
     record["labels"] = {"price_per_hour": "2", "currency": "EUR"}
+    # The control broker was away for 3 s, and an inspector never got a sample.
+    record["control_outages"] = [{"lost": "2027-01-15T08:00:01+00:00", "back": "2027-01-15T08:00:04+00:00"}]
     (test / "test.json").write_text(json.dumps(record))
+    inspector = test / "inspector" / "i1"
+    inspector.mkdir(parents=True)
+    broken = {"interval_s": 1.0, "samples": 0, "errors": 4, "last_error": "HTTP 401"}
+    info = {"name": "i1", "role": "inspector", "host": "h", "started_ns": 0, "ended_ns": 4 * 10**9}
+    (inspector / "peer.json").write_text(json.dumps(info | {"inspectors": {"rabbitmq": broken}}))
     out, _ = build_report(spark, test)
     summary = json.loads((out / "summary.json").read_text())
     assert tuple(summary) == SUMMARY_KEYS  # exactly DESIGN.md's keys, in its order
@@ -46,6 +54,11 @@ def test_the_report_of_a_known_folder(spark: Any, tmp_path: Path) -> None:
     assert '<script src="plotly.min.js"></script>' in page and (out / "plotly.min.js").stat().st_size > 1_000_000
     assert "http://" not in page.split("<body>")[1].split("plotly")[0]  # no CDN before the charts load
     assert "restart sut start" in page  # the agent's action, marked on the time axis
+    assert "control broker down" in page  # the outage, shaded on the same axis
+    flagged = "inspector rabbitmq on i1 collected no sample (4 failed; last error: HTTP 401)"
+    assert f'<p class="failure">Inspector: {flagged}</p>' in page
+    (row,) = [p for p in summary["peers"] if p["role"] == "inspector"]
+    assert row["inspector_shortfall"] == [flagged]
     assert "Loss and duplicates per sender" in page and "<td>s1/0</td><td>40</td><td>39</td><td>1</td>" in page
     # Price-performance from the labels' hourly price: 2 EUR/h over the mean receive rate.
     cost = 2 * 730 / (summary["receive_rate"]["mean"] / 1000)
@@ -135,14 +148,37 @@ def test_a_browser_renders_the_index_and_a_report_from_maestro_serve(spark: Any,
     assert shot.stat().st_size > 10_000
 
 
-def test_a_test_without_a_report_gets_one_on_request(tmp_path: Path) -> None:
+def _get(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.status, response.read()
+
+
+def test_a_report_asked_for_is_built_in_the_background_and_then_shown(tmp_path: Path) -> None:
+    """#16 item 3: asking answers at once (202, and where the report is), Spark never runs in a
+    request, and a headless browser sees the building page, then the report."""
+    if shutil.which("chromium") is None:
+        pytest.fail("chromium is not installed: `apt-get install -y chromium` (.ci/run does)")
     root = tmp_path / "results"
     one_loss_one_duplicate(root, "t-later")
     with LocalCluster(tmp_path / "logs", broker_url="unused") as local:
         url = local.data_server(root)
-        with urllib.request.urlopen(f"{url}/results/t-later/report/summary.json", timeout=120) as response:
-            summary = json.loads(response.read())
-        assert summary["sent"] == 40
+        page_url = f"{url}/results/t-later/report/index.html"
+        asked = time.monotonic()
+        status, body = _get(f"{url}/results/t-later/report/summary.json")
+        assert status == 202 and time.monotonic() - asked < 5  # not the reporter's 10 s or more
+        assert json.loads(body)["state"] in ("queued", "building")
+        building = chromium("--dump-dom", page_url)
+        assert "Building the report of t-later" in building
+        assert 'data-state="building"' in building or 'data-state="queued"' in building
+        deadline = time.monotonic() + 180
+        while (state := json.loads(_get(f"{url}/api/results/t-later/report")[1]))["state"] != "done":
+            assert state["state"] != "failed", state["error"]
+            assert time.monotonic() < deadline, state
+            time.sleep(1)
+        status, body = _get(f"{url}/results/t-later/report/summary.json")
+        assert status == 200 and json.loads(body)["sent"] == 40
+        shown = chromium("--virtual-time-budget=10000", "--dump-dom", page_url)
+        assert "Building the report" not in shown and shown.count('class="main-svg"') >= 2 * 4
         with pytest.raises(urllib.error.HTTPError) as missing:
             urllib.request.urlopen(f"{url}/results/no-such-test/report/index.html", timeout=30)
         missing.value.close()

@@ -4,7 +4,8 @@ One test drives AMQP 0-9-1, AMQP 1.0 and MQTT with credentials, a RabbitMQ manag
 inspector with credentials, and a control broker URL with credentials; then every file under
 the results folder (peers' files, test.json, junit.xml, the report, the local daemons' logs)
 is searched for the password. RabbitMQ gets a user of the test's own with a password nothing
-else contains. Kafka is left out: tansu, the Kafka-compatible broker here, has no SASL.
+else contains. Kafka has a test of its own: tansu, the Kafka-compatible broker here, has no
+SASL, so that test fails at the connection, and what it leaves is searched the same way.
 """
 
 from __future__ import annotations
@@ -87,5 +88,26 @@ def test_no_password_reaches_any_file_or_log(rabbit_user: str, tmp_path: Path) -
     names = {p.name for p in files}
     assert {"test.json", "junit.xml", "peer.json", "index.html", "rabbitmq-queues.csv"} <= names
     assert any(p.suffix == ".log" for p in files)
+    leaks = [str(p.relative_to(results)) for p in files if PASSWORD.encode() in p.read_bytes()]
+    assert leaks == []
+
+
+@pytest.mark.timeout(180)
+def test_a_kafka_url_with_credentials_leaves_no_password_even_when_the_broker_refuses(
+    tansu: str, tmp_path: Path
+) -> None:
+    """tansu has no SASL, so a Kafka test with credentials cannot pass here; what it leaves
+    behind, files, records and the daemons' logs with librdkafka's messages, is searched all
+    the same."""
+    host = tansu.removeprefix("kafka://")
+    tag = uuid.uuid4().hex[:6]
+    test = FixedRateTest(send_url=f"kafka://maestro:{PASSWORD}@{host}/secret-{tag}", rate=20, duration="4s")
+    results = tmp_path / "results"
+    with Maestro.local(workers=2, data=results, topic_prefix=f"/mpt-{tag}") as maestro:
+        result = maestro.run(test, progress=False)
+    assert not result.passed
+    assert result.reason is not None and f"kafka://maestro:***@{host}/secret-{tag}" in result.reason, result.reason
+    files = [p for p in results.rglob("*") if p.is_file()]
+    assert {"test.json", "junit.xml"} <= {p.name for p in files} and any(p.suffix == ".log" for p in files)
     leaks = [str(p.relative_to(results)) for p in files if PASSWORD.encode() in p.read_bytes()]
     assert leaks == []

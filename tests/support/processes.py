@@ -34,6 +34,13 @@ class Daemons:
         self.procs[name] = proc
         return proc
 
+    def start_every_kind(self) -> None:
+        """A sender s1, a receiver r1, an inspector i1 and an agent a1."""
+        self.start("maestro-worker", "s1", "--role", "sender")
+        self.start("maestro-worker", "r1", "--role", "receiver")
+        self.start("maestro-inspector", "i1")
+        self.start("maestro-agent", "a1")
+
     def log(self, name: str) -> str:
         return (self.log_dir / f"{name}.log").read_text(errors="replace")
 
@@ -65,10 +72,15 @@ class PrivateMosquitto:
             self.proc = subprocess.Popen(["mosquitto", "-c", str(self.config)], stdout=log, stderr=subprocess.STDOUT)
         wait_for_port(self.port)
 
-    def stop(self) -> None:
+    def stop(self, graceful: bool = False) -> None:
+        """SIGKILL; or SIGTERM with `graceful`, when Mosquitto publishes its clients' last wills."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
+            self.proc.send_signal(signal.SIGTERM if graceful else signal.SIGKILL)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.send_signal(signal.SIGKILL)
+                self.proc.wait(10)
 
 
 def private_mosquitto(directory: Path, extra_config: str = "", port: int | None = None) -> PrivateMosquitto:

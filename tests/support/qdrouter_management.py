@@ -1,29 +1,42 @@
-"""An AMQP 1.0 peer, on python-qpid-proton, that answers AMQP management QUERY as Qpid Dispatch
-Router does: at `$management`, with the router's entity types and attribute names (its
-management schema, qdrouterd 1.x), to a dynamic reply address. No Qpid Dispatch Router can be
-installed on these machines; this is what the amqp-management inspector is tested against.
+"""An AMQP 1.0 peer, on python-qpid-proton, that answers AMQP management as Qpid Dispatch Router
+1.19.0 does. Debian has no router; one was built by hand from its public source (1.19.0 against
+Qpid Proton 0.37.0), and what it answered the inspector's queries was captured into
+`qdrouter_answers.json` (see its "router" field). This peer replays those answers as the router
+sends them:
 
-What it validates: the protocol exchange (link attach with a dynamic source, the request's
-application properties operation/type/entityType/name, the body's attributeNames, the answer's
-statusCode/statusDescription, attributeNames and results, correlation ids). What it cannot: a
-real router's values and its behaviour under load.
+- at `$management`, to a dynamic reply address of the router's form (`amqp:/_topo/0/<id>/temp.…`)
+  on a link in mixed settle mode, every answer presettled: the receiver has nothing to accept;
+- the attributes asked for, in the order asked, each of the AMQP type the router uses (ulong
+  counters, uint, int for the allocator's), with the delivery counters moving between samples as
+  a busy router's do;
+- the router's status codes and descriptions for an unknown entity type (400) and operation (501);
+- numeric correlation ids dropped on the allocator's answers, as the router's Python agent does:
+  only a string id comes back there.
+
+What it cannot show: a router's behaviour under load, or across a network of routers.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from proton import Message
+from proton import Link, Message, int32, uint, ulong
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
 from protocol.embedded_broker import free_port
 
-_PREFIX = "org.apache.qpid.dispatch."
+ANSWERS: dict[str, Any] = json.loads((Path(__file__).with_name("qdrouter_answers.json")).read_text())
+_TYPES: dict[str, Callable[[Any], Any]] = {"ulong": ulong, "uint": uint, "int32": int32}
+# Answered by the router's Python agent, which keeps only string correlation ids.
+_PYTHON_AGENT = {"org.apache.qpid.dispatch.allocator"}
+_MOVING = {"deliveriesIngress", "deliveriesEgress", "acceptedDeliveries", "deliveryCount", "acceptedCount"}
 
 
 class _Router(MessagingHandler):  # type: ignore[misc]
@@ -34,7 +47,7 @@ class _Router(MessagingHandler):  # type: ignore[misc]
         self.queries: list[dict[str, Any]] = []
         self._senders: dict[str, Any] = {}
         self._acceptor: Any = None
-        self._deliveries = 0
+        self._moved = 0  # deliveries added to the captured counters so far
 
     def on_start(self, event: Any) -> None:
         self._acceptor = event.container.listen(self.url)
@@ -43,95 +56,63 @@ class _Router(MessagingHandler):  # type: ignore[misc]
     def on_link_opening(self, event: Any) -> None:
         link = event.link
         if link.is_sender and link.remote_source and link.remote_source.dynamic:
-            address = f"amqp:/_topo/0/Router.A/temp.{uuid.uuid4().hex[:8]}"
+            address = f"amqp:/_topo/0/Router.A/temp.{uuid.uuid4().hex[:16]}"
             link.source.address = address
+            link.snd_settle_mode = Link.SND_MIXED
             self._senders[address] = link
         elif link.is_receiver and link.remote_target:
             link.target.address = link.remote_target.address
 
     def on_message(self, event: Any) -> None:
         request = event.message
-        props = request.properties or {}
-        self.queries.append(dict(props))
+        props = dict(request.properties or {})
+        self.queries.append(props)
         sender = self._senders.get(request.reply_to)
         if sender is None:
             return
         entity = props.get("entityType", "")
-        if entity == _PREFIX + "router":
-            self._deliveries += 10  # the counters move between samples, as a busy router's do
-        table = self._entities().get(entity)
-        if props.get("operation") != "QUERY" or props.get("type") != "org.amqp.management" or table is None:
-            answer = Message(
-                correlation_id=request.correlation_id,
-                properties={"statusCode": 404, "statusDescription": f"Not Found: {entity}"},
-                body={},
-            )
-        else:
-            wanted = list((request.body or {}).get("attributeNames") or table[0])
-            index = {name: i for i, name in enumerate(table[0])}
-            results = [[row[index[name]] if name in index else None for name in wanted] for row in table[1]]
-            answer = Message(
-                correlation_id=request.correlation_id,
-                properties={"statusCode": 200, "statusDescription": "OK"},
-                body={"attributeNames": wanted, "results": results},
-            )
-        answer.address = request.reply_to
-        sender.send(answer)
+        if entity == "org.apache.qpid.dispatch.router":
+            self._moved += 10
+        status, description, body = self._answer(props.get("operation"), entity, request.body or {})
+        correlation = request.correlation_id
+        if entity in _PYTHON_AGENT and not isinstance(correlation, str):
+            correlation = None
+        answer = Message(
+            address=request.reply_to,
+            correlation_id=correlation,
+            properties={"statusCode": status, "statusDescription": description},
+            body=body,
+        )
+        sender.send(answer).settle()  # presettled, as the router sends its answers
 
-    def _entities(self) -> dict[str, tuple[list[str], list[list[Any]]]]:
-        d = self._deliveries
-        return {
-            _PREFIX + "router": (
-                _names(
-                    "id version mode linkRouteCount autoLinkCount linkCount nodeCount addrCount "
-                    "connectionCount deliveriesIngress deliveriesEgress presettledDeliveries "
-                    "droppedPresettledDeliveries acceptedDeliveries rejectedDeliveries "
-                    "releasedDeliveries modifiedDeliveries"
-                ),
-                [["Router.A", "1.19.0", "interior", 2, 0, 9, 1, 14, 3, d, d - 2, 0, 0, d - 2, 0, 0, 0]],
-            ),
-            _PREFIX + "allocator": (
-                _names(
-                    "typeName typeSize transferBatchSize localFreeListMax totalAllocFromHeap "
-                    "heldByThreads batchesRebalancedToThreads batchesRebalancedToGlobal "
-                    "totalFreeToHeap globalFreeListMax"
-                ),
-                [
-                    ["qd_buffer_t", 536, 16, 128, 1024, 64, 3, 2, 0, 0],
-                    ["qd_message_t", 160, 64, 128, 256, 0, 0, 0, 0, 0],
-                ],
-            ),
-            _PREFIX + "router.link": (
-                _names(
-                    "linkName linkDir linkType owningAddr operStatus identity deliveryCount "
-                    "undeliveredCount presettledCount unsettledCount releasedCount modifiedCount "
-                    "acceptedCount rejectedCount capacity"
-                ),
-                [
-                    ["maestro-sender", "in", "endpoint", "M0q1", "up", "7", d, 0, 0, 2, 0, 0, d - 2, 0, 250],
-                    ["maestro-receiver", "out", "endpoint", "M0q1", "up", "8", d - 2, 1, 0, 0, 0, 0, d - 2, 0, 250],
-                ],
-            ),
-            _PREFIX + "connection": (
-                _names("identity host role dir container isEncrypted isAuthenticated user"),
-                [["3", "127.0.0.1:40001", "normal", "in", "maestro-1", False, False, "anonymous"]],
-            ),
-            _PREFIX + "router.address": (
-                _names(
-                    "name distribution inProcess subscriberCount remoteCount deliveriesIngress "
-                    "deliveriesEgress deliveriesTransit"
-                ),
-                [["M0q1", "balanced", 0, 1, 0, d, d - 2, 0]],
-            ),
-        }
+    def _answer(self, operation: Any, entity: str, request_body: dict[str, Any]) -> tuple[int, str, dict[str, Any]]:
+        if operation != "QUERY":
+            (error,) = [e for key, e in ANSWERS["errors"].items() if key.startswith("FROB ")]
+            description = error["properties"]["statusDescription"].replace("'FROB'", repr(str(operation)))
+            return 501, description, {}
+        captured = ANSWERS["entities"].get(entity)
+        if captured is None:
+            return 400, f"No such entity type '{entity}'", {}
+        names: list[str] = captured["attributeNames"]
+        wanted = list(request_body.get("attributeNames") or names)
+        index = {name: i for i, name in enumerate(names)}
+        results = [
+            [self._typed(captured, name, row[index[name]]) if name in index else None for name in wanted]
+            for row in captured["results"]
+        ]
+        return 200, "OK", {"attributeNames": wanted, "results": results}
+
+    def _typed(self, captured: dict[str, Any], name: str, value: Any) -> Any:
+        if value is None:
+            return None
+        if name in _MOVING:
+            value += self._moved
+        wrap = _TYPES.get(captured["types"].get(name, ""))
+        return wrap(value) if wrap is not None else value
 
     def stop(self) -> None:
         if self._acceptor is not None:
             self._acceptor.close()
-
-
-def _names(text: str) -> list[str]:
-    return text.split()
 
 
 @contextmanager

@@ -10,30 +10,20 @@ import importlib
 from urllib.parse import urlsplit
 
 from protocol.options import OptionError
+from protocol.schemes import SUT_SCHEMES
 from worker.drivers.base import Driver, Endpoint
 
 __all__ = ["driver_class", "driver_for_client", "parse_endpoint"]
 
-_BY_SCHEME = {
-    "amqp": "worker.drivers.amqp:AmqpDriver",
-    "amqps": "worker.drivers.amqp:AmqpDriver",
-    "amqp10": "worker.drivers.amqp10:Amqp10Driver",
-    "amqp10s": "worker.drivers.amqp10:Amqp10Driver",
-    "kafka": "worker.drivers.kafka:KafkaDriver",
-    "kafkas": "worker.drivers.kafka:KafkaDriver",
-    "mqtt": "worker.drivers.mqtt:MqttDriver",
-    "mqtts": "worker.drivers.mqtt:MqttDriver",
-}
-
 
 def driver_class(url: str, option_name: str = "url") -> type[Driver]:
     scheme = urlsplit(url).scheme
-    target = _BY_SCHEME.get(scheme)
-    if target is None:
+    known = SUT_SCHEMES.get(scheme)
+    if known is None:
         raise OptionError(
-            option_name, f"{scheme or 'a URL without a scheme'}: no driver (known: {', '.join(_BY_SCHEME)})"
+            option_name, f"{scheme or 'a URL without a scheme'}: no driver (known: {', '.join(SUT_SCHEMES)})"
         )
-    module, name = target.split(":")
+    module, name = known.driver.split(":")
     cls: type[Driver] = getattr(importlib.import_module(module), name)
     return cls
 

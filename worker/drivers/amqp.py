@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import aio_pika
@@ -27,6 +28,8 @@ from aio_pika.abc import (
 )
 from pamqp.commands import Basic
 
+from protocol.schemes import schemes_of
+from protocol.sut_url import DRIVER_OPTIONS
 from worker.drivers.base import (
     ConnectError,
     DisconnectedError,
@@ -34,10 +37,7 @@ from worker.drivers.base import (
     Endpoint,
     OnMessages,
     SendError,
-    boolean,
-    choice,
     connect_cause,
-    integer,
 )
 
 __all__ = ["AmqpDriver"]
@@ -52,22 +52,8 @@ _DISCONNECTS = (
 
 
 class AmqpDriver(Driver):
-    SCHEMES: ClassVar[dict[str, tuple[bool, int]]] = {"amqp": (False, 5672), "amqps": (True, 5671)}
-    OPTIONS: ClassVar[dict[str, Any]] = {
-        "vhost": str,
-        "exchange": str,
-        "exchange_type": choice("direct", "fanout", "topic", "headers"),
-        "routing_key": str,
-        "queue_type": choice("classic", "quorum", "stream"),
-        "max_length": integer(1, 2**31),
-        "lazy": boolean,
-        "durable": boolean,  # the queue survives a broker restart
-        "persistent": boolean,  # delivery mode 2
-        "confirms": boolean,
-        "confirm_timeout_s": integer(1, 3600),
-        "ack": choice("auto", "manual"),
-        "prefetch": integer(0, 65535),
-    }
+    SCHEMES: ClassVar[dict[str, tuple[bool, int]]] = schemes_of("worker.drivers.amqp:AmqpDriver")
+    OPTIONS: ClassVar[dict[str, Callable[[Any], Any]]] = DRIVER_OPTIONS["worker.drivers.amqp:AmqpDriver"]
     DESCRIPTION = "AMQP 0-9-1 (aio-pika)"
 
     def __init__(self, endpoint: Endpoint, client: int = 0) -> None:

@@ -14,6 +14,7 @@ import asyncio
 import collections
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from proton import Delivery, Event, Message, SSLDomain
@@ -21,6 +22,8 @@ from proton.handlers import MessagingHandler
 from proton.reactor import ApplicationEvent, AtMostOnce, Container, DurableSubscription, EventInjector
 
 from protocol.concurrency import LoopBatch, PollThread, call_in_loop
+from protocol.schemes import schemes_of
+from protocol.sut_url import DRIVER_OPTIONS
 from worker.drivers.base import (
     ConnectError,
     DisconnectedError,
@@ -28,10 +31,7 @@ from worker.drivers.base import (
     Endpoint,
     OnMessages,
     SendError,
-    boolean,
-    choice,
     connect_cause,
-    integer,
     probe,
 )
 
@@ -41,12 +41,8 @@ _CONNECT_TIMEOUT_S = 15.0
 
 
 class Amqp10Driver(Driver):
-    SCHEMES: ClassVar[dict[str, tuple[bool, int]]] = {"amqp10": (False, 5672), "amqp10s": (True, 5671)}
-    OPTIONS: ClassVar[dict[str, Any]] = {
-        "settle": choice("presettled", "at-least-once"),
-        "credit": integer(1, 1_000_000),  # the receiver's credit window (prefetch)
-        "durable": boolean,  # durable messages; a durable subscription on receive
-    }
+    SCHEMES: ClassVar[dict[str, tuple[bool, int]]] = schemes_of("worker.drivers.amqp10:Amqp10Driver")
+    OPTIONS: ClassVar[dict[str, Callable[[Any], Any]]] = DRIVER_OPTIONS["worker.drivers.amqp10:Amqp10Driver"]
     DESCRIPTION = "AMQP 1.0 (python-qpid-proton)"
 
     def __init__(self, endpoint: Endpoint, client: int = 0) -> None:

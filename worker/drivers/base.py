@@ -17,16 +17,13 @@ import asyncio
 import contextlib
 import errno
 import socket
-import ssl
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, ClassVar
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 from protocol.options import OptionError
-from protocol.secrets import redact_text
+from protocol.sut_url import Endpoint, SutUrlError, parse_sut_url
 
 __all__ = [
     "FIRST_CONNECT_S",
@@ -39,18 +36,15 @@ __all__ = [
     "OnSettled",
     "SendError",
     "backoff_s",
-    "boolean",
-    "choice",
     "connect_cause",
     "connect_within",
-    "integer",
-    "number_range",
     "probe",
 ]
 
 # Called on the event loop with a burst of messages as the library handed them over: each body
 # with the wall-clock ns it arrived at, stamped where the library gave it to us (its own thread),
-# so the hop to the loop never shows as latency.
+# so the hop to the loop never shows as latency. An empty burst is news without messages: the
+# client is busy (a Kafka rebalance), which a drain must not take for an idle queue.
 OnMessages = Callable[[list[tuple[bytes, int]]], None]
 # Called on the event loop once the SUT settled a message: the publish token, and None when it
 # took the message or the reason (a SendError naming its kind) when it did not.
@@ -79,96 +73,13 @@ class DisconnectedError(DriverError):
     pass
 
 
-# --- option parsers for URL query strings (values arrive as text) ----------------------------------
-
-
-def integer(low: int, high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError as exc:
-            raise ValueError(f"expected a whole number, got {text!r}") from exc
-        if not low <= value <= high:
-            raise ValueError(f"{value} is out of range ({low} to {high})")
-        return value
-
-    return parse
-
-
-def boolean(text: str) -> bool:
-    lowered = text.lower()
-    if lowered in ("true", "1", "yes"):
-        return True
-    if lowered in ("false", "0", "no"):
-        return False
-    raise ValueError(f"expected true or false, got {text!r}")
-
-
-def choice(*choices: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        if text not in choices:
-            raise ValueError(f"expected one of {', '.join(choices)}, got {text!r}")
-        return text
-
-    return parse
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """A SUT URL, parsed: `scheme://[user:pw@]host[:port]/destination?option=value&...`."""
-
-    url: str
-    scheme: str
-    host: str
-    port: int
-    destination: str
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    tls: bool = False
-    options: Mapping[str, Any] = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        """The URL without its password, for logs and errors."""
-        user = f"{self.username}:***@" if self.username else ""
-        return f"{self.scheme}://{user}{self.host}:{self.port}/{self.destination}"
-
-    def destination_for(self, client: int) -> str:
-        """The destination of client number `client`: `perf-test-%d` with `destinations=1-100`
-        spreads clients over perf-test-1 .. perf-test-100 (seed 002's 100 queues)."""
-        if "%d" not in self.destination:
-            return self.destination
-        low, high = self.options.get("destinations", (1, 1))
-        return self.destination.replace("%d", str(low + client % (high - low + 1)))
-
-    def ssl_context(self) -> ssl.SSLContext | None:
-        if not self.tls:
-            return None
-        context = ssl.create_default_context(cafile=self.options.get("ca"))
-        if self.options.get("insecure"):
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        return context
-
-
-def number_range(text: str) -> tuple[int, int]:
-    """`1-100` -> (1, 100): the numbers a `%d` in the destination runs through."""
-    low, sep, high = text.partition("-")
-    if not sep or not low.isdigit() or not high.isdigit() or int(low) > int(high):
-        raise ValueError(f"expected a range such as 1-100, got {text!r}")
-    return int(low), int(high)
-
-
-# Options every driver understands.
-_COMMON: dict[str, Callable[[str], Any]] = {"ca": str, "insecure": boolean, "destinations": number_range}
-
-
 def _unset(token: int, error: SendError | None) -> None:
     raise RuntimeError("a driver settled a message before the worker set on_settled")
 
 
 class Driver(ABC):
     SCHEMES: ClassVar[dict[str, tuple[bool, int]]]  # scheme -> (TLS, default port)
-    OPTIONS: ClassVar[dict[str, Callable[[str], Any]]]  # query option -> parser
+    OPTIONS: ClassVar[dict[str, Callable[[Any], Any]]]  # query option -> parser (protocol.sut_url)
     DESCRIPTION: ClassVar[str]
     # Messages one client may have handed over and not yet settled, unless the test sets
     # `confirm_window`: each protocol's natural bound (README, SUT URLs).
@@ -189,47 +100,14 @@ class Driver(ABC):
 
     @classmethod
     def parse(cls, url: str, option_name: str = "url") -> Endpoint:
-        """Parse and check a URL; raises OptionError naming `option_name` and the fault."""
-        parts = urlsplit(url)
-        safe = redact_text(url)
-        if parts.scheme not in cls.SCHEMES:
-            raise OptionError(option_name, f"{safe}: {cls.__name__} takes {', '.join(cls.SCHEMES)}")
-        tls, default_port = cls.SCHEMES[parts.scheme]
+        """Parse and check a URL (protocol.sut_url); raises OptionError naming `option_name`."""
         try:
-            port = parts.port or default_port
-        except ValueError as exc:
-            raise OptionError(option_name, f"{safe}: {exc}") from exc
-        if not parts.hostname:
-            raise OptionError(option_name, f"{safe} names no host")
-        # One slash separates host and destination; more belong to the destination, as
-        # RabbitMQ's AMQP 1.0 addresses need: amqp10://host//queue/q is the address /queue/q.
-        destination = unquote(parts.path[1:])
-        if not destination:
-            raise OptionError(option_name, f"{safe} names no queue, topic or address (the URL path)")
-        known = {**_COMMON, **cls.OPTIONS}
-        options: dict[str, Any] = {}
-        for key, text in parse_qsl(parts.query, keep_blank_values=True):
-            parser = known.get(key)
-            if parser is None:
-                raise OptionError(
-                    option_name,
-                    f"{safe}: unknown option {key!r} for {parts.scheme}:// (known: {', '.join(sorted(known))})",
-                )
-            try:
-                options[key] = parser(text)
-            except ValueError as exc:
-                raise OptionError(option_name, f"{safe}: option {key!r}: {exc}") from exc
-        return Endpoint(
-            url=url,
-            scheme=parts.scheme,
-            host=parts.hostname,
-            port=port,
-            destination=destination,
-            username=unquote(parts.username) if parts.username else None,
-            password=unquote(parts.password) if parts.password else None,
-            tls=tls,
-            options=options,
-        )
+            endpoint = parse_sut_url(url)
+        except SutUrlError as exc:
+            raise OptionError(option_name, str(exc)) from exc
+        if endpoint.scheme not in cls.SCHEMES:
+            raise OptionError(option_name, f"{endpoint}: {cls.__name__} takes {', '.join(cls.SCHEMES)}")
+        return endpoint
 
     @abstractmethod
     async def connect(self) -> None: ...

@@ -16,12 +16,15 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol.concurrency import LoopBatch, PollThread, call_in_loop
+from protocol.schemes import schemes_of
+from protocol.sut_url import DRIVER_OPTIONS
 from worker.drivers.base import (
     FIRST_CONNECT_S,
     ConnectError,
@@ -30,9 +33,7 @@ from worker.drivers.base import (
     Endpoint,
     OnMessages,
     SendError,
-    choice,
     connect_cause,
-    integer,
     probe,
 )
 
@@ -48,23 +49,8 @@ _TIMED_OUT = {KafkaError._MSG_TIMED_OUT, KafkaError._TRANSPORT, KafkaError.REQUE
 
 
 class KafkaDriver(Driver):
-    SCHEMES: ClassVar[dict[str, tuple[bool, int]]] = {"kafka": (False, 9092), "kafkas": (True, 9093)}
-    OPTIONS: ClassVar[dict[str, Any]] = {
-        "acks": choice("0", "1", "all"),
-        "batch_size": integer(1, 2**31 - 1),
-        "linger_ms": integer(0, 900_000),
-        "compression": choice("none", "gzip", "snappy", "lz4", "zstd"),
-        "partitions": integer(1, 100_000),  # a topic that does not exist is created with this many
-        "group": str,
-        "auto_offset_reset": choice("earliest", "latest"),
-        "session_timeout_ms": integer(1000, 3_600_000),
-        "delivery_timeout_ms": integer(1000, 3_600_000),
-        "queue_max_messages": integer(1, 10_000_000),  # librdkafka's producer queue: the window
-        # How long the broker may hold a fetch for fetch_min_bytes to arrive. A broker that does
-        # not answer a waiting fetch when data comes (tansu) adds up to this to every latency.
-        "fetch_wait_max_ms": integer(0, 300_000),
-        "fetch_min_bytes": integer(1, 100_000_000),
-    }
+    SCHEMES: ClassVar[dict[str, tuple[bool, int]]] = schemes_of("worker.drivers.kafka:KafkaDriver")
+    OPTIONS: ClassVar[dict[str, Callable[[Any], Any]]] = DRIVER_OPTIONS["worker.drivers.kafka:KafkaDriver"]
     DESCRIPTION = "Kafka (confluent-kafka / librdkafka)"
     DEFAULT_WINDOW = 100_000  # librdkafka's default queue.buffering.max.messages
 
@@ -77,6 +63,7 @@ class KafkaDriver(Driver):
         self._on_messages: OnMessages | None = None
         self._processing_delay_s = 0.0
         self._paused = False
+        self._rebalancing = False  # partitions revoked, the next assignment not yet come
         self._reports: LoopBatch[tuple[int, KafkaError | None]] | None = None
         self._delivered: list[tuple[int, KafkaError | None]] = []  # filled inside poll()
 
@@ -202,7 +189,16 @@ class KafkaDriver(Driver):
         consumer = Consumer(config)
         loop = asyncio.get_running_loop()
         assigned = asyncio.Event()
-        consumer.subscribe([self.destination], on_assign=lambda _c, _parts: call_in_loop(loop, assigned.set))
+
+        def on_assign(_consumer: Consumer, _partitions: list[Any]) -> None:
+            self._rebalancing = False
+            call_in_loop(loop, assigned.set)
+            call_in_loop(loop, on_messages, [])
+
+        def on_revoke(_consumer: Consumer, _partitions: list[Any]) -> None:
+            self._rebalancing = True
+
+        consumer.subscribe([self.destination], on_assign=on_assign, on_revoke=on_revoke)
         self._consumer = consumer
         self._poller = PollThread(f"kafka-consumer-{self.client}", self._consume_once)
         # Ready means in the group with partitions assigned, not merely subscribed: otherwise the
@@ -215,12 +211,22 @@ class KafkaDriver(Driver):
     def _consume_once(self) -> None:
         assert self._consumer is not None and self._loop is not None and self._on_messages is not None
         if self._paused:
-            self._consumer.poll(_POLL_S)  # keeps group membership alive; paused partitions give nothing
+            # Polling keeps the group membership alive; paused partitions give nothing, so a
+            # message here is from a partition a rebalance assigned since: counted, not dropped.
+            message = self._consumer.poll(_POLL_S)
+            if message is not None and message.error() is None:
+                call_in_loop(self._loop, self._on_messages, [(message.value(), time.time_ns())])
+                self._consumer.pause(self._consumer.assignment())
             return
         # Wait for one message, then take whatever else has arrived (consume() alone would wait
         # for a whole batch or its timeout): a burst crosses to the loop in one hand-over.
         first = self._consumer.poll(_POLL_S)
         if first is None:
+            if self._rebalancing:
+                # Between a revoke and the next assignment nothing arrives however much waits:
+                # an empty hand-over tells the receiver this is not idle time, so a drain (idle
+                # for 2 s) does not end in the middle of a rebalance and leave the tail unread.
+                call_in_loop(self._loop, self._on_messages, [])
             return
         arrived = time.time_ns()
         messages = [first, *self._consumer.consume(_BATCH, 0)]

@@ -12,6 +12,7 @@ import asyncio
 import ssl
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import paho.mqtt.client as mqtt
@@ -19,6 +20,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from protocol.bus import no_delay
 from protocol.concurrency import LoopBatch, call_in_loop
+from protocol.schemes import schemes_of
+from protocol.sut_url import DRIVER_OPTIONS
 from worker.drivers.base import (
     ConnectError,
     DisconnectedError,
@@ -26,9 +29,7 @@ from worker.drivers.base import (
     Endpoint,
     OnMessages,
     SendError,
-    boolean,
     connect_cause,
-    integer,
     probe,
 )
 
@@ -38,13 +39,8 @@ _CONNECT_TIMEOUT_S = 15.0
 
 
 class MqttDriver(Driver):
-    SCHEMES: ClassVar[dict[str, tuple[bool, int]]] = {"mqtt": (False, 1883), "mqtts": (True, 8883)}
-    OPTIONS: ClassVar[dict[str, Any]] = {
-        "qos": integer(0, 2),
-        "clean_session": boolean,
-        "keepalive_s": integer(5, 3600),
-        "max_inflight": integer(1, 65535),  # QoS 1/2 messages awaiting their acknowledgement
-    }
+    SCHEMES: ClassVar[dict[str, tuple[bool, int]]] = schemes_of("worker.drivers.mqtt:MqttDriver")
+    OPTIONS: ClassVar[dict[str, Callable[[Any], Any]]] = DRIVER_OPTIONS["worker.drivers.mqtt:MqttDriver"]
     DESCRIPTION = "MQTT 3.1.1 (paho-mqtt)"
 
     def __init__(self, endpoint: Endpoint, client: int = 0) -> None:

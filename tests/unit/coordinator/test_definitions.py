@@ -8,20 +8,25 @@ import pytest
 from coordinator import Fail, FixedRateTest, Flow, IncrementalTest, UnboundedTest
 from coordinator.declared import load_test_file
 from coordinator.definitions import DefinitionError
-from coordinator.executor import TestResult
 from coordinator.junit import junit_xml
+from coordinator.results import TestResult
 
 
 def test_a_fixed_rate_test_becomes_options_for_each_role() -> None:
     test = FixedRateTest(send_url="amqp://h/q", rate=50, parallel=4, duration=90, size="~1KB", warm_up="5s")
     (flow,) = test.all_flows()
-    sender = test.sender_options(flow)
+    sender = test.sender_options(flow, "t-1")
     assert sender["send_url"] == ["amqp://h/q"] and sender["rate_per_s"] == 50 and sender["parallel_count"] == 4
     assert sender["duration"] == "90s" and sender["warm_up_s"] == 5.0
-    receiver = test.receiver_options(flow)
+    receiver = test.receiver_options(flow, "t-1")
     assert receiver["receive_url"] == ["amqp://h/q"] and "duration" not in receiver and "rate_per_s" not in receiver
     assert test.target_rate() == 200
-    assert FixedRateTest(send_url="amqp://h/q", count=1000).sender_options(flow)["duration"] == 1000
+    assert FixedRateTest(send_url="amqp://h/q", count=1000).sender_options(flow, "t-1")["duration"] == 1000
+    # `{test_id}` in a URL becomes the phase's id: a fresh queue per phase.
+    placed = FixedRateTest(send_url="amqp://h/q-{test_id}", receive_url="amqp://h/r-{test_id}", rate=1)
+    (flow,) = placed.all_flows()
+    assert placed.sender_options(flow, "t-2")["send_url"] == ["amqp://h/q-t-2"]
+    assert placed.receiver_options(flow, "t-2")["receive_url"] == ["amqp://h/r-t-2"]
     assert UnboundedTest(send_url="amqp://h/q").rate == 0
 
 

@@ -120,7 +120,8 @@ def _strategy(hint: Any) -> st.SearchStrategy[Any]:
     if origin is list:
         return st.lists(_strategy(typing.get_args(hint)[0]), max_size=5)
     if origin is dict:
-        return st.dictionaries(st.text(max_size=10), _values, max_size=5)
+        key, item = typing.get_args(hint)
+        return st.dictionaries(_strategy(key), _strategy(item), max_size=5)
     return {
         str: st.text(max_size=30),
         int: st.integers(-(2**63), 2**63 - 1),

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from protocol.codes import ErrorCode, Role
+from protocol.codes import Activity, ErrorCode, Role
 from protocol.notes import (
     GetRequest,
     GetResponse,
+    Header,
     InternalErrorResponse,
     Note,
     OkResponse,
@@ -20,6 +21,7 @@ from protocol.notes import (
     RoleUnassign,
     SetRequest,
     StartInspector,
+    StartTest,
     StatsRequest,
     StatsResponse,
 )
@@ -98,3 +100,27 @@ def test_get(worker: Worker) -> None:
 def test_peer_names_cannot_break_topics(tmp_path: Any) -> None:
     with pytest.raises(ValueError, match="peer name"):
         PeerConfig(broker_url="mqtt://h", name="a/b", role=Role.AGENT, data_dir=tmp_path)
+
+
+def test_a_repeated_request_is_answered_again_and_not_acted_on_twice(worker: Worker) -> None:
+    started: list[str] = []
+    worker.test_started = lambda: started.append(worker.test_id)  # type: ignore[method-assign]
+    replies: list[Note] = []
+    worker.bus.reply = lambda _request, response: replies.append(response) or response  # type: ignore[method-assign]
+    note = StartTest(test_id="t-1").with_header(Header(message_id="m-1", sender_id="coordinator"))
+
+    async def twice() -> None:
+        await worker._dispatch(worker.topics.by_id(worker.peer_id), note)
+        await worker._dispatch(worker.topics.by_id(worker.peer_id), note)  # the coordinator asked again
+
+    asyncio.run(twice())
+    assert started == ["t-1"]
+    assert len(replies) == 2 and all(isinstance(r, OkResponse) for r in replies)
+    assert replies[0] is replies[1]
+
+
+def test_start_test_is_refused_while_a_test_runs(worker: Worker) -> None:
+    worker.state = Activity.RUNNING
+    worker.test_id = "t-0"
+    refused = answer(worker, StartTest(test_id="t-1"))
+    assert isinstance(refused, InternalErrorResponse) and "busy with test t-0" in refused.message

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import numpy as np
+
 from reports.faults import Traffic, Window, fault_effects, windows_from_events
 
 S = 1_000_000  # µs
@@ -12,12 +14,10 @@ S = 1_000_000  # µs
 def _traffic() -> Traffic:
     intended = [i * 10_000 for i in range(2000)]  # 0.00 s .. 19.99 s, every 10 ms
     # Sent on time; everything intended in [5.0 s, 7.5 s) is lost; the rest arrives 1 ms later.
-    arrivals = [(t + 1000, t) for t in intended if not 5 * S <= t < 7.5 * S]
-    return Traffic(
-        send_times_us=intended,
-        send_intended_us=intended,
-        arrivals=arrivals,
-        arrival_intended_us=sorted(t for _, t in arrivals),
+    arrived = [t for t in intended if not 5 * S <= t < 7.5 * S]
+    return Traffic.of(
+        sends=(np.array(intended), np.array(intended)),
+        arrivals=(np.array(arrived), np.array(arrived) + 1000),
         duplicates_per_s={8: 3, 30: 5},
         disconnects_us=[int(5.2 * S)],
         reconnects_us=[int(7.6 * S), int(40 * S)],  # the second is long after

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from support.synthetic import T0_US, one_loss_one_duplicate
 
-from reports.summary import generator_bound, rate_over_seconds, read_peers, summarize
+from reports.summary import generator_bound, inspector_shortfalls, rate_of, read_peers, summarize
+
+
+def rate_over_seconds(times_us: list[int]) -> dict[str, float]:
+    return rate_of(Counter(t // 1_000_000 for t in times_us))
 
 
 def test_rates_count_whole_seconds_only() -> None:
@@ -61,3 +66,26 @@ def test_out_of_order_deliveries_are_summed_over_the_receivers(tmp_path: Path) -
         path.write_text(json.dumps(info))
     (row,) = summarize(test)["per_sender"]
     assert (row["lost"], row["duplicates"], row["out_of_order"]) == (1, 1, 3)
+
+
+@pytest.mark.parametrize(
+    ("samples", "errors", "flagged"),
+    [
+        (61, 0, None),  # 60 s at 1 s: 61 expected
+        (31, 5, None),  # half and a bit: thin, not flagged
+        (30, 31, "inspector rabbitmq on i1 collected 30 of about 61 samples (31 failed; last error: 401)"),
+        (0, 61, "inspector rabbitmq on i1 collected no sample (61 failed; last error: 401)"),
+    ],
+)
+def test_an_inspector_that_collected_too_little_is_flagged(
+    tmp_path: Path, samples: int, errors: int, flagged: str | None
+) -> None:
+    test = one_loss_one_duplicate(tmp_path)
+    folder = test / "inspector" / "i1"
+    folder.mkdir(parents=True)
+    inspector = {"interval_s": 1.0, "samples": samples, "errors": errors, "last_error": "401" if errors else None}
+    info = {"name": "i1", "role": "inspector", "host": "h", "started_ns": 0, "ended_ns": 60 * 10**9}
+    (folder / "peer.json").write_text(json.dumps(info | {"inspectors": {"rabbitmq": inspector}}))
+    (row,) = [p for p in summarize(test)["peers"] if p["role"] == "inspector"]
+    assert row.get("inspector_shortfall") == ([flagged] if flagged else None)
+    assert inspector_shortfalls(read_peers(test)) == ([flagged] if flagged else [])

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from protocol.fail import FailConditions
 from protocol.hdr import new_histogram
 from protocol.options import Duration, MessageSize, ProfileStep, parse_profile
-from worker.fail_conditions import FailConditions
 from worker.sender import SenderPlan
 
 
@@ -26,6 +26,17 @@ def test_soft_latency_bound_judges_the_percentile_and_hard_the_max() -> None:
     assert FailConditions(latency_ms=0.5).latency(interval) == "latency p99 1.000 ms > bound 0.5 ms (soft)"
     assert FailConditions().latency(interval) is None  # no bound
     assert soft.latency(new_histogram()) is None  # an empty interval says nothing
+
+
+def test_the_latency_bound_judges_latency_moved_by_the_clock_correction() -> None:
+    # A receiver whose clock runs 50 ms ahead of its senders' measures 51 ms for 1 ms.
+    interval = _interval([51_000] * 100)
+    bound = FailConditions(latency_ms=20)
+    assert bound.latency(interval) == "latency p99 51.007 ms > bound 20 ms (soft)"
+    assert bound.latency(interval, shift_us=-50_000) is None
+    assert FailConditions(latency_ms=0.5).latency(interval, shift_us=-50_000) == (
+        "latency p99 1.007 ms > bound 0.5 ms (soft)"
+    )
 
 
 def test_rate_and_stall() -> None:

@@ -12,7 +12,7 @@ import pytest
 from hdrh.log import HistogramLogReader
 
 from protocol.hdr import HIGHEST_US, new_histogram
-from protocol.ratefile import RateFileWriter, arrivals_per_second, read_rate_file
+from protocol.ratefile import RateFileWriter, arrivals_per_second, rate_seconds, read_rate_file
 from protocol.sequences import SequenceTracker, dump_bitsets, load_bitset, merge_bitsets
 from worker.latency import LatencyRecorder
 from worker.payload import HEADER_BYTES, ForeignPayloadError, MessageHeader, key_of, make_body, read_header
@@ -235,3 +235,39 @@ def test_schedule_lag_intervals_fold_into_the_run_total() -> None:
     assert total.get_max_value() == 40
     assert total.get_value_at_percentile(50) == 20
     assert stats.interval_lag_us.get_total_count() == 0
+
+
+def test_each_interval_holds_only_its_own_samples_though_their_histograms_are_reused() -> None:
+    recorder = LatencyRecorder(None)
+    intervals = []
+    for n in (3, 2, 5, 1):
+        for _ in range(n):
+            recorder.record(1000 * n, 500)
+        done = recorder.roll()
+        # What roll returned is intact until the next roll, whatever the reuse.
+        assert done.corrected.get_total_count() == done.service.get_total_count() == n
+        assert done.corrected.get_max_value() == pytest.approx(1000 * n, rel=0.01)  # no earlier interval's
+        intervals.append(done)
+    assert recorder.total_corrected.get_total_count() == 11
+    assert intervals[2] is intervals[0]  # two pairs of histograms alternate, none is allocated
+
+
+def test_rate_seconds_agrees_with_the_rows_one_by_one(tmp_path: Path) -> None:
+    """The summary's vectorised reading against the per-row truth: warm-up cut by eta, counts
+    by ata second, first and last ata, rows; across a rotation and out-of-order arrivals."""
+    writer = RateFileWriter(tmp_path, "receiver", {}, rows_per_file=700)
+    for i in range(2000):
+        eta = 5_000_000 + i * 1_500
+        writer.write(eta, eta + 200 + (i * 7919) % 50_000)  # arrivals out of order
+    writer.close()
+    assert len(writer.paths) == 3
+    for path in writer.paths:
+        rows = list(read_rate_file(path))
+        since = 6_000_000
+        part = rate_seconds(path.read_bytes(), str(path), since_us=since)
+        assert part.per_second == Counter(ata // 1_000_000 for eta, ata in rows if eta >= since)
+        assert (part.first_ata_us, part.last_ata_us, part.rows) == (
+            min(a for _, a in rows),
+            max(a for _, a in rows),
+            len(rows),
+        )

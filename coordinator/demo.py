@@ -1,0 +1,98 @@
+"""`maestro demo`: a short fixed-rate test on this machine, nothing else needed."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from typing import Any
+from urllib.parse import urlsplit
+
+from coordinator.cli_support import EXIT_FAILED, add_where, report
+from coordinator.definitions import FixedRateTest
+from coordinator.local import LocalCluster, LocalError
+from coordinator.maestro import Maestro
+from coordinator.results import new_test_id
+
+__all__ = ["add_demo", "cmd_demo", "demo_inspectors"]
+
+
+def add_demo(commands: Any) -> None:
+    p = commands.add_parser(
+        "demo",
+        help="a short fixed-rate test on this machine, nothing else needed",
+        description="Start an embedded control broker, the data server, a sender and a receiver, a SUT that ships "
+        "with the Python packages (tansu, a Kafka-compatible broker; the embedded MQTT broker where tansu is not "
+        "available), an inspector and an agent, run a short fixed-rate test, write the report and print where "
+        "the results are.",
+    )
+    p.add_argument("--sut", help="a real SUT URL instead (amqp://, amqp10://, kafka://, mqtt://)")
+    p.add_argument("--rate", type=float, default=100.0, help="msg/s per client (default: %(default)s)")
+    p.add_argument("--parallel", type=int, default=2, help="clients (default: %(default)s)")
+    p.add_argument("--duration", default="15s", help="(default: %(default)s)")
+    p.add_argument("--warm-up", default="3s", help="(default: %(default)s)")
+    add_where(p, local_flag=False)
+    p.set_defaults(run=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    root = args.data.resolve()
+    run_dir = root / ".local" / time.strftime("%Y%m%d-%H%M%S")
+    test_id = f"demo-{new_test_id()}"
+    with LocalCluster(run_dir, topic_prefix=args.topic_prefix, broker_url=args.broker or "") as local:
+        print(f"control broker: {local.broker_url}", flush=True)
+        sut = args.sut or _demo_sut(local, args.parallel)
+        print(f"SUT:            {sut}", flush=True)
+        data_server = args.data_server or local.data_server(root)
+        print(f"data server:    {data_server} (files under {root})", flush=True)
+        test = FixedRateTest(
+            send_url=sut,
+            rate=args.rate,
+            parallel=args.parallel,
+            size=256,
+            duration=args.duration,
+            warm_up=args.warm_up,
+            name="maestro demo",
+            labels={"demo": True},
+            inspectors=demo_inspectors(sut),
+            agents=("demo-agent",),
+            options={"inspector_interval_s": 1},
+        )
+        for role in ("receiver", "sender"):
+            local.daemon("maestro-worker", f"demo-{role}", run_dir / "peers" / role, "--role", role)
+        local.daemon("maestro-inspector", "demo-inspector", run_dir / "peers" / "inspector")
+        # An agent with no configuration: it joins the test and may touch nothing.
+        local.daemon("maestro-agent", "demo-agent", run_dir / "peers" / "agent")
+        with Maestro.connect(
+            local.broker_url, topic_prefix=args.topic_prefix, discover_s=0, data_server=data_server
+        ) as maestro:
+            maestro.wait_for_peers(4, timeout_s=30)
+            print(f"inspectors:     {', '.join(i.split('=')[0] for i in test.inspectors)}", flush=True)
+            print(f"test id:        {test_id}", flush=True)
+            result = maestro.run(test, test_id=test_id, progress=not args.quiet)
+    print(result)
+    report(result, root, args.no_report)
+    return 0 if result.passed else EXIT_FAILED
+
+
+def demo_inspectors(sut: str) -> tuple[str, ...]:
+    """The host, and the inspector that fits the SUT where there is one: RabbitMQ's management
+    API for amqp:// (on its default port, with the SUT URL's credentials)."""
+    parts = urlsplit(sut)
+    if parts.scheme in ("amqp", "amqps"):
+        user = f"{parts.username or 'guest'}:{parts.password or 'guest'}@"
+        return (f"rabbitmq=http://{user}{parts.hostname}:15672", "host")
+    return ("host",)
+
+
+def _demo_sut(local: LocalCluster, consumers: int) -> str:
+    try:
+        # A partition per consumer, or all but one of them would idle. tansu does not answer a
+        # waiting fetch when data arrives, so librdkafka's 500 ms fetch.wait.max.ms would be the
+        # latency the demo shows: a 2 ms wait makes it the broker's own.
+        topic = f"maestro-demo-{uuid.uuid4().hex[:6]}"
+        return local.tansu() + f"/{topic}?partitions={consumers}&fetch_wait_max_ms=2"
+    except LocalError as exc:
+        print(f"no tansu here ({exc}); the embedded MQTT broker serves as the SUT", file=sys.stderr)
+        return f"{local.broker_url}/maestro/demo/{uuid.uuid4().hex[:6]}"

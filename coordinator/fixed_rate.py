@@ -1,0 +1,192 @@
+"""A fixed-rate test, the unit every other kind is made of: plain dataclasses, checked when made.
+
+    FixedRateTest(send_url="amqp://sut:5672/q", rate=1000, size=256, parallel=5, duration="10m")
+
+`rate` is messages per second per client (as PerfTest's --rate per producer); a sender runs
+`parallel` clients, so one sender's target is rate x parallel. `rate=0` is unbounded: as fast
+as the SUT takes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.fail import FailConditions
+from protocol.options import (
+    OptionError,
+    parse_duration,
+    parse_message_size,
+    parse_options,
+    parse_profile,
+    parse_seconds,
+)
+from protocol.sut_url import parse_sut_url
+
+__all__ = ["Action", "DefinitionError", "Fail", "FixedRateTest", "Flow", "UnboundedTest"]
+
+
+class DefinitionError(ValueError):
+    pass
+
+
+# The fail conditions are one type with the peers that check them (protocol/fail.py).
+Fail = FailConditions
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One path through the SUT: `senders` workers publish to send_url, `receivers` workers
+    consume from receive_url (the same URL when not given). A test may hold several flows,
+    e.g. two queues, one fed by two senders and one by five (seed 004 §7.4)."""
+
+    send_url: str | list[str]
+    receive_url: str | list[str] = ""
+    senders: int = 1
+    receivers: int = 1
+    parallel: int = 1  # clients per sender and per receiver
+    rate: float | None = None  # per client; None: the test's
+
+    def urls(self, test_id: str = "{test_id}") -> tuple[list[str], list[str]]:
+        """Send and receive URLs; `{test_id}` in one becomes `test_id`: a fresh queue or topic per
+        phase."""
+        send = [self.send_url] if isinstance(self.send_url, str) else list(self.send_url)
+        receive = self.receive_url or send
+        receive = [receive] if isinstance(receive, str) else list(receive)
+        return [u.replace("{test_id}", test_id) for u in send], [u.replace("{test_id}", test_id) for u in receive]
+
+
+@dataclass(frozen=True)
+class Action:
+    """At `at` into the load (a time, "3m"), ask agent `agent` to run `command` with `args`:
+    a built-in action on a configured service (`Action("30s", "a1", "restart", ("broker",))`,
+    `("broker", "duration_s=10")` to undo it after 10 s) or a handler by name."""
+
+    at: str | float
+    agent: str
+    command: str
+    args: tuple[str, ...] = ()
+
+    @property
+    def at_s(self) -> float:
+        return parse_seconds(self.at)
+
+
+@dataclass(frozen=True)
+class FixedRateTest:
+    """Fixed rate for a time or a message count, through one flow or several."""
+
+    send_url: str | list[str] = ""
+    receive_url: str | list[str] = ""
+    rate: float = 100.0
+    size: int | str = 256
+    parallel: int = 1
+    duration: str | float = "60s"  # a number is seconds; `count` bounds by messages instead
+    count: int | None = None  # messages per sender
+    warm_up: str | float = 0
+    senders: int = 1
+    receivers: int = 1
+    flows: tuple[Flow, ...] = ()
+    fail: Fail = field(default_factory=Fail)
+    options: dict[str, Any] = field(default_factory=dict)  # more SET options: confirm_window, processes…
+    # A test profile (seed 004 §3.1): (at, rate per client, clients) steps changing the load
+    # during the run, e.g. ((0, 100, 2), ("30s", 200, 4)); the first at 0. Overrides rate/parallel
+    # for senders.
+    profile: tuple[tuple[str | float, float, int], ...] = ()
+    inspectors: tuple[str, ...] = ()  # "name" or "name=management-url"
+    agents: tuple[str, ...] = ()  # agent peer names that join the test (those named in actions do too)
+    actions: tuple[Action, ...] = ()  # fault actions on a schedule
+    labels: dict[str, Any] = field(default_factory=dict)
+    name: str = ""
+    drain_timeout_s: float = 60.0
+
+    KIND = "fixed-rate"
+
+    def __post_init__(self) -> None:
+        if not self.flows and not self.send_url:
+            raise DefinitionError("a test needs send_url (or flows)")
+        try:
+            self.duration_option()
+            parse_message_size(self.size)
+            parse_seconds(self.warm_up)
+            parse_options(self.options)
+            # A URL no driver would take is refused now, before any daemon is started.
+            for flow in self.all_flows():
+                for url in {*flow.urls()[0], *flow.urls()[1]}:
+                    parse_sut_url(url)
+        except (ValueError, OptionError) as exc:
+            raise DefinitionError(str(exc)) from exc
+        if self.profile:
+            try:
+                parse_profile([list(step) for step in self.profile])
+            except ValueError as exc:
+                raise DefinitionError(f"profile: {exc}") from exc
+        for action in self.actions:
+            try:
+                action.at_s  # noqa: B018 - parses the time
+            except ValueError as exc:
+                raise DefinitionError(f"action {action.command}: {exc}") from exc
+        if self.rate < 0 or self.parallel < 1 or self.senders < 0 or self.receivers < 0:
+            raise DefinitionError("rate must be >= 0, parallel >= 1, senders and receivers >= 0")
+
+    def duration_option(self) -> str | int:
+        if self.count is not None:
+            return parse_duration(int(self.count)).messages or 0
+        value = f"{self.duration:g}s" if isinstance(self.duration, int | float) else self.duration
+        parse_duration(value)
+        if parse_duration(value).messages is not None:
+            raise DefinitionError(f"duration {self.duration!r}: give a time; a message count goes in count=")
+        return value
+
+    def all_flows(self) -> tuple[Flow, ...]:
+        if self.flows:
+            return self.flows
+        return (Flow(self.send_url, self.receive_url, self.senders, self.receivers, self.parallel),)
+
+    def sender_options(self, flow: Flow, test_id: str) -> dict[str, Any]:
+        send, _ = flow.urls(test_id)
+        profile = {}
+        if self.profile:
+            steps = [list(step) for step in self.profile]
+            profile = {"profile": steps, "parallel_count": max(int(step[2]) for step in steps)}
+        return {
+            **self.options,
+            "send_url": send,
+            "rate_per_s": self.rate if flow.rate is None else flow.rate,
+            "parallel_count": flow.parallel,
+            "duration": self.duration_option(),
+            "message_size": self.size,
+            "warm_up_s": parse_seconds(self.warm_up),
+            **self.fail.options(),
+            **profile,
+        }
+
+    def receiver_options(self, flow: Flow, test_id: str) -> dict[str, Any]:
+        _, receive = flow.urls(test_id)
+        return {
+            **{k: v for k, v in self.options.items() if k not in ("duration",)},
+            "receive_url": receive,
+            "parallel_count": flow.parallel,
+            "warm_up_s": parse_seconds(self.warm_up),
+            **self.fail.options(),
+        }
+
+    def target_rate(self) -> float:
+        """All senders' clients together, msg/s (0 = unbounded); a profile's peak."""
+        if self.profile:
+            peak = max(float(rate) * int(parallel) for _, rate, parallel in self.profile)
+            return peak * sum(f.senders for f in self.all_flows())
+        return sum((self.rate if f.rate is None else f.rate) * f.parallel * f.senders for f in self.all_flows())
+
+    def expected_seconds(self) -> float | None:
+        return parse_seconds(self.duration) if self.count is None else None
+
+    def with_load(self, rate: float, parallel: int) -> FixedRateTest:
+        flows = tuple(dataclasses.replace(f, rate=None, parallel=parallel) for f in self.flows)
+        return dataclasses.replace(self, rate=rate, parallel=parallel, flows=flows)
+
+
+def UnboundedTest(**fields: Any) -> FixedRateTest:  # noqa: N802 - reads as a test kind, like the others
+    """As fast as the SUT takes it (rate 0), for a time or a message count (seed 004 Table 6.2)."""
+    return FixedRateTest(**{"rate": 0.0, **fields})

@@ -1,0 +1,315 @@
+"""One phase of a test: one run of load through the SUT under one test id.
+
+SET → clocks (PING) → START_TEST → receivers → inspectors and agents → senders at one
+scheduled start → watch (progress, fail conditions, lost peers, Ctrl-C) → stop → drain →
+clocks again → collect (LOG: every peer uploads to the data server) → figures → outcome,
+test.json and junit.xml in the result store. Whatever ends the phase, the peers are stopped
+and what they wrote is collected.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from coordinator.actions import Actions
+from coordinator.cast import Cast
+from coordinator.client import MaestroClient
+from coordinator.collection import collect
+from coordinator.definitions import FixedRateTest, to_dict
+from coordinator.errors import MaestroError, PeerRequestError
+from coordinator.progress import Progress
+from coordinator.registry import PeerInfo
+from coordinator.results import TestResult, loss_verdict, now_iso, outages_between
+from coordinator.storage import ResultStore
+from protocol.clock_correction import clock_corrections
+from protocol.notes import (
+    DrainComplete,
+    DrainRequest,
+    Note,
+    SetRequest,
+    StartAgent,
+    StartInspector,
+    StartTest,
+    StartWorker,
+    StatsReport,
+    StopAgent,
+    StopInspector,
+    StopWorker,
+    TestFailed,
+    TestSucceeded,
+)
+
+__all__ = ["Phase"]
+
+log = logging.getLogger(__name__)
+
+# Senders get their START_WORKER this long before the common start, plus a few round trips.
+_START_MARGIN_S = 1.0
+# How long past its duration a sender may take to say it finished.
+_FINISH_GRACE_S = 30.0
+_PING_SAMPLES = 3
+
+
+@dataclass
+class Phase:
+    """One run of load through the SUT, under one test id."""
+
+    maestro: MaestroClient
+    test: FixedRateTest
+    test_id: str
+    store: ResultStore
+    cast: Cast
+    show_progress: bool = True
+    reason: str | None = None
+    notes: list[str] = field(default_factory=list)
+    clocks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    collection: dict[str, str] = field(default_factory=dict)
+    started_iso: str = ""
+    ended_iso: str = ""
+    failed_iso: str | None = None  # when the coordinator learnt the reason
+    finished: set[str] = field(default_factory=set)  # peers whose run ended (success or failure)
+    started_senders: set[str] = field(default_factory=set)  # senders that took their StartWorker
+    load_start_s: float = 0.0  # wall time (s) of the senders' common start
+
+    def __post_init__(self) -> None:
+        self.actions = Actions.of(self.maestro, self.cast.agents, list(self.test.actions))
+
+    def fail(self, reason: str) -> None:
+        if self.reason is None:
+            log.error("test %s fails: %s", self.test_id, reason)
+            self.reason = reason
+            self.failed_iso = now_iso()
+
+    def run(self) -> TestResult:
+        self.started_iso = now_iso()
+        started = False
+        try:
+            self._prepare()
+            started = True
+            self._start()
+            self._watch()
+        except KeyboardInterrupt:
+            self.fail("interrupted (Ctrl-C)")
+        except MaestroError as exc:
+            self.fail(str(exc))
+        finally:
+            # Each step on its own: a failure in one must not keep the peers running or their files.
+            if started:
+                self._guarded(self._stop_and_drain)
+                self._guarded(lambda: self._ping("after"))
+            self._guarded(self._collect)
+            self.ended_iso = now_iso()
+        try:
+            return self._finish()
+        finally:
+            # Nobody waits for what is left of this test now (a verdict that came too late).
+            self.maestro.inbox.discard_test(self.test_id)
+
+    def _guarded(self, step: Any) -> None:
+        try:
+            step()
+        except KeyboardInterrupt:
+            self.fail("interrupted (Ctrl-C)")
+        except MaestroError as exc:
+            self.fail(str(exc))
+
+    # --- before -------------------------------------------------------------------------------
+
+    def _ids(self, peers: list[PeerInfo]) -> set[str]:
+        return {p.peer_id for p in peers}
+
+    def _prepare(self) -> None:
+        m, t = self.maestro, self.test
+        common = {"test_id": self.test_id, "data_server_url": self.store.url}
+        # Each request goes once to every peer it concerns (their role's topic where it can), all
+        # the SETs at once.
+        sets = []
+        for flow, (senders, receivers) in zip(t.all_flows(), self.cast.flows, strict=True):
+            sets.append((SetRequest(options=common | t.receiver_options(flow, self.test_id)), receivers))
+            sets.append((SetRequest(options=common | t.sender_options(flow, self.test_id)), senders))
+        inspection = {k: v for k, v in t.options.items() if k.startswith("inspector")}
+        inspection["fail_inspector_errors"] = t.fail.inspector_errors
+        watchers = [*self.cast.inspector_peers, *self.cast.agents]
+        sets.append((SetRequest(options=common | {"labels": t.labels} | inspection), watchers))
+        m.request_each(sets)
+        self._ping("before")
+        m.request_all(StartTest(test_id=self.test_id, name=t.name, labels=t.labels), self.cast.everyone)
+
+    def _ping(self, when: str) -> None:
+        peers = self.maestro.not_lost(self.cast.everyone)
+        for peer in peers:
+            peer.clock = None  # this phase's samples only
+        self.maestro.ping_all(peers, samples=_PING_SAMPLES)
+        for peer in peers:
+            self.clocks.setdefault(peer.peer_id, {})[when] = peer.clock_record()
+
+    def _start(self) -> None:
+        m = self.maestro
+        # A receiver whose senders all run on other hosts judges its latency bound on latency
+        # corrected by the clocks measured before the load, by the rule the reports apply after.
+        clocks = [{**self._record_of(p), "name": p.peer_id} for p in (*self.cast.senders, *self.cast.receivers)]
+        shifts = {peer_id: round(c.shift_us) for peer_id, c in clock_corrections({"peers": clocks}).items()}
+        m.request_all(StartWorker(latency_shift_us=shifts), self.cast.receivers, timeout_s=60)  # OK once consuming
+        for peer, name, url in self.cast.inspectors:
+            m.request(StartInspector(inspector=name, url=url), to=peer)
+        m.request_all(StartAgent(), self.cast.agents)
+        senders = self.cast.senders
+        worst_rtt_s = max(((p.clock.rtt_us if p.clock else 0) for p in senders), default=0) / 1e6
+        # One request reaches every sender, so the margin does not grow with their number.
+        start_at = time.time_ns() + int((_START_MARGIN_S + 4 * worst_rtt_s) * 1e9)
+        self.load_start_s = start_at / 1e9
+        # Each sender turns the common start into its own clock with its measured offset.
+        offsets = {p.peer_id: p.correction_ns() for p in senders if p.correction_ns()}
+        try:
+            m.request_all(StartWorker(start_at_ns=start_at, clock_offsets_ns=offsets), senders)
+            self.started_senders |= self._ids(senders)
+        except PeerRequestError as exc:
+            self.started_senders |= exc.complied
+            raise
+        self.notes.append(f"senders start at {datetime.fromtimestamp(start_at / 1e9, UTC).isoformat()}")
+
+    # --- during -------------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        m, t = self.maestro, self.test
+        involved = self._ids(self.cast.everyone)
+        pending = self._ids(self.cast.senders)
+        expected = t.expected_seconds()
+        deadline = None if expected is None else time.monotonic() + _START_MARGIN_S + expected + _FINISH_GRACE_S
+        down_at_start = m.bus.downtime_s()  # a control-broker outage does not count against it
+        progress = Progress(expected, enabled=self.show_progress)
+        m.live_stats.clear()
+        while pending:
+            for refusal in self.actions.fire_due(self.load_start_s, time.time()):
+                self.fail(refusal)
+            self.actions.take_events()
+            note = m.next_notification((TestSucceeded, TestFailed), involved, timeout_s=0.5, test_id=self.test_id)
+            while m.live_stats:
+                report = m.live_stats.popleft()
+                if isinstance(report, StatsReport) and report.test_id == self.test_id:
+                    progress.feed(report)
+            progress.show()
+            if lost := m.lost_among(involved):
+                self.fail("peer lost: " + ", ".join(f"{p.label} ({m.lost_reason(p.peer_id)})" for p in lost))
+                break
+            if isinstance(note, TestFailed):
+                # A receiver says so as soon as a condition trips, and keeps receiving until
+                # drained; a sender's failure is its end.
+                if note.header.sender_id in pending:
+                    self.finished.add(note.header.sender_id)
+                self.fail(f"{self.maestro.short_label(note.header.sender_id)}: {note.message}")
+                break
+            if isinstance(note, TestSucceeded):
+                self.finished.add(note.header.sender_id)
+                pending.discard(note.header.sender_id)
+            if deadline is not None and time.monotonic() > deadline + m.bus.downtime_s() - down_at_start:
+                self.fail(f"the senders did not finish within {expected:g} s + {_FINISH_GRACE_S:g} s")
+                break
+        progress.done("senders done" if self.reason is None else f"stopping: {self.reason}")
+
+    # --- after --------------------------------------------------------------------------------
+
+    def _stop_and_drain(self) -> None:
+        m = self.maestro
+        # Senders never started (the start failed before them) have nothing to stop or wait for.
+        running_senders = [
+            p
+            for p in self.maestro.not_lost(self.cast.senders)
+            if p.peer_id in self.started_senders and p.peer_id not in self.finished
+        ]
+        if running_senders:
+            m.request_all(StopWorker(), running_senders)
+            self._await_finish(running_senders, timeout_s=30)
+        try:
+            self._drain()
+        finally:
+            # Last, so the inspectors saw the drain too.
+            self._quietly(StopInspector(), self.maestro.not_lost(self.cast.inspector_peers))
+            self._quietly(StopAgent(), self.maestro.not_lost(self.cast.agents))
+
+    def _drain(self) -> None:
+        m = self.maestro
+        drain_s = self.test.drain_timeout_s
+        draining = [p for p in self.maestro.not_lost(self.cast.receivers) if p.peer_id not in self.finished]
+        try:
+            m.request_all(DrainRequest(timeout_s=drain_s), draining)
+        except PeerRequestError as exc:  # one ended already (its failure is on record)
+            self.notes.append(str(exc))
+            draining = [p for p in draining if p.peer_id in exc.complied]
+        if not draining:
+            return
+        drained = m.wait_for((DrainComplete,), draining, timeout_s=drain_s + 15)
+        for peer_id, note in drained.items():
+            if isinstance(note, DrainComplete) and not note.success:
+                self.fail(f"{self.maestro.short_label(peer_id)} did not drain: {note.message}")
+        self._await_finish(draining, timeout_s=30)
+
+    def _await_finish(self, peers: list[PeerInfo], timeout_s: float) -> None:
+        done = self.maestro.wait_for((TestSucceeded, TestFailed), peers, timeout_s)
+        for peer_id, note in done.items():
+            self.finished.add(peer_id)
+            if isinstance(note, TestFailed):
+                self.fail(f"{self.maestro.short_label(peer_id)}: {note.message}")
+
+    def _quietly(self, note: Note, peers: list[PeerInfo]) -> None:
+        try:
+            self.maestro.request_all(note, peers)
+        except PeerRequestError as exc:
+            self.notes.append(str(exc))
+
+    def _collect(self) -> None:
+        collected = collect(self.maestro, self.cast.everyone, self.test_id, self.store.url)
+        self.collection = collected.outcome
+        for failure in collected.failures:
+            self.fail(failure)
+
+    # --- outcome ------------------------------------------------------------------------------
+
+    def _record_of(self, p: PeerInfo) -> dict[str, Any]:
+        """A peer as test.json lists it, with its clock samples (protocol.clock_correction reads
+        them so)."""
+        return {
+            "name": p.name,
+            "host": p.host,
+            "role": p.role.value,
+            "peer_id": p.peer_id,
+            "version": p.version,
+            "clock": self.clocks.get(p.peer_id, {}),
+        }
+
+    def _finish(self) -> TestResult:
+        self.actions.take_events()
+        peers = [{**self._record_of(p), "lost": p not in self.maestro.not_lost([p])} for p in self.cast.everyone]
+        # With the clocks: the result, junit.xml and the loss verdict carry the latency the
+        # report shows, corrected where senders and receivers run on different hosts.
+        summary = self.store.summary(self.test_id, peers)
+        verdict = loss_verdict(summary, self.test.fail.max_loss_ratio)
+        if verdict is not None:
+            self.fail(verdict)
+        outcome = "success" if self.reason is None else "failure"
+        record = {
+            "test_id": self.test_id,
+            "name": self.test.name,
+            "kind": self.test.KIND if self.test.rate else "unbounded",
+            "definition": to_dict(self.test),
+            "target_rate": self.test.target_rate(),
+            "labels": self.test.labels,
+            "started": self.started_iso,
+            "ended": self.ended_iso,
+            "outcome": outcome,
+            "reason": self.reason,
+            "failed_at": self.failed_iso,
+            "peers": peers,
+            "collection": self.collection,
+            "events": self.actions.events,
+            "notes": self.notes,
+            "control_outages": outages_between(self.maestro.bus.outages, self.started_iso, self.ended_iso),
+            "summary": summary,
+        }
+        result = TestResult(self.test_id, outcome, self.reason, summary, record, self.store.url)
+        self.store.store(result, [result])
+        return result

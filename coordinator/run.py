@@ -1,0 +1,30 @@
+"""Running a test definition to its end: one phase for a fixed-rate test, a series of phases on
+one cast for the others."""
+
+from __future__ import annotations
+
+from coordinator.cast import Cast
+from coordinator.client import MaestroClient
+from coordinator.definitions import FixedRateTest, TestDefinition
+from coordinator.phase import Phase
+from coordinator.results import TestResult, new_test_id
+from coordinator.series import run_series
+from coordinator.storage import ResultStore
+
+__all__ = ["FINISHED", "run_test"]
+
+# Every test this process ran, in order. Process-wide on purpose: `maestro run` executes a
+# user's script, which builds its own Maestro, and exits non-zero when one of its tests failed.
+FINISHED: list[TestResult] = []
+
+
+def run_test(
+    client: MaestroClient, test: TestDefinition, store: ResultStore, test_id: str | None = None, progress: bool = True
+) -> TestResult:
+    test_id = test_id or new_test_id()
+    if isinstance(test, FixedRateTest):
+        result = Phase(client, test, test_id, store, Cast.choose(client, test), progress).run()
+    else:
+        result = run_series(client, test, store, test_id, progress)
+    FINISHED.append(result)
+    return result

@@ -1,0 +1,105 @@
+"""Where results go: the data server's figures for a test, and test.json and junit.xml beside
+the peers' folders. A phase talks to a `ResultStore`; `DataServer` is the HTTP one."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from coordinator.junit import junit_xml
+from coordinator.results import TestResult
+from protocol.atomic import write_text_atomically
+from protocol.runtime import resolve_test_dir
+from protocol.secrets import redact, redact_text
+from protocol.upload import UploadError, upload_bytes
+
+__all__ = ["DataServer", "ResultStore", "unstored_dir"]
+
+log = logging.getLogger(__name__)
+
+# The data server reads every rate file of the test to answer.
+_SUMMARY_TIMEOUT_S = 120.0
+
+
+class ResultStore(Protocol):
+    @property
+    def url(self) -> str:
+        """Where peers upload their files."""
+        ...
+
+    def summary(self, test_id: str, peers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The test's figures, or {"error": why} when there are none. `peers` (test.json's, with
+        their clocks): latency corrected by them, before test.json is stored."""
+        ...
+
+    def store(self, result: TestResult, cases: list[TestResult]) -> None:
+        """test.json and junit.xml; a failure is noted in the result, never raised."""
+        ...
+
+
+@dataclass(frozen=True)
+class DataServer:
+    url: str
+    token: str | None = field(default=None, repr=False)  # its bearer token for writes
+
+    def summary(self, test_id: str, peers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        url = f"{self.url.rstrip('/')}/api/results/{test_id}/summary"
+        body = None if peers is None else json.dumps({"peers": peers}, default=str).encode()
+        request = urllib.request.Request(url, data=body, method="GET" if body is None else "POST")
+        if body is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=_SUMMARY_TIMEOUT_S) as response:
+                figures: dict[str, Any] = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return {"error": f"data server answered {exc.code}: {exc.read().decode(errors='replace')[:300]}"}
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            return {"error": f"data server at {self.url}: {getattr(exc, 'reason', exc)}"}
+        figures.pop("outcome", None)
+        figures.pop("reason", None)
+        return figures
+
+    def store(self, result: TestResult, cases: list[TestResult]) -> None:
+        # No password from any URL reaches the results (the data server publishes them over HTTP).
+        record = json.dumps(redact(result.record), indent=2, sort_keys=True, default=str).encode()
+        junit = redact_text(junit_xml(result, cases).decode()).encode()
+        try:
+            upload_bytes(self.url, result.test_id, "test.json", record, replace=True, token=self.token)
+            upload_bytes(self.url, result.test_id, "junit.xml", junit, replace=True, token=self.token)
+        except UploadError as exc:
+            # Kept here instead, for `maestro collect` to upload once the server is back.
+            kept = unstored_dir(result.test_id)
+            kept.mkdir(parents=True, exist_ok=True)
+            write_text_atomically(kept / "test.json", record.decode())
+            write_text_atomically(kept / "junit.xml", junit.decode())
+            log.error("could not store test.json/junit.xml for %s (%s): kept in %s", result.test_id, exc, kept)
+            result.record.setdefault("notes", []).append(f"not stored on the data server ({exc}): kept in {kept}")
+
+    def record(self, test_id: str) -> dict[str, Any] | None:
+        """test.json as the data server holds it, if it does."""
+        try:
+            with urllib.request.urlopen(f"{self.url.rstrip('/')}/api/results/{test_id}", timeout=30) as response:
+                record = json.loads(response.read()).get("test")
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) and record.get("test_id") == test_id else None
+
+    def unstored_record(self, test_id: str) -> dict[str, Any] | None:
+        """test.json as `store` kept it on this machine when the server was away, if it did."""
+        path = unstored_dir(test_id) / "test.json"
+        if not path.is_file():
+            return None
+        record: dict[str, Any] = json.loads(path.read_text())
+        return record
+
+
+def unstored_dir(test_id: str) -> Path:
+    """Where test.json and junit.xml wait when the data server could not take them:
+    $MAESTRO_UNSTORED/<test id> (default ./maestro-unstored)."""
+    return resolve_test_dir(Path(os.environ.get("MAESTRO_UNSTORED", "maestro-unstored")), test_id)

@@ -1,0 +1,85 @@
+"""Fail conditions: one type for the test definition (`coordinator.Fail`), the SET options
+that carry it (`fail_*`) and the worker that checks itself against it once a second, as
+Maestro's workers do.
+
+The first to trip ends the worker's run; the reason goes to the coordinator in NOTIFY_FAIL and
+stops the whole test. Loss is not judged by a worker: only the merged sequence numbers of every
+receiver can tell it exactly, so the coordinator checks `max_loss_ratio` when the files are in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from hdrh.histogram import HdrHistogram
+
+from protocol.options import parse_options
+
+__all__ = ["DEFAULT_STALL_S", "FailConditions"]
+
+DEFAULT_STALL_S = 30.0
+
+
+@dataclass(frozen=True)
+class FailConditions:
+    """Fail conditions; the first to trip stops the test and is its reason.
+
+    latency_ms: bound on the corrected latency of each 1 s interval (0 = none), at
+    `latency_percentile` (soft) or on the interval's max (hard); min_rate_ratio: achieved /
+    target rate of each sender since warm-up; max_loss_ratio: lost / sent over the whole test
+    (checked by the coordinator on the merged sequence numbers); stall_s: no progress this long;
+    inspector_errors: this many failed samples in a row from an inspector fail the test (0: they
+    are only counted). Checked when made: a bad value is refused in the test definition."""
+
+    latency_ms: float = 0.0
+    latency_percentile: float = 99.0
+    latency_policy: str = "soft"  # soft: the percentile of the last interval; hard: its max
+    min_rate_ratio: float = 0.0
+    max_loss_ratio: float = 0.0
+    stall_s: float = DEFAULT_STALL_S
+    inspector_errors: int = 0
+
+    def __post_init__(self) -> None:
+        parse_options(self.options())  # the SET option parsers: one check for the definition and the peers
+
+    def options(self) -> dict[str, Any]:
+        """As SET options: each field as `fail_<field>`."""
+        return {f"fail_{f.name}": getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> FailConditions:
+        """From parsed SET options; what was not set keeps its default."""
+        return cls(**{f.name: options[f"fail_{f.name}"] for f in fields(cls) if f"fail_{f.name}" in options})
+
+    def stalled(self, idle_s: float, what: str) -> str | None:
+        if self.stall_s and idle_s >= self.stall_s:
+            return f"stalled: nothing {what} for {idle_s:.0f} s (bound {self.stall_s:g} s)"
+        return None
+
+    def latency(self, interval: HdrHistogram, shift_us: int = 0) -> str | None:
+        """Judge one interval of corrected latency (µs), moved by the receiver's clock
+        correction (`shift_us`) where its senders run on other hosts."""
+        if not self.latency_ms or not interval.get_total_count():
+            return None
+        if self.latency_policy == "hard":
+            value_us, label = interval.get_max_value(), "max"
+        else:
+            value_us, label = interval.get_value_at_percentile(self.latency_percentile), f"p{self.latency_percentile:g}"
+        value_us = max(value_us + shift_us, 0)
+        if value_us > self.latency_ms * 1000:
+            return f"latency {label} {value_us / 1000:.3f} ms > bound {self.latency_ms:g} ms ({self.latency_policy})"
+        return None
+
+    def rate(self, sent: int, seconds: float, target_per_s: float) -> str | None:
+        """Judge the rate achieved since warm-up against the target (all clients together)."""
+        if not self.min_rate_ratio or not target_per_s or seconds <= 0:
+            return None
+        achieved = sent / seconds
+        if achieved < self.min_rate_ratio * target_per_s:
+            return (
+                f"rate {achieved:.1f} msg/s is {achieved / target_per_s:.1%} of the target {target_per_s:g} msg/s "
+                f"(bound {self.min_rate_ratio:.0%})"
+            )
+        return None

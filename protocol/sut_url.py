@@ -1,0 +1,152 @@
+"""A SUT URL, `scheme://[user:pw@]host[:port]/destination?option=value&...`, parsed and checked
+in one place: the scheme against `protocol.schemes`, each query option against what its driver
+understands. The coordinator refuses a bad URL before any daemon tries it; the worker's drivers
+read the parsed `Endpoint`."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from protocol.parsing import boolean, choice, integer, number_range, text
+from protocol.schemes import SUT_SCHEMES
+from protocol.secrets import redact_text
+
+__all__ = ["COMMON_OPTIONS", "DRIVER_OPTIONS", "Endpoint", "SutUrlError", "parse_sut_url"]
+
+
+class SutUrlError(ValueError):
+    pass
+
+
+# Options every driver understands.
+COMMON_OPTIONS: dict[str, Callable[[Any], Any]] = {"ca": text, "insecure": boolean, "destinations": number_range}
+
+# What each driver understands in the query string: name -> parser.
+DRIVER_OPTIONS: dict[str, dict[str, Callable[[Any], Any]]] = {
+    "worker.drivers.amqp:AmqpDriver": {
+        "vhost": text,
+        "exchange": text,
+        "exchange_type": choice("direct", "fanout", "topic", "headers"),
+        "routing_key": text,
+        "queue_type": choice("classic", "quorum", "stream"),
+        "max_length": integer(1, 2**31),
+        "lazy": boolean,
+        "durable": boolean,  # the queue survives a broker restart
+        "persistent": boolean,  # delivery mode 2
+        "confirms": boolean,
+        "confirm_timeout_s": integer(1, 3600),
+        "ack": choice("auto", "manual"),
+        "prefetch": integer(0, 65535),
+    },
+    "worker.drivers.amqp10:Amqp10Driver": {
+        "settle": choice("presettled", "at-least-once"),
+        "credit": integer(1, 1_000_000),  # the receiver's credit window (prefetch)
+        "durable": boolean,  # durable messages; a durable subscription on receive
+    },
+    "worker.drivers.kafka:KafkaDriver": {
+        "acks": choice("0", "1", "all"),
+        "batch_size": integer(1, 2**31 - 1),
+        "linger_ms": integer(0, 900_000),
+        "compression": choice("none", "gzip", "snappy", "lz4", "zstd"),
+        "partitions": integer(1, 100_000),  # a topic that does not exist is created with this many
+        "group": text,
+        "auto_offset_reset": choice("earliest", "latest"),
+        "session_timeout_ms": integer(1000, 3_600_000),
+        "delivery_timeout_ms": integer(1000, 3_600_000),
+        "queue_max_messages": integer(1, 10_000_000),  # librdkafka's producer queue: the window
+        # How long the broker may hold a fetch for fetch_min_bytes to arrive. A broker that does
+        # not answer a waiting fetch when data comes (tansu) adds up to this to every latency.
+        "fetch_wait_max_ms": integer(0, 300_000),
+        "fetch_min_bytes": integer(1, 100_000_000),
+    },
+    "worker.drivers.mqtt:MqttDriver": {
+        "qos": integer(0, 2),
+        "clean_session": boolean,
+        "keepalive_s": integer(5, 3600),
+        "max_inflight": integer(1, 65535),  # QoS 1/2 messages awaiting their acknowledgement
+    },
+}
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A SUT URL, parsed: `scheme://[user:pw@]host[:port]/destination?option=value&...`."""
+
+    url: str
+    scheme: str
+    host: str
+    port: int
+    destination: str
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    tls: bool = False
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        """The URL without its password, for logs and errors."""
+        user = f"{self.username}:***@" if self.username else ""
+        return f"{self.scheme}://{user}{self.host}:{self.port}/{self.destination}"
+
+    def destination_for(self, client: int) -> str:
+        """The destination of client number `client`: `perf-test-%d` with `destinations=1-100`
+        spreads clients over perf-test-1 .. perf-test-100 (seed 002's 100 queues)."""
+        if "%d" not in self.destination:
+            return self.destination
+        low, high = self.options.get("destinations", (1, 1))
+        return self.destination.replace("%d", str(low + client % (high - low + 1)))
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if not self.tls:
+            return None
+        context = ssl.create_default_context(cafile=self.options.get("ca"))
+        if self.options.get("insecure"):
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return context
+
+
+def parse_sut_url(url: str) -> Endpoint:
+    """Parse and check a SUT URL; SutUrlError says what is wrong (without the password)."""
+    parts = urlsplit(url)
+    safe = redact_text(url)
+    scheme = SUT_SCHEMES.get(parts.scheme)
+    if scheme is None:
+        raise SutUrlError(f"{safe}: the scheme must be one of {', '.join(sorted(SUT_SCHEMES))}")
+    try:
+        port = parts.port or scheme.default_port
+    except ValueError as exc:
+        raise SutUrlError(f"{safe}: {exc}") from exc
+    if not parts.hostname:
+        raise SutUrlError(f"{safe} names no host")
+    # One slash separates host and destination; more belong to the destination, as
+    # RabbitMQ's AMQP 1.0 addresses need: amqp10://host//queue/q is the address /queue/q.
+    destination = unquote(parts.path[1:])
+    if not destination:
+        raise SutUrlError(f"{safe} names no queue, topic or address (the URL path)")
+    known = {**COMMON_OPTIONS, **DRIVER_OPTIONS[scheme.driver]}
+    options: dict[str, Any] = {}
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        parser = known.get(key)
+        if parser is None:
+            raise SutUrlError(
+                f"{safe}: unknown option {key!r} for {parts.scheme}:// (known: {', '.join(sorted(known))})"
+            )
+        try:
+            options[key] = parser(value)
+        except ValueError as exc:
+            raise SutUrlError(f"{safe}: option {key!r}: {exc}") from exc
+    return Endpoint(
+        url=url,
+        scheme=parts.scheme,
+        host=parts.hostname,
+        port=port,
+        destination=destination,
+        username=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password else None,
+        tls=scheme.tls,
+        options=options,
+    )

@@ -1,0 +1,141 @@
+"""The control broker goes away mid-test and comes back: the test rides it out.
+
+A Mosquitto of the test's own is the control broker, stopped with SIGTERM (it publishes every
+client's last will as it goes, as a lab broker being restarted does) and started again 10 s
+later, while RabbitMQ carries the load. Known answers: rate x clients x seconds messages, every
+one received once; the gap in test.json; a worker killed during the gap named as lost.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.processes import Daemons, PrivateMosquitto, private_mosquitto
+
+from coordinator import FixedRateTest, Maestro, TestResult
+
+pytestmark = [pytest.mark.mosquitto, pytest.mark.rabbitmq]
+
+GAP_S = 10.0
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[PrivateMosquitto]:
+    (tmp_path / "broker").mkdir()
+    started = private_mosquitto(tmp_path / "broker")
+    started.start()
+    yield started
+    started.stop()
+
+
+def _run_through_a_gap(
+    broker: PrivateMosquitto, daemons: Daemons, data_server: str, during_gap: Any = None
+) -> TestResult:
+    for name, role in (("r1", "receiver"), ("s1", "sender")):
+        daemons.start("maestro-worker", name, "--role", role)
+    test = FixedRateTest(
+        send_url=f"amqp://guest:guest@127.0.0.1:5672/maestro-gap-{uuid.uuid4().hex[:8]}",
+        rate=50,
+        parallel=2,
+        duration="20s",
+        warm_up="0s",
+    )
+
+    def outage() -> None:
+        broker.stop(graceful=True)
+        if during_gap is not None:
+            during_gap()
+        time.sleep(GAP_S)
+        broker.start()
+
+    with Maestro.connect(daemons.broker_url, topic_prefix=daemons.prefix, discover_s=1, data_server=data_server) as m:
+        m.wait_for_peers(2, timeout_s=20)
+        timer = threading.Timer(6.0, outage)
+        timer.start()
+        try:
+            return m.run(test, progress=False)
+        finally:
+            timer.join()
+
+
+def _record(url: str, test_id: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{url}/api/results/{test_id}") as response:
+        info: dict[str, Any] = json.loads(response.read())
+    return info
+
+
+@pytest.mark.usefixtures("rabbitmq")
+def test_a_test_rides_out_a_control_broker_restart(
+    broker: PrivateMosquitto,
+    tmp_path: Path,
+    prefix: str,
+    data_server: tuple[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url, _ = data_server
+    # Signed notes, as a keyed lab runs: what is asked again after the gap is re-stamped, so no
+    # keyed peer takes it for a replay (protocol/signing.py).
+    key = tmp_path / "lab.key"
+    key.write_text("a key for the whole lab\n")
+    key.chmod(0o600)
+    monkeypatch.setenv("MAESTRO_KEY_FILE", str(key))
+    daemons = Daemons(f"mqtt://127.0.0.1:{broker.port}", prefix, tmp_path)
+    try:
+        result = _run_through_a_gap(broker, daemons, url)
+    finally:
+        daemons.kill_all()
+    assert result.passed, result.reason
+    s = result.summary
+    # 2 clients x 50 msg/s x 20 s, each received once, the broker's gap notwithstanding.
+    assert (s["sent"], s["received"], s["lost"], s["duplicates"]) == (2000, 2000, 0, 0)
+    info = _record(url, result.test_id)
+    (outage,) = info["test"]["control_outages"]
+    gap = (datetime.fromisoformat(outage["back"]) - datetime.fromisoformat(outage["lost"])).total_seconds()
+    assert GAP_S <= gap <= GAP_S + 5 and outage["seconds"] == pytest.approx(gap, abs=0.01)
+    # Every peer's files were collected: the rate files of both, and both accounts.
+    files = {f["path"] for f in info["files"]}
+    assert {"sender/s1/peer.json", "receiver/r1/peer.json"} <= files
+    assert any(p.startswith("sender/s1/sender-") for p in files)
+    assert any(p.startswith("receiver/r1/receiver-") for p in files)
+    collection = info["test"]["collection"]
+    assert sorted(who.split("@")[0] for who in collection) == ["r1", "s1"]
+    assert all(why.endswith(" files") for why in collection.values()), collection
+    for name in ("s1", "r1"):
+        assert "bad note" not in daemons.log(name) and "refused a note" not in daemons.log(name)
+
+
+def test_a_worker_that_dies_in_the_gap_is_named(
+    broker: PrivateMosquitto, tmp_path: Path, prefix: str, rabbitmq: None, data_server: tuple[str, Path]
+) -> None:
+    url, _ = data_server
+    daemons = Daemons(f"mqtt://127.0.0.1:{broker.port}", prefix, tmp_path)
+    try:
+
+        def kill_the_receiver() -> None:
+            daemons.procs["r1"].kill()  # SIGKILL while the broker is down: no will can tell
+
+        started = time.monotonic()
+        result = _run_through_a_gap(broker, daemons, url, during_gap=kill_the_receiver)
+        took = time.monotonic() - started
+    finally:
+        daemons.kill_all()
+    assert not result.passed
+    assert result.reason is not None and result.reason.startswith("peer lost: r1@"), result.reason
+    # Its will went out as the broker went down, alive or not; its silence after the return named it.
+    assert result.reason.endswith("(last will, then no answer to a PING)"), result.reason
+    record = _record(url, result.test_id)["test"]
+    assert {p["name"]: p["lost"] for p in record["peers"]} == {"r1": True, "s1": False}
+    # Named within 5 s of the broker's return (6 s in, 10 s down): not at the test's end.
+    failed_at = datetime.fromisoformat(record["failed_at"])
+    back = datetime.fromisoformat(record["control_outages"][0]["back"])
+    assert (failed_at - back).total_seconds() < 5
+    assert took < 6 + GAP_S + 5 + 60  # the collection of what is left does not hang either

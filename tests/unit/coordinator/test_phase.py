@@ -1,0 +1,169 @@
+"""A phase and a series against simulated peers on an in-memory bus: the lifecycle's order, what
+ends a phase, and a search that finds a known limit."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from coordinator.cast import Cast
+from coordinator.definitions import FixedRateTest, SearchTest
+from coordinator.errors import MaestroError
+from coordinator.phase import Phase
+from coordinator.series import run_series
+from protocol.codes import Role
+from protocol.notes import (
+    DrainRequest,
+    LogRequest,
+    PingRequest,
+    SetRequest,
+    StartTest,
+    StartWorker,
+    StopWorker,
+)
+from tests.support.memory_bus import MemoryStore, SimulatedPeer, memory_client
+
+TEST = FixedRateTest(send_url="amqp://sut/q", rate=100, duration="1s", warm_up="0s")
+
+
+def _kinds(peer: SimulatedPeer) -> list[str]:
+    return [type(n).__name__ for n in peer.received]
+
+
+def test_a_phase_runs_its_lifecycle_in_order_and_stores_its_result() -> None:
+    sender = SimulatedPeer("s1", Role.SENDER, clock_offset_ns=5_000_000)
+    receiver = SimulatedPeer("r1", Role.RECEIVER)
+    client, _ = memory_client([sender, receiver])
+    store = MemoryStore()
+    result = Phase(client, TEST, "t-1", store, Cast.choose(client, TEST), show_progress=False).run()
+
+    assert result.passed, result.reason
+    pings = ["PingRequest"] * 3
+    assert _kinds(receiver)[1:] == [
+        "SetRequest",
+        *pings,
+        "StartTest",
+        "StartWorker",
+        "DrainRequest",
+        *pings,
+        "LogRequest",
+    ]
+    # The sender finished on its own: no StopWorker, nothing to drain.
+    assert _kinds(sender)[1:] == ["SetRequest", *pings, "StartTest", "StartWorker", *pings, "LogRequest"]
+    assert isinstance(sender.received[1], SetRequest) and sender.received[1].options["test_id"] == "t-1"
+    # The common start is given in the sender's own clock: 5 ms ahead of ours.
+    start = next(n for n in sender.received if isinstance(n, StartWorker))
+    assert start.start_at_ns > 0
+    clocks = {p["name"]: p["clock"]["before"] for p in result.record["peers"]}
+    assert abs(clocks["s1"]["offset_us"] - 5000) < 1000 and abs(clocks["r1"]["offset_us"]) < 1000
+    assert store.stored == [result]
+    assert set(result.record["collection"].values()) == {"uploaded"}
+    assert result.record["target_rate"] == 100
+    # The figures were asked for with the clocks, after they were measured both sides of the
+    # run: the result's latency is the corrected one the report shows.
+    assert store.clocks_given == result.record["peers"]
+    assert all({"before", "after"} <= set(p["clock"]) for p in store.clocks_given)
+
+
+def test_a_sender_that_fails_ends_the_phase_and_everyone_is_still_drained_and_collected() -> None:
+    sender = SimulatedPeer("s1", Role.SENDER, verdict=lambda _o: "latency p99 12 ms over the 10 ms bound")
+    receiver = SimulatedPeer("r1", Role.RECEIVER)
+    client, _ = memory_client([sender, receiver])
+    result = Phase(client, TEST, "t-2", MemoryStore(), Cast.choose(client, TEST), show_progress=False).run()
+
+    assert not result.passed
+    assert result.reason == "s1@memory: latency p99 12 ms over the 10 ms bound"
+    assert not any(isinstance(n, StopWorker) for n in sender.received)  # its failure was its end
+    assert any(isinstance(n, DrainRequest) for n in receiver.received)
+    assert all(any(isinstance(n, LogRequest) for n in p.received) for p in (sender, receiver))
+
+
+def test_figures_that_show_loss_fail_a_phase_the_peers_passed() -> None:
+    client, _ = memory_client([SimulatedPeer("s1", Role.SENDER), SimulatedPeer("r1", Role.RECEIVER)])
+    store = MemoryStore()
+    store.figures |= {"lost": 10}
+    result = Phase(client, TEST, "t-3", store, Cast.choose(client, TEST), show_progress=False).run()
+    assert result.reason == "lost 10 of 1,000 messages (1.000%; bound 0.000%)"
+
+
+def test_role_less_workers_are_given_roles_receivers_first() -> None:
+    idle = [SimulatedPeer(f"w{n}", Role.OTHER) for n in range(2)]
+    client, bus = memory_client(idle)
+    cast = Cast.choose(client, TEST)
+    assert [p.role for p in cast.receivers + cast.senders] == [Role.RECEIVER, Role.SENDER]
+    assert [type(n).__name__ for _, n in bus.requests[1:]] == ["RoleAssign", "RoleAssign"]
+
+
+def test_a_worker_busy_with_another_test_is_not_cast_and_is_named() -> None:
+    busy = SimulatedPeer("s1", Role.SENDER, busy_with="nightly-42")
+    client, _ = memory_client([busy, SimulatedPeer("s2", Role.SENDER), SimulatedPeer("r1", Role.RECEIVER)])
+    assert [p.name for p in Cast.choose(client, TEST).senders] == ["s2"]
+    with pytest.raises(MaestroError, match=r"busy with another test: s1@memory \(sender\) \(nightly-42\)"):
+        Cast.choose(client, FixedRateTest(send_url="amqp://sut/q", rate=100, duration="1s", senders=2))
+
+
+def test_a_search_over_simulated_peers_finds_the_limit_they_have() -> None:
+    # The SUT holds 740 msg/s per client: above it the sender's fail condition trips.
+    def verdict(options: dict[str, object]) -> str | None:
+        rate = float(options["rate_per_s"])  # type: ignore[arg-type]
+        return None if rate <= 740 else f"rate {rate:g} missed"
+
+    client, _ = memory_client([SimulatedPeer("s1", Role.SENDER, verdict=verdict), SimulatedPeer("r1", Role.RECEIVER)])
+    search = SearchTest(base=TEST, low_rate=100, high_rate=1000, resolution=0.02, max_steps=12)
+    store = MemoryStore()
+    result = run_series(client, search, store, "t-4", progress=False)
+
+    best = result.record["max_sustainable"]["rate_per_client"]
+    assert 740 * 0.98 <= best <= 740
+    rates = [row["rate_per_client"] for row in result.record["steps"]]
+    assert rates[:2] == [100, 1000]
+    assert [r.test_id for r in result.steps] == [f"t-4.probe{n:02d}" for n in range(1, len(rates) + 1)]
+    assert store.stored[-1] is result  # the parent's record last, after every phase's own
+
+
+def test_every_request_of_a_phase_waits_only_for_its_cast() -> None:
+    cast_peers = [SimulatedPeer("s1", Role.SENDER), SimulatedPeer("r1", Role.RECEIVER)]
+    bystander = SimulatedPeer("s2", Role.SENDER)
+    client, _ = memory_client([*cast_peers, bystander])
+    test = FixedRateTest(send_url="amqp://sut/q", rate=100, duration="1s", senders=1)
+    cast = Cast.choose(client, test)
+    Phase(client, test, "t-5", MemoryStore(), cast, show_progress=False).run()
+    unused = bystander if cast.senders[0].name == "s1" else cast_peers[0]
+    assert [type(n) for n in unused.received] == [PingRequest]  # discovery only
+    assert not any(isinstance(n, StartTest) for n in unused.received)
+
+
+def test_when_every_live_worker_is_cast_each_request_goes_once_per_role() -> None:
+    senders = [SimulatedPeer(f"s{n}", Role.SENDER, clock_offset_ns=n * 1_000_000) for n in range(20)]
+    receivers = [SimulatedPeer(f"r{n}", Role.RECEIVER) for n in range(20)]
+    client, bus = memory_client([*senders, *receivers])
+    test = FixedRateTest(send_url="amqp://sut/q", rate=100, duration="1s", senders=20, receivers=20)
+    result = Phase(client, test, "t-6", MemoryStore(), Cast.choose(client, test), show_progress=False).run()
+    assert result.passed, result.reason
+
+    sent = Counter(type(note).__name__ for _, note in bus.requests)
+    assert sent["SetRequest"] == sent["StartTest"] == sent["StartWorker"] == sent["LogRequest"] == 2
+    assert sent["PingRequest"] == 1 + 2 * 3 * 2  # discovery, then 3 samples per role before and after
+    assert {topic for topic, _ in bus.requests[1:]} == {
+        bus.topics.by_role(Role.SENDER),
+        bus.topics.by_role(Role.RECEIVER),
+    }
+    # One StartWorker for all senders: each finds its own clock's start in it.
+    (start,) = [n for _, n in bus.requests if isinstance(n, StartWorker) and n.start_at_ns]
+    starts = [start.start_for(s.peer_id) - n * 1_000_000 for n, s in enumerate(senders)]
+    assert max(starts) - min(starts) < 2_000_000  # the offsets as measured, within their uncertainty
+
+
+def test_a_lost_answer_is_asked_for_again_and_the_peer_does_not_act_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("coordinator.asking.ASK_AGAIN_S", 0.05)
+    sender = SimulatedPeer("s1", Role.SENDER)
+    receiver = SimulatedPeer("r1", Role.RECEIVER)
+    client, bus = memory_client([sender, receiver])
+    receiver.lose_answers = 2  # its answers to the SET and to one PING vanish on the way
+    result = Phase(client, TEST, "t-7", MemoryStore(), Cast.choose(client, TEST), show_progress=False).run()
+
+    assert result.passed, result.reason
+    assert [type(n).__name__ for _, n in bus.resent] == ["SetRequest", "PingRequest"]
+    assert [topic for topic, _ in bus.resent] == [bus.topics.by_id(receiver.peer_id)] * 2
+    assert _kinds(receiver).count("SetRequest") == 1  # asked twice, acted once

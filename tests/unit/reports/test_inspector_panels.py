@@ -1,0 +1,56 @@
+"""Inspector panels: one per table and unit, each axis titled with its unit, long series thinned
+for drawing only."""
+
+from __future__ import annotations
+
+from reports.inspector_panels import MAX_POINTS, inspector_figures, inspector_panels, thin, unit_of
+
+HOST = [
+    {
+        "timestamp": f"2026-11-23T00:00:{s:02d}Z",
+        "host": "lab-1",
+        "cpu_user_percent": "12.5",
+        "cpu_system_percent": "3.0",
+        "memory_total": "25000000000",
+        "memory_available": "20000000000",
+        "disk_written_bytes": "4096",
+        "interval_s": "1.0",
+    }
+    for s in range(5)
+]
+
+
+def test_each_unit_gets_a_panel_of_its_own_titled_with_it() -> None:
+    figures = inspector_figures({"i1/host-host": HOST})
+    by_title = {title: (y, sorted(trace.name for trace in fig.data)) for title, y, fig in figures}
+    assert by_title == {
+        "Inspector i1/host-host (%)": ("percent", ["cpu_system_percent", "cpu_user_percent"]),
+        "Inspector i1/host-host (bytes)": ("bytes", ["disk_written_bytes", "memory_available", "memory_total"]),
+        "Inspector i1/host-host (s)": ("seconds", ["interval_s"]),
+    }
+    assert len(inspector_panels({"i1/host-host": HOST})) == 3
+
+
+def test_a_day_long_series_is_drawn_thinned_from_all_its_samples() -> None:
+    rows = [HOST[0] | {"timestamp": str(n), "cpu_user_percent": str(n % 100)} for n in range(86_400)]
+    (_, _, fig), *_ = inspector_figures({"i1/host-host": rows})
+    (user,) = [t for t in fig.data if t.name == "cpu_user_percent"]
+    assert len(user.x) <= MAX_POINTS + 1 and user.x[-1] == "86399"
+
+
+def test_units_come_from_the_inspectors_column_names() -> None:
+    assert [unit_of(c) for c in ("cpu_user_percent", "mem_used", "memory", "publish_rate", "messages", "size")] == [
+        "%",
+        "bytes",
+        "bytes",
+        "msg/s",
+        "count",
+        "bytes",
+    ]
+
+
+def test_a_day_of_samples_is_thinned_for_drawing_and_keeps_its_ends() -> None:
+    day = list(range(86_400))
+    shown = thin(day)
+    assert len(shown) <= MAX_POINTS + 1 and shown[0] == 0 and shown[-1] == 86_399
+    assert thin(day[:100]) == day[:100]

@@ -1,0 +1,176 @@
+"""What a worker does with a run, whichever role: the `Run` protocol both the sending runs
+(`SenderRun`, `MultiProcessSender`) and the receiving ones (`ReceiverRun` and its multi-process
+form) implement, so the daemon never asks which it holds; and the once-a-second watch of the
+fail conditions over it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from protocol.fail import FailConditions
+
+if TYPE_CHECKING:
+    from hdrh.histogram import HdrHistogram
+
+    from worker.latency import IntervalLatency
+    from worker.receiver import ReceiverPlan, ReceiverStats
+    from worker.sender import SenderPlan, SenderStats
+
+__all__ = ["RATE_JUDGED_AFTER_S", "ReceivingAccount", "Run", "SendingAccount", "Watch"]
+
+# A sender's rate is judged only this long after its warm-up: one slow second at the start does
+# not decide the test.
+RATE_JUDGED_AFTER_S = 5.0
+
+
+class Run(Protocol):
+    VERB: ClassVar[str]  # "sent" or "received", for messages and reasons
+    # A fail condition ends a sending run at once; a receiving one says so and goes on until
+    # drained, so what is in flight is counted as received, not as lost.
+    STOPS_WHEN_TRIPPED: ClassVar[bool]
+    failure: str | None
+
+    async def run(self) -> None: ...
+    def stop(self) -> None: ...
+    async def close(self) -> None: ...
+    def files(self) -> list[str]: ...
+    def interval_report(self) -> dict[str, Any]: ...
+    def count(self) -> int: ...
+    def start_at_ns(self) -> int: ...
+    def idle_on_purpose(self) -> bool: ...
+    def verdict(self, conditions: FailConditions, watch: Watch, now: float) -> str | None: ...
+    def account(self) -> dict[str, Any]: ...
+    def counters(self) -> dict[str, Any]: ...
+
+
+class SendingAccount:
+    """The `Run` methods of a sending run, over its plan, stats and keys."""
+
+    VERB: ClassVar[str] = "sent"
+    STOPS_WHEN_TRIPPED: ClassVar[bool] = True
+    plan: SenderPlan
+    stats: SenderStats
+    keys: dict[int, int]
+
+    @property
+    def warm_up_end_ns(self) -> int:
+        raise NotImplementedError
+
+    def count(self) -> int:
+        return self.stats.sent
+
+    def start_at_ns(self) -> int:
+        return self.plan.start_at_ns
+
+    def idle_on_purpose(self) -> bool:
+        return False
+
+    def verdict(self, conditions: FailConditions, watch: Watch, now: float) -> str | None:
+        """The rate achieved since warm-up against the schedule's (all clients together)."""
+        count = self.count()
+        if watch.count_at_warm_up is None:
+            watch.count_at_warm_up = count
+            return None
+        warm_up_s = watch.options_warm_up_s
+        seconds = now - (watch.origin + warm_up_s)
+        if seconds < RATE_JUDGED_AFTER_S:
+            return None
+        expected_total = self.plan.expected_sent(now - watch.origin)
+        expected_warm = self.plan.expected_sent(warm_up_s)
+        if expected_total is None or expected_warm is None:
+            return None  # unbounded: no target to fall short of
+        return conditions.rate(count - watch.count_at_warm_up, seconds, (expected_total - expected_warm) / seconds)
+
+    def account(self) -> dict[str, Any]:
+        lag: HdrHistogram = self.stats.lag_us
+        schedule_lag: dict[str, Any] = {p: lag.get_value_at_percentile(float(p)) for p in ("50", "99", "99.9")}
+        schedule_lag["max"] = lag.get_max_value()
+        return {
+            "sent": self.stats.sent,
+            "warm_up_end_ns": self.warm_up_end_ns,
+            "warm_up_s": self.plan.warm_up_s,
+            "errors": dict(self.stats.errors),
+            "retries": self.stats.retries,
+            "disconnects_ns": self.stats.disconnects_ns,
+            "reconnects_ns": sorted(self.stats.reconnects_ns),
+            "senders": {
+                f"{key:016x}": {"client": client, "sent": self.stats.sent_per_client[client]}
+                for client, key in self.keys.items()
+            },
+            "schedule_lag_us": schedule_lag,
+        }
+
+    def counters(self) -> dict[str, Any]:
+        return {"sent": self.stats.sent, "errors": dict(self.stats.errors)}
+
+
+class ReceivingAccount:
+    """The `Run` methods of a receiving run."""
+
+    VERB: ClassVar[str] = "received"
+    STOPS_WHEN_TRIPPED: ClassVar[bool] = False
+    plan: ReceiverPlan
+    stats: ReceiverStats
+    paused: bool
+    last_interval: IntervalLatency | None
+    latency: Any
+
+    def per_sender(self) -> dict[str, dict[str, int]]:
+        raise NotImplementedError
+
+    def reconnects_ns(self) -> list[int]:
+        raise NotImplementedError
+
+    def count(self) -> int:
+        return self.stats.received
+
+    def start_at_ns(self) -> int:
+        return 0
+
+    def idle_on_purpose(self) -> bool:
+        # A paused receiver is idle on purpose: its stall clock starts again when it resumes.
+        return self.paused
+
+    def verdict(self, conditions: FailConditions, watch: Watch, now: float) -> str | None:
+        """The corrected latency of the interval just closed."""
+        if self.last_interval is None:
+            return None
+        return conditions.latency(self.last_interval.corrected, self.plan.latency_shift_us)
+
+    def account(self) -> dict[str, Any]:
+        return {
+            "received": self.stats.received,
+            "foreign": dict(self.stats.foreign),
+            "latency_clamped": self.latency.clamped,
+            "per_sender": self.per_sender(),
+            "duplicates_per_s": {str(s): n for s, n in sorted(self.stats.duplicates_per_s.items())},
+            "reconnects_ns": self.reconnects_ns(),
+        }
+
+    def counters(self) -> dict[str, Any]:
+        return {"received": self.stats.received, "foreign": dict(self.stats.foreign)}
+
+
+@dataclass
+class Watch:
+    """The fail conditions applied to one run, with what they remember between intervals."""
+
+    conditions: FailConditions
+    origin: float  # monotonic, when load starts
+    options_warm_up_s: float
+    last_count: int = 0
+    last_progress: float = 0.0
+    count_at_warm_up: int | None = None
+
+    def check(self, run: Run, now: float) -> str | None:
+        count = run.count()
+        if not self.last_progress:
+            self.last_progress = max(now, self.origin)
+        elif count != self.last_count or run.idle_on_purpose():
+            self.last_count, self.last_progress = count, now
+        if reason := self.conditions.stalled(now - self.last_progress, run.VERB):
+            return reason
+        if now < self.origin + self.options_warm_up_s:
+            return None
+        return run.verdict(self.conditions, self, now)
