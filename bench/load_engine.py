@@ -474,7 +474,7 @@ async def processes_part(s: Sizes, kafka: str) -> None:
             if run.failure:
                 raise RuntimeError(run.failure)
             # From the first to the last actual send in the rate files: process start-up excluded.
-            sent = sorted(ata for f in run.files() for _, ata in read_rate_file(Path(tmp) / f))
+            sent = sorted(ata for f in run.files() if f.endswith(".csv.gz") for _, ata in read_rate_file(Path(tmp) / f))
             send_rate = (len(sent) - 1) / ((sent[-1] - sent[0]) / 1e6)
         # Receivers: 4 consumers of a 4-partition Kafka topic, fed once all of them have their
         # partitions (a group's rebalancing would otherwise be timed) by a sender process.

@@ -1,9 +1,12 @@
-"""The figures of one collected test, from the peers' own files: exact counts, rates over whole
-seconds and latency percentiles from the merged HDR histograms.
+"""The figures of one collected test, merged from the peers' own pieces: exact counts, rates over
+whole seconds from each writer's counts by second (protocol.ratefile.RatePiece), and latency
+percentiles from the merged HDR interval histograms. No row is read where a piece covers it, so
+the time this takes grows with the test's seconds, not its messages.
 
 This is the one place that turns a test folder into the `summary.json` keys DESIGN.md fixes.
 Counts cover the whole test (a message lost during warm-up is still lost); rates and latency
-leave the warm-up out.
+leave the warm-up out. Rates cut it at the first whole second after the senders' warm-up end
+(the pieces hold whole seconds), latency at the first interval that starts after it.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from protocol.hdr import new_histogram, read_intervals
-from protocol.ratefile import RateSeconds, rate_seconds
+from protocol.ratefile import PIECE_SUFFIX, RatePiece, RateSeconds, rate_seconds, whole_second_at_or_after
 from protocol.sequences import load_bitset, merge_bitsets
 from reports.clocks import Correction, clock_corrections, shifted
 
@@ -87,7 +90,7 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any]
         peer_of_key |= {
             key: f"{info.get('name')}/{client['client']}" for key, client in info.get("senders", {}).items()
         }
-        _add(sends, directory, info.get("files", []), warm_up_end_us)
+        _add(sends, directory, info.get("files", []), whole_second_at_or_after(warm_up_end_us))
 
     bitsets: dict[str, list[bytes]] = {}
     deliveries: Counter[str] = Counter()
@@ -104,7 +107,7 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any]
         if sequences.exists():
             for key, text in json.loads(sequences.read_text()).items():
                 bitsets.setdefault(key, []).append(load_bitset(text))
-        _add(receives, directory, [n for n in info.get("files", []) if n.endswith(".csv.gz")], warm_up_end_us)
+        _add(receives, directory, info.get("files", []), whole_second_at_or_after(warm_up_end_us))
 
     received = lost = duplicates = 0
     per_sender = []
@@ -152,9 +155,18 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any]
 
 
 def _add(total: RateSeconds, directory: Path, names: list[str], since_us: int) -> None:
-    """A peer's rate files into the running total: counts by second, first and last time."""
+    """A peer's counts by second, first and last time into the running total: from its
+    writers' pieces, and from the rows of any rate file no piece covers (a folder written
+    before pieces existed, or a writer that never closed)."""
+    covered: set[str] = set()
     for name in names:
-        total.add(rate_seconds((directory / name).read_bytes(), str(directory / name), since_us))
+        if name.endswith(PIECE_SUFFIX):
+            piece = RatePiece.read(directory / name)
+            total.add(piece.seconds(since_us))
+            covered.update(piece.files)
+    for name in names:
+        if name.endswith(".csv.gz") and name not in covered:
+            total.add(rate_seconds((directory / name).read_bytes(), str(directory / name), since_us))
 
 
 def _latency(receivers: Peers, corrections: dict[str, Correction], warm_up_end_us: int) -> tuple[Any, int]:

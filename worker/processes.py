@@ -250,7 +250,7 @@ async def _receiver_child(spec: _ReceiverChildSpec, reports: Any, stop: multipro
     await run.close()
     final = (_receiver_counters(run), (last.corrected.encode(), last.service.encode()))
     bitsets = {f"{key:016x}": tracker.bitset for key, tracker in run.trackers.items()}
-    rate_files = [path.name for path in run.rate_file.paths]
+    rate_files = run.rate_file.names()
     reports.put(("done", spec.part, *final, bitsets, rate_files, sorted(run.reconnects_ns())))
 
 

@@ -148,7 +148,7 @@ class ReceiverRun(ReceivingAccount):
         self._stop.set()
 
     def files(self) -> list[str]:
-        names = [p.name for p in self.rate_file.paths]
+        names = self.rate_file.names()
         return [*names, "receiver-latency.hlog", "receiver-service-latency.hlog", "receiver-sequences.json"]
 
     async def close(self) -> None:

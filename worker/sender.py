@@ -218,7 +218,7 @@ class SenderRun(SendingAccount):
         return max(self.timebase.wall0_ns, self.plan.start_at_ns) + int(self.plan.warm_up_s * 1e9)
 
     def files(self) -> list[str]:
-        return [p.name for p in self.rate_file.paths]
+        return self.rate_file.names()
 
     async def close(self) -> None:
         self.rate_file.close()

@@ -201,11 +201,18 @@ def test_a_sender_split_over_two_processes(daemons: Daemons, maestro: Maestro) -
     # 4 clients x 50 msg/s x 5 s, each client's 250 from its own process.
     assert sender["sent"] == receiver["received"] == 1000
     assert sorted(c["sent"] for c in sender["senders"].values()) == [250] * 4  # type: ignore[attr-defined]
-    assert sender["files"] == ["sender-p0-0000.csv.gz", "sender-p1-0000.csv.gz"]
-    rows = [row for f in sender["files"] for row in read_rate_file(sender_dir / f)]  # type: ignore[attr-defined]
+    # Each process's rate file and the piece its writer left (its counts by second).
+    assert sender["files"] == [
+        "sender-p0-0000.csv.gz",
+        "sender-p0-seconds.json",
+        "sender-p1-0000.csv.gz",
+        "sender-p1-seconds.json",
+    ]
+    rate_files = ["sender-p0-0000.csv.gz", "sender-p1-0000.csv.gz"]
+    rows = [row for f in rate_files for row in read_rate_file(sender_dir / f)]
     assert len(rows) == 1000
     # One timebase: both processes' schedules start together, within a few milliseconds.
-    firsts = [min(eta for eta, _ in read_rate_file(sender_dir / f)) for f in sender["files"]]  # type: ignore[attr-defined]
+    firsts = [min(eta for eta, _ in read_rate_file(sender_dir / f)) for f in rate_files]
     assert abs(firsts[0] - firsts[1]) < 500_000
     assert sender["schedule_lag_us"]["99"] > 0  # type: ignore[index]
     bitsets = json.loads((receiver_dir / "receiver-sequences.json").read_text())

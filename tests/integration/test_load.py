@@ -85,7 +85,7 @@ def check_results(daemons: Daemons, maestro: Maestro, test_id: str) -> None:
     for name in ("s1", "s2"):
         directory = peer_dir(daemons, test_id, "sender", name)
         info = json.loads((directory / "peer.json").read_text())
-        rows = [row for f in info["files"] for row in read_rate_file(directory / f)]
+        rows = [row for f in info["files"] if f.endswith(".csv.gz") for row in read_rate_file(directory / f)]
         assert info["sent"] == len(rows) == RATE_PER_CLIENT * CLIENTS * SECONDS
         assert info["errors"] == {}
         # The warm-up boundary the reporter cuts at: 2 s after the sender started.

@@ -78,9 +78,11 @@ def test_a_fixed_rate_script_with_two_senders_and_two_receivers(
             assert clock["rtt_us"] > 0 and clock["uncertainty_us"] == pytest.approx(clock["rtt_us"] / 2, abs=0.1)
     files = {f["path"] for f in info["files"]}
     for name in ("s1", "s2"):
-        assert {f"sender/{name}/peer.json", f"sender/{name}/sender-0000.csv.gz"} <= files
+        for file in ("peer.json", "sender-0000.csv.gz", "sender-seconds.json"):
+            assert f"sender/{name}/{file}" in files
     for name in ("r1", "r2"):
-        for file in ("peer.json", "receiver-latency.hlog", "receiver-sequences.json", "receiver-0000.csv.gz"):
+        pieces = ("receiver-latency.hlog", "receiver-sequences.json", "receiver-0000.csv.gz", "receiver-seconds.json")
+        for file in ("peer.json", *pieces):
             assert f"receiver/{name}/{file}" in files
     assert {"test.json", "junit.xml"} <= files
     # The data server holds them; each peer deleted its copy only after the server confirmed it.
@@ -228,7 +230,7 @@ def test_a_profile_changes_rate_and_clients_during_one_test(
     assert result.summary["sent"] == result.summary["received"] == 260
     sender = root / result.test_id / "sender" / "s1"
     info = json.loads((sender / "peer.json").read_text())
-    etas = sorted(eta for name in info["files"] for eta, _ in read_rate_file(sender / name))
+    etas = sorted(eta for name in info["files"] if name.endswith(".csv.gz") for eta, _ in read_rate_file(sender / name))
     per_second = Counter((eta - etas[0]) // 1_000_000 for eta in etas)
     assert [per_second[s] for s in range(6)] == [20, 20, 100, 100, 10, 10]
 

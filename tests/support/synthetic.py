@@ -37,7 +37,7 @@ def one_loss_one_duplicate(root: Path, test_id: str = "t1", gap_us: int = 100_00
             "host": "h",
             "sent": 40,
             "senders": {f"{KEY:016x}": {"client": 0, "sent": 40}},
-            "files": [p.name for p in rates.paths],
+            "files": rates.names(),
             "warm_up_s": 0.0,
             "warm_up_end_ns": T0_US * 1000,
         },
@@ -66,7 +66,7 @@ def one_loss_one_duplicate(root: Path, test_id: str = "t1", gap_us: int = 100_00
                 "host": "h",
                 "received": 20,
                 "per_sender": {f"{KEY:016x}": {"deliveries": 20}},
-                "files": [p.name for p in rows.paths],
+                "files": rows.names(),
             },
         )
     return test

@@ -41,6 +41,40 @@ def test_a_test_folder_with_one_loss_and_one_duplicate(tmp_path: Path) -> None:
     assert {p["name"] for p in s["peers"]} == {"s1", "r1", "r2"}
 
 
+def test_the_summary_merges_the_writers_pieces_without_reading_a_row(tmp_path: Path) -> None:
+    """Rows read (the pieces moved away) and pieces merged (the rate files emptied) give the
+    same figures, and the known answer; a warm-up cut falls at the next whole second."""
+    test = one_loss_one_duplicate(tmp_path)
+    sender = test / "sender" / "s1"
+    info = json.loads((sender / "peer.json").read_text())
+    # Warm-up to T0 + 1.3 s: the cut is T0 + 2 s, leaving the sends of seconds 2, 3 and 4.
+    info["warm_up_s"], info["warm_up_end_ns"] = 1.3, (T0_US + 1_300_000) * 1000
+    (sender / "peer.json").write_text(json.dumps(info))
+    merged = summarize(test)
+    # 10/s from T0 + 0.25 s, cut at T0 + 2 s: second 2 is the first (left out as partial),
+    # second 3 whole with 10, second 4 the last (2).
+    assert merged["send_rate"] == {"mean": 10.0, "min": 10.0, "max": 10.0}
+    # From the first send (T0 + 0.25 s + 10 µs) to the last arrival: message 38, sent at
+    # T0 + 4.05 s, 976 ms on the way.
+    assert merged["duration_s"] == pytest.approx(4.05 + 0.976 - 0.25001)
+
+    pieces = sorted(test.glob("*/*/*-seconds.json"))
+    assert len(pieces) == 3  # one per writer: s1, r1, r2
+    # The same rows as a folder from before pieces existed: read row by row.
+    rows_read = one_loss_one_duplicate(tmp_path / "again")
+    (rows_read / "sender" / "s1" / "peer.json").write_text(json.dumps(info))
+    for path in rows_read.glob("*/*/peer.json"):
+        peer = json.loads(path.read_text())
+        peer["files"] = [name for name in peer["files"] if not name.endswith("-seconds.json")]
+        path.write_text(json.dumps(peer))
+        (path.parent / f"{path.parent.parent.name}-seconds.json").unlink()
+    assert summarize(rows_read) == merged
+
+    for rate_file in test.glob("*/*/*.csv.gz"):
+        rate_file.write_bytes(b"")  # a row read now would fail: "not a Maestro rate file"
+    assert summarize(test) == merged
+
+
 def test_a_saturated_sender_marks_the_run_generator_bound(tmp_path: Path) -> None:
     test = one_loss_one_duplicate(tmp_path)
     assert generator_bound(read_peers(test)) == []

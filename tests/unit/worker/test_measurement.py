@@ -12,7 +12,7 @@ import pytest
 from hdrh.log import HistogramLogReader
 
 from protocol.hdr import HIGHEST_US, new_histogram
-from protocol.ratefile import RateFileWriter, arrivals_per_second, rate_seconds, read_rate_file
+from protocol.ratefile import RateFileWriter, RatePiece, arrivals_per_second, rate_seconds, read_rate_file
 from protocol.sequences import SequenceTracker, dump_bitsets, load_bitset, merge_bitsets
 from worker.latency import LatencyRecorder
 from worker.payload import HEADER_BYTES, ForeignPayloadError, MessageHeader, key_of, make_body, read_header
@@ -162,6 +162,47 @@ def test_arrivals_per_second_counts_whole_seconds_of_the_ata_column(tmp_path: Pa
     assert arrivals_per_second(path.read_bytes()) == Counter({0: 10, 1: 25, 3: 5})
     with pytest.raises(ValueError, match="not a Maestro rate file"):
         arrivals_per_second(gzip.compress(b"eta,ata\n1,2\n"), "x.csv.gz")
+
+
+def test_a_writers_piece_gives_the_rows_figures_for_any_whole_second_cut(tmp_path: Path) -> None:
+    """The piece a closed writer leaves (its rows by eta second and ata second) against the
+    per-row truth: across rotations, out-of-order arrivals, and arrivals stamped before their
+    intended time (a receiver whose clock is behind the sender's)."""
+    rows = []
+    for i in range(3000):
+        eta = 7_000_250_000 + i * 1_700
+        rows.append((eta, eta - 400_000 + (i * 7919) % 900_000))
+    writer = RateFileWriter(tmp_path, "receiver", {}, rows_per_file=800)
+    for eta, ata in rows:
+        writer.write(eta, ata)
+    writer.close()
+    assert writer.names() == [*(f"receiver-000{k}.csv.gz" for k in range(4)), "receiver-seconds.json"]
+    piece = RatePiece.read(tmp_path / "receiver-seconds.json")
+    assert piece.files == [f"receiver-000{k}.csv.gz" for k in range(4)]
+    assert sum(count for _, _, count in piece.cells) == piece.rows == 3000
+    for since in (0, 7_000_000_000, 7_002_000_000, 7_005_000_000, 7_006_000_000):
+        figures = piece.seconds(since)
+        assert figures.per_second == Counter(ata // 1_000_000 for eta, ata in rows if eta >= since), since
+        assert (figures.first_ata_us, figures.last_ata_us, figures.rows) == (
+            min(a for _, a in rows),
+            max(a for _, a in rows),
+            3000,
+        )
+    with pytest.raises(ValueError, match="whole seconds only"):
+        piece.seconds(7_002_500_000)
+
+
+def test_a_rotation_leaves_a_piece_for_the_files_closed_so_far(tmp_path: Path) -> None:
+    """A writer killed after a rotation leaves a piece covering the closed files only: the
+    summary reads the rest row by row."""
+    writer = RateFileWriter(tmp_path, "sender", {}, rows_per_file=100)
+    for i in range(250):
+        writer.write(i * 1000, i * 1000 + 5)
+    # Killed here: never closed. Files 0 and 1 were closed by rotations, file 2 is open.
+    piece = RatePiece.read(tmp_path / "sender-seconds.json")
+    assert (piece.files, piece.rows) == (["sender-0000.csv.gz", "sender-0001.csv.gz"], 200)
+    assert piece.seconds().per_second == Counter({0: 200})
+    writer.close()
 
 
 # --- latency --------------------------------------------------------------------------------------
