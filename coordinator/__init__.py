@@ -1,7 +1,15 @@
 """The coordinator: the Python API for test scripts, test executors, and the `maestro` CLI."""
 
 from coordinator.client import Target
-from coordinator.definitions import Action, Fail, FixedRateTest, Flow, IncrementalTest, UnboundedTest
+from coordinator.definitions import (
+    Action,
+    Fail,
+    FixedRateTest,
+    Flow,
+    IncrementalTest,
+    RequestReplyTest,
+    UnboundedTest,
+)
 from coordinator.errors import MaestroError, PeerRequestError
 from coordinator.maestro import Maestro
 from coordinator.registry import PeerInfo, PeerState
@@ -18,6 +26,7 @@ __all__ = [
     "PeerInfo",
     "PeerRequestError",
     "PeerState",
+    "RequestReplyTest",
     "Target",
     "TestResult",
     "UnboundedTest",

@@ -36,8 +36,9 @@ def _add_test(commands: Any) -> None:
     p = commands.add_parser(
         "test",
         help="run a common test without a script",
-        description="Run a fixed-rate, unbounded or incremental test. With --file, the test is read from a TOML "
-        "file (see coordinator/declared.py); flags then override nothing.",
+        description="Run a fixed-rate, unbounded, request-reply or incremental test (or a search, repeated or "
+        "sweep series). With --file, the test is read from a TOML file (see coordinator/declared.py); flags then "
+        "override nothing.",
     )
     p.add_argument("kind", nargs="?", choices=KINDS, help="the test kind (default: fixed-rate, or the file's)")
     p.add_argument("--file", type=Path, help="a test declared in TOML")
@@ -64,6 +65,7 @@ def _add_test(commands: Any) -> None:
     fail.add_argument("--fail-min-rate-ratio", type=float, help="achieved/target rate below this fails (default: 0)")
     fail.add_argument("--fail-max-loss-ratio", type=float, help="lost/sent above this fails (default: 0)")
     fail.add_argument("--fail-stall-s", type=float, help="no progress this long fails (default: 30)")
+    _add_request_reply_flags(p)
     inc = p.add_argument_group("incremental")
     inc.add_argument("--initial-rate", type=float)
     inc.add_argument("--ceiling-rate", type=float)
@@ -89,6 +91,18 @@ def _add_test(commands: Any) -> None:
     p.set_defaults(run=cmd_test)
 
 
+def _add_request_reply_flags(p: argparse.ArgumentParser) -> None:
+    rr = p.add_argument_group("request-reply (a closed system: senders request, receivers reply)")
+    rr.add_argument("--request-url", help="SUT URL requests go to (instead of --send-url)")
+    rr.add_argument("--reply-url", help="the reply address on the same broker, e.g. amqp://h/amq.rabbitmq.reply-to")
+    rr.add_argument("--clients", type=int, help="requesting clients per sender (default: --parallel)")
+    rr.add_argument("--outstanding", type=int, help="requests a client waits on at once (default: 1)")
+    rr.add_argument("--think-time", help="from a reply to the next request: 10ms, exp:10ms (default: 0)")
+    rr.add_argument("--service-time", help="the replier's time per request: 5ms, exp:5ms (default: 0)")
+    rr.add_argument("--request-timeout", help="a reply later than this counts the request timed out (default: 5s)")
+    rr.add_argument("--repliers", type=int, help="replying workers (default: --receivers)")
+
+
 _FLAG_FIELDS = ("rate", "size", "parallel", "duration", "count", "senders", "receivers", "name")
 _FAIL_FLAGS = {
     "fail_latency_ms": "latency_ms",
@@ -98,6 +112,16 @@ _FAIL_FLAGS = {
     "fail_max_loss_ratio": "max_loss_ratio",
     "fail_stall_s": "stall_s",
 }
+_REQUEST_REPLY_FLAGS = (
+    "request_url",
+    "reply_url",
+    "clients",
+    "outstanding",
+    "think_time",
+    "service_time",
+    "request_timeout",
+    "repliers",
+)
 _INCREMENTAL_FLAGS = (
     "initial_rate",
     "ceiling_rate",
@@ -112,10 +136,14 @@ def test_from_args(args: argparse.Namespace) -> tuple[TestDefinition, str | None
     if args.file:
         test, text = load_test_file(args.file)
         return test, text
-    table: dict[str, Any] = {k: getattr(args, k) for k in _FLAG_FIELDS if getattr(args, k) is not None}
-    if not args.send_url:
-        raise DefinitionError("--send-url is needed (or --file)")
-    table["send_url"] = args.send_url if len(args.send_url) > 1 else args.send_url[0]
+    names = (*_FLAG_FIELDS, *_REQUEST_REPLY_FLAGS)
+    table: dict[str, Any] = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    if args.kind == "request-reply" and not args.request_url:
+        raise DefinitionError("a request-reply test needs --request-url")
+    if not args.send_url and not args.request_url:
+        raise DefinitionError("--send-url is needed (or --request-url, or --file)")
+    if args.send_url:
+        table["send_url"] = args.send_url if len(args.send_url) > 1 else args.send_url[0]
     if args.receive_url:
         table["receive_url"] = args.receive_url if len(args.receive_url) > 1 else args.receive_url[0]
     if args.warm_up is not None:

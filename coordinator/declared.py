@@ -1,6 +1,6 @@
 """Tests declared in a TOML file, for `maestro test --file test.toml`:
 
-    kind = "fixed-rate"            # or "unbounded", "incremental"
+    kind = "fixed-rate"            # or "unbounded", "request-reply", "incremental", ...
     name = "quorum queue, 1 KiB"
     send_url = "amqp://sut:5672/q"
     rate = 1000                    # per client
@@ -40,6 +40,11 @@
     send_url = "amqp://sut:5672/a"
     senders = 2
 
+A request/reply test (a closed system) names `request_url` instead of `send_url`, with
+`reply_url`, `clients`, `outstanding`, `think_time`, `service_time`, `request_timeout` and
+`repliers` (`coordinator.request_reply`); with `kind = "incremental"`, "repeated" or "sweep" it
+is the base of the series.
+
 The same names as the Python API (`coordinator.definitions`); an unknown key is refused by name.
 """
 
@@ -57,6 +62,7 @@ from coordinator.definitions import (
     Flow,
     IncrementalTest,
     RepeatedTest,
+    RequestReplyTest,
     SearchTest,
     SweepTest,
     TestDefinition,
@@ -65,7 +71,8 @@ from coordinator.definitions import (
 
 __all__ = ["build_test", "load_test_file"]
 
-KINDS = ("fixed-rate", "unbounded", "incremental", "search", "repeated", "sweep")
+KINDS = ("fixed-rate", "unbounded", "request-reply", "incremental", "search", "repeated", "sweep")
+_SERIES = KINDS[3:]
 
 
 def _known(cls: type, table: dict[str, Any], where: str) -> dict[str, Any]:
@@ -81,8 +88,8 @@ def build_test(kind: str, table: dict[str, Any]) -> TestDefinition:
     if kind not in KINDS:
         raise DefinitionError(f"unknown test kind {kind!r} (known: {', '.join(KINDS)})")
     table = dict(table)
-    series = table.pop(kind, None) if kind in KINDS[2:] else None
-    for other in KINDS[2:]:
+    series = table.pop(kind, None) if kind in _SERIES else None
+    for other in _SERIES:
         if other in table:
             raise DefinitionError(f"a [{other}] table in a {kind} test")
     if "fail" in table:
@@ -97,12 +104,17 @@ def build_test(kind: str, table: dict[str, Any]) -> TestDefinition:
     for key in ("inspectors", "agents"):
         if key in table:
             table[key] = tuple(table[key])
-    base_fields = _known(FixedRateTest, table, "test")
-    if kind == "unbounded":
-        return UnboundedTest(**base_fields)
-    base = FixedRateTest(**base_fields)
-    if kind == "fixed-rate":
-        return base
+    if kind == "request-reply" or "request_url" in table:
+        base: FixedRateTest = RequestReplyTest(**_known(RequestReplyTest, table, "test"))
+        if kind == "request-reply":
+            return base
+    else:
+        base_fields = _known(FixedRateTest, table, "test")
+        if kind == "unbounded":
+            return UnboundedTest(**base_fields)
+        base = FixedRateTest(**base_fields)
+        if kind == "fixed-rate":
+            return base
     cls = {"incremental": IncrementalTest, "search": SearchTest, "repeated": RepeatedTest, "sweep": SweepTest}[kind]
     if not series:
         raise DefinitionError(f"a {kind} test needs a [{kind}] table")

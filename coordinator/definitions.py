@@ -12,6 +12,7 @@ import dataclasses
 from typing import Any
 
 from coordinator.fixed_rate import Action, DefinitionError, Fail, FixedRateTest, Flow, UnboundedTest
+from coordinator.request_reply import RequestReplyTest
 from coordinator.series_tests import IncrementalTest, RepeatedTest, SearchTest, SweepTest
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "Flow",
     "IncrementalTest",
     "RepeatedTest",
+    "RequestReplyTest",
     "SearchTest",
     "SweepTest",
     "TestDefinition",

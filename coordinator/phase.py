@@ -162,8 +162,9 @@ class Phase:
         # One request reaches every sender, so the margin does not grow with their number.
         start_at = time.time_ns() + int((_START_MARGIN_S + 4 * worst_rtt_s) * 1e9)
         self.load_start_s = start_at / 1e9
-        # Each sender turns the common start into its own clock with its measured offset.
-        offsets = {p.peer_id: p.correction_ns() for p in senders if p.correction_ns()}
+        # Each sender turns the common start into its own clock with its measured offset; a
+        # requester corrects the legs of its requests by its repliers' (receivers') offsets too.
+        offsets = {p.peer_id: p.correction_ns() for p in (*senders, *self.cast.receivers) if p.correction_ns()}
         try:
             m.request_all(StartWorker(start_at_ns=start_at, clock_offsets_ns=offsets), senders)
             self.started_senders |= self._ids(senders)
@@ -294,7 +295,7 @@ class Phase:
         record = {
             "test_id": self.test_id,
             "name": self.test.name,
-            "kind": self.test.KIND if self.test.rate else "unbounded",
+            "kind": "unbounded" if self.test.KIND == "fixed-rate" and not self.test.rate else self.test.KIND,
             "definition": to_dict(self.test),
             "target_rate": self.test.target_rate(),
             "labels": self.test.labels,

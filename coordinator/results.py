@@ -54,6 +54,17 @@ class TestResult:
                 f"\n  latency p50 {lat.get('p50', 0) / 1000:.3f} ms  p99 {lat.get('p99', 0) / 1000:.3f} ms"
                 f"  max {lat.get('max', 0) / 1000:.3f} ms"
             )
+        if rr := s.get("request_reply"):
+            response, law = rr["response_time_us"], rr["littles_law"]
+            text += (
+                f"\n  closed system: {rr['requests']:,} requests, {rr['replies']:,} replies,"
+                f" {rr['timed_out']:,} timed out, {rr['late']:,} late; {rr['throughput_per_s']:,.1f} requests/s"
+                f"\n  response time p50 {response['p50'] / 1000:.3f} ms  p99 {response['p99'] / 1000:.3f} ms"
+                f"  (request leg p50 {rr['request_leg_us']['p50'] / 1000:.3f} ms, replier"
+                f" {rr['replier_us']['p50'] / 1000:.3f} ms, reply leg {rr['reply_leg_us']['p50'] / 1000:.3f} ms)"
+                f"\n  Little's law: {law['clients']:g} waiting ≈ throughput x time {law['throughput_x_time']:.2f}"
+                f" ({law['deviation_percent']:+.1f} %)"
+            )
         best = self.record.get("max_sustainable")
         if best:
             text += (
@@ -130,4 +141,11 @@ def loss_verdict(summary: dict[str, Any], max_loss_ratio: float) -> str | None:
         return "nothing was sent"
     if lost / sent > max_loss_ratio:
         return f"lost {lost:,} of {sent:,} messages ({lost / sent:.3%}; bound {max_loss_ratio:.3%})"
+    # A request without its reply in time is lost to its requester, whatever reached the replier.
+    if rr := summary.get("request_reply"):
+        unanswered = rr["timed_out"]
+        if unanswered / sent > max_loss_ratio:
+            return (
+                f"{unanswered:,} of {sent:,} requests timed out ({unanswered / sent:.3%}; bound {max_loss_ratio:.3%})"
+            )
     return None

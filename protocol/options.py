@@ -7,6 +7,7 @@ checks on top (a driver knows its URL options).
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -18,10 +19,12 @@ from protocol.sut_url import parse_sut_url
 
 __all__ = [
     "OPTIONS",
+    "Delay",
     "Duration",
     "MessageSize",
     "OptionError",
     "ProfileStep",
+    "parse_delay",
     "parse_duration",
     "parse_message_size",
     "parse_options",
@@ -85,6 +88,34 @@ def parse_seconds(value: Any) -> float:
     if seconds < 0:
         raise ValueError(f"{value!r} is negative")
     return seconds
+
+
+@dataclass(frozen=True)
+class Delay:
+    """A time taken on purpose: a replier's service time, a requester's think time. Fixed
+    (`"5ms"`) or exponential around a mean (`"exp:10ms"`: a Poisson process's gaps)."""
+
+    mean_s: float = 0.0
+    exponential: bool = False
+
+    def sample_s(self, rng: random.Random) -> float:
+        if not self.mean_s:
+            return 0.0
+        return rng.expovariate(1 / self.mean_s) if self.exponential else self.mean_s
+
+    def __str__(self) -> str:
+        return f"{'exp:' if self.exponential else ''}{self.mean_s * 1000:g}ms"
+
+
+def parse_delay(value: Any) -> Delay:
+    if isinstance(value, Delay):
+        return value
+    text = str(value).strip().lower()
+    exponential = text.startswith("exp:")
+    try:
+        return Delay(parse_seconds(text[4:] if exponential else value), exponential)
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not a time (5ms) or an exponential one around a mean (exp:5ms)") from exc
 
 
 def parse_duration(value: Any) -> Duration:
@@ -220,6 +251,13 @@ OPTIONS: dict[str, Callable[[Any], Any]] = {
     "data_server_url": _http_url,
     "upload_retry_s": parse_seconds,  # how long a peer retries an unreachable data server at collection
     "labels": _mapping,
+    # Request/reply (a closed system, seed 003): senders send requests and wait for replies,
+    # receivers answer them.
+    "request_reply": boolean,
+    "outstanding": number(1, 10_000, integer=True),  # requests a client may wait on at once
+    "think_time": parse_delay,  # from a reply to the client's next request
+    "service_time": parse_delay,  # a replier's time over each request
+    "request_timeout_s": parse_seconds,  # a reply later than this counts the request timed out
 }
 
 

@@ -41,6 +41,7 @@ DRIVER_OPTIONS: dict[str, dict[str, Callable[[Any], Any]]] = {
         "confirm_timeout_s": integer(1, 3600),
         "ack": choice("auto", "manual"),
         "prefetch": integer(0, 65535),
+        "reply_to": text,  # a requester's reply address: amq.rabbitmq.reply-to, a queue name, or none
     },
     "worker.drivers.amqp10:Amqp10Driver": {
         "settle": choice("presettled", "at-least-once"),
@@ -68,6 +69,8 @@ DRIVER_OPTIONS: dict[str, dict[str, Callable[[Any], Any]]] = {
         "clean_session": boolean,
         "keepalive_s": integer(5, 3600),
         "max_inflight": integer(1, 65535),  # QoS 1/2 messages awaiting their acknowledgement
+        "version": choice("3.1.1", "5"),  # MQTT 5 carries request/reply's response topic
+        "reply_to": text,  # a requester's reply topic base (MQTT 5); none: maestro/replies
     },
 }
 

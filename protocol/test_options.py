@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from protocol.fail import FailConditions
-from protocol.options import Duration, MessageSize, ProfileStep
+from protocol.options import Delay, Duration, MessageSize, ProfileStep
 
 __all__ = ["TestOptions"]
 
@@ -39,6 +39,11 @@ class TestOptions:
     data_server_url: str = ""
     upload_retry_s: float = 120.0
     labels: Mapping[str, Any] = field(default_factory=dict)
+    request_reply: bool = False  # senders request and wait, receivers answer (a closed system)
+    outstanding: int = 1
+    think_time: Delay = field(default_factory=Delay)
+    service_time: Delay = field(default_factory=Delay)
+    request_timeout_s: float = 5.0
 
     __test__ = False  # not a pytest class
 

@@ -165,7 +165,9 @@ def build_report(
 {reason}<p>{html.escape(str(record.get("name") or ""))} {html.escape(str(record.get("kind") or ""))}
 started {html.escape(str(record.get("started") or ""))}; {rows:,} rate records read.
 Rates and latency leave the warm-up out; counts cover the whole test.</p>
+<p class="load-model">Load model: {_LOAD_MODELS[figures.get("load_model", "open")]}</p>
 {table(key_figures, ["figure", "value"])}
+{_request_reply_section(figures.get("request_reply"))}
 {verdict}
 {"".join(c for c in charts if c)}
 {_faults_section(faults)}
@@ -196,6 +198,41 @@ _FAULT_COLUMNS = [
     "reconnects",
     "error",
 ]
+
+
+_LOAD_MODELS = {
+    "open": "open (senders on a schedule: fixed rate or as fast as the SUT takes)",
+    "closed": "closed (request/reply: clients wait for each reply, then think)",
+}
+
+
+def _request_reply_section(rr: dict[str, Any] | None) -> str:
+    """A closed system's figures: its counts, the response time and its legs, Little's law."""
+    if not rr:
+        return ""
+    law = rr["littles_law"]
+    counts = [
+        {"figure": name.replace("_", " "), "value": rr[name]}
+        for name in ("requests", "replies", "timed_out", "late", "duplicates")
+    ]
+    counts.append({"figure": "throughput, requests/s", "value": rr["throughput_per_s"]})
+    legs = [
+        {"time": label, **{k: rr[key][k] / 1000 for k in ("p50", "p90", "p99", "max", "mean")}}
+        for label, key in (
+            ("response (intended → reply)", "response_time_us"),
+            ("request leg", "request_leg_us"),
+            ("replier", "replier_us"),
+            ("reply leg", "reply_leg_us"),
+        )
+    ]
+    return (
+        "<h2>Request/reply</h2>"
+        + table(counts, ["figure", "value"])
+        + "<p>Milliseconds; the legs corrected by the clocks measured for requester and replier.</p>"
+        + table(legs, ["time", "p50", "p90", "p99", "max", "mean"])
+        + f"<p>Little's law: {law['clients']:g} clients waiting or thinking; throughput x (response + think)"
+        f" = {law['throughput_x_time']:.2f} ({law['deviation_percent']:+.1f} %).</p>"
+    )
 
 
 def _faults_section(faults: list[dict[str, Any]]) -> str:

@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from protocol.hdr import new_histogram, read_intervals
+from protocol.hdr import new_histogram, read_intervals, read_total
 from protocol.ratefile import PIECE_SUFFIX, RatePiece, RateSeconds, rate_seconds, whole_second_at_or_after
 from protocol.sequences import load_bitset, merge_bitsets
 from reports.clocks import Correction, clock_corrections, shifted
@@ -151,6 +151,71 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any]
         "per_sender": per_sender,
         "peers": _peer_rows(peers, corrections),
         "latency_clamped_by_correction": clamped,
+        # Open: senders on a schedule. Closed: requesters waiting for replies (request/reply).
+        "load_model": "closed" if any("request_reply" in info for _, info in senders) else "open",
+        **_request_reply(senders, warm_up_end_us, sends),
+    }
+
+
+# The requester's logs (worker.requester.REQUESTER_LOGS) and the figures they become.
+_REQUESTER_LOGS = {
+    "response_time_us": "requester-response.hlog",
+    "replier_us": "requester-replier.hlog",
+    "request_leg_us": "requester-request-leg.hlog",
+    "reply_leg_us": "requester-reply-leg.hlog",
+}
+
+
+def _request_reply(senders: Peers, warm_up_end_us: int, answered: RateSeconds) -> dict[str, Any]:
+    """A closed system's figures, merged over its requesters: counts, throughput (`answered`:
+    their rate files, a row per request answered in time, by the reply's second), response time
+    and its legs after warm-up, and Little's law as a check on them all."""
+    requesters = [(d, p) for d, p in senders if "request_reply" in p]
+    if not requesters:
+        return {}
+    since_ms = warm_up_end_us // 1000
+    counts: Counter[str] = Counter()
+    foreign: Counter[str] = Counter()
+    totals = {name: new_histogram() for name in _REQUESTER_LOGS}
+    throughput = rate_of(answered.per_second)["mean"]
+    clients = think_weighted = 0.0
+    for directory, info in requesters:
+        mine = info["request_reply"]
+        counts.update({k: mine[k] for k in ("replies", "timed_out", "late", "duplicates")})
+        counts["requests"] += info.get("sent", 0)
+        foreign.update(mine.get("foreign", {}))
+        waiting = mine["clients"] * mine["outstanding"]
+        clients += waiting
+        think_weighted += waiting * mine.get("think_time_mean_s", 0.0)
+        for name, file in _REQUESTER_LOGS.items():
+            if (directory / file).exists():
+                totals[name].add(read_total(directory / file, since_ms))
+    response = totals["response_time_us"]
+    think_s = think_weighted / clients if clients else 0.0
+    # Little's law: what is waiting or thinking = throughput x the time each spends at it.
+    predicted = throughput * (response.get_mean_value() / 1e6 + think_s)
+    return {
+        "request_reply": {
+            **counts,
+            "foreign": dict(foreign),
+            "throughput_per_s": throughput,
+            "think_time_mean_s": think_s,
+            **{name: _percentiles(h) for name, h in totals.items()},
+            "littles_law": {
+                "clients": clients,
+                "throughput_x_time": predicted,
+                "deviation_percent": 100 * (predicted - clients) / clients if clients else 0.0,
+            },
+        }
+    }
+
+
+def _percentiles(histogram: Any) -> dict[str, float]:
+    figures = {name: float(histogram.get_value_at_percentile(p)) for name, p in PERCENTILES.items()}
+    return figures | {
+        "mean": float(histogram.get_mean_value()),
+        "max": float(histogram.get_max_value()),
+        "samples": histogram.get_total_count(),
     }
 
 

@@ -3,6 +3,8 @@
 Two series, each its own log so any HdrHistogram tool reads it:
 - `receiver-latency.hlog`: from the intended send time (corrected for coordinated omission);
 - `receiver-service-latency.hlog`: from the actual send time (what the SUT alone took).
+A requester (request/reply) keeps two recorders of the same shape under its own file names:
+response time with the replier's time, and the request and reply legs.
 Values are integer microseconds in the shape `protocol.hdr` fixes. A sample beyond
 the range is clamped to it and counted, never dropped (Maestro Java dropped negative samples,
 which biased the result).
@@ -22,7 +24,9 @@ from hdrh.log import HistogramLogWriter
 
 from protocol.hdr import new_histogram, record_samples
 
-__all__ = ["IntervalLatency", "LatencyRecorder"]
+__all__ = ["RECEIVER_LOGS", "IntervalLatency", "LatencyRecorder"]
+
+RECEIVER_LOGS = (("corrected", "receiver-latency.hlog"), ("service", "receiver-service-latency.hlog"))
 
 _FLUSH_AT = 65_536  # samples held before they go into the histograms (else at each roll)
 
@@ -43,8 +47,11 @@ class IntervalLatency:
 
 
 class LatencyRecorder:
-    def __init__(self, directory: Path | None, interval_s: float = 1.0) -> None:
-        """`directory` None: no logs are written (a receiver process whose parent writes them)."""
+    def __init__(
+        self, directory: Path | None, interval_s: float = 1.0, logs: tuple[tuple[str, str], ...] = RECEIVER_LOGS
+    ) -> None:
+        """`directory` None: no logs are written (a receiver process whose parent writes them).
+        `logs`: what the first and the second series are called, and their files."""
         self.directory = directory
         self.interval_s = interval_s
         self.clamped = 0  # samples outside [1 µs, 1 h]: clock skew or a stuck message
@@ -57,11 +64,11 @@ class LatencyRecorder:
         start = int(time.time() * 1000) / 1000
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
-            for series, name in (("corrected", "receiver-latency.hlog"), ("service", "receiver-service-latency.hlog")):
+            for (label, name), series in zip(logs, ("corrected", "service"), strict=True):
                 f = (directory / name).open("w")
                 self._files.append(f)
                 writer = HistogramLogWriter(f)
-                writer.output_comment(f"[maestro {series} latency, microseconds]")
+                writer.output_comment(f"[maestro {label} latency, microseconds]")
                 writer.output_log_format_version()
                 # hdrh 0.10's output_start_time is broken (ms passed to fromtimestamp); same line, by hand.
                 stamp = datetime.fromtimestamp(start, UTC).isoformat(sep=" ")

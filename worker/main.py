@@ -34,8 +34,10 @@ from protocol.runtime import Peer, PeerError, UnsupportedError, write_peer_json
 from worker.drivers import parse_endpoint
 from worker.drivers.base import DriverError
 from worker.latency import LatencyRecorder
+from worker.payload import key_of
 from worker.processes import MultiProcessReceiver, MultiProcessSender
 from worker.receiver import ReceiverPlan, ReceiverRun
+from worker.requester import RequesterPlan, RequesterRun
 from worker.run import Run, Watch
 from worker.sender import SenderPlan, SenderRun
 
@@ -122,8 +124,10 @@ class Worker(Peer):
         self._started_wall_ns = time.time_ns()
         self.self_monitor = SelfMonitor()
         self._tripped = None
-        if self.role == Role.SENDER:
-            run: Run = self._sender(directory, note.start_for(self.peer_id))
+        if self.role == Role.SENDER and self.settings.request_reply:
+            run: Run = self._requester(directory, note)
+        elif self.role == Role.SENDER:
+            run = self._sender(directory, note.start_for(self.peer_id))
         else:
             run = self._receiver(directory, note.latency_shift_us.get(self.peer_id, 0))
             await run.start()  # consuming before OK: senders started after us lose nothing
@@ -166,6 +170,28 @@ class Worker(Peer):
             return MultiProcessSender(plan, processes, directory, self._labels())
         return SenderRun(plan, RateFileWriter(directory, "sender", self._labels()))
 
+    def _requester(self, directory: Path, note: StartWorker) -> RequesterRun:
+        o = self.settings
+        if o.processes > 1:
+            raise OptionError("processes", "request/reply runs its clients in one process for now")
+        plan = RequesterPlan(
+            test_id=self.test_id,
+            peer=f"{self.config.name}@{self.config.host}",
+            urls=self._urls("send_url"),
+            parallel_count=o.parallel_count,
+            duration=o.duration,
+            size=o.message_size,
+            outstanding=o.outstanding,
+            think_time=o.think_time,
+            request_timeout_s=o.request_timeout_s,
+            warm_up_s=o.warm_up_s,
+            start_at_ns=note.start_for(self.peer_id),
+            reconnect_budget_s=o.reconnect_budget_s,
+            clock_offsets_ns={key_of(peer): offset for peer, offset in note.clock_offsets_ns.items()},
+            own_offset_ns=note.clock_offsets_ns.get(self.peer_id, 0),
+        )
+        return RequesterRun(plan, RateFileWriter(directory, "sender", self._labels()), directory)
+
     def _receiver(self, directory: Path, latency_shift_us: int) -> ReceiverRun:
         o = self.settings
         plan = ReceiverPlan(
@@ -177,8 +203,13 @@ class Worker(Peer):
             duration_s=o.duration_s if "duration" in self.options else None,
             reconnect_budget_s=o.reconnect_budget_s,
             latency_shift_us=latency_shift_us,
+            reply=o.request_reply,
+            service_time=o.service_time,
+            replier_key=key_of(self.peer_id),
         )
         processes = o.processes
+        if processes > 1 and o.request_reply:
+            raise OptionError("processes", "request/reply runs its clients in one process for now")
         if processes > 1:
             return MultiProcessReceiver(plan, processes, directory, self._labels())
         return ReceiverRun(plan, RateFileWriter(directory, "receiver", self._labels()), LatencyRecorder(directory))

@@ -12,6 +12,13 @@ endian, 44 bytes:
     sent       i64      wall-clock ns when it was actually handed to the client library
 
 Anything after the header is filler up to the message size.
+
+A reply (request/reply tests) is the request's header as it came, then the replier's stamps,
+by the replier's clock, 24 bytes:
+
+    replier_key u64  who answered (a hash of its peer id)
+    received    i64  wall-clock ns the request reached the replier's client library
+    replied     i64  wall-clock ns the reply was handed to it
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ __all__ = [
     "HEADER_BYTES",
     "HEADER_LAYOUT",
     "MAGIC",
+    "REPLY_BYTES",
+    "REPLY_LAYOUT",
+    "REPLY_STAMPS",
     "ForeignPayloadError",
     "MessageHeader",
     "key_of",
@@ -37,6 +47,9 @@ __all__ = [
 MAGIC = b"MPY\x01"
 _LAYOUT = HEADER_LAYOUT = struct.Struct("!4sQQQqq")
 HEADER_BYTES = _LAYOUT.size
+REPLY_STAMPS = struct.Struct("!Qqq")
+REPLY_LAYOUT = struct.Struct("!4sQQQqqQqq")
+REPLY_BYTES = REPLY_LAYOUT.size
 
 # (test_key, sender_key, sequence, intended_ns, sent_ns) -> the 44 header bytes: the sender's hot
 # path, one C call with the magic bound in.

@@ -1,4 +1,11 @@
-"""The receiving side: N consumers, one latency recorder, sequence accounting per sender."""
+"""The receiving side: N consumers, one latency recorder, sequence accounting per sender.
+
+A replier (request/reply tests) is a receiver that answers: each request is counted as any
+message is (its latency is the request leg, from its intended time), then, after the service
+time, answered to its reply address with the request's header and the replier's stamps
+(worker.payload). Requests are served side by side, each on its own timer: as many at once as
+the consumers' prefetch lets in.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +13,21 @@ import asyncio
 import functools
 import json
 import logging
+import random
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from protocol.concurrency import PreciseTimer
+from protocol.options import Delay
 from protocol.ratefile import RateFileWriter
 from protocol.sequences import SequenceTracker, dump_bitsets
 from worker.drivers import driver_for_client
-from worker.drivers.base import FIRST_CONNECT_S, Driver, connect_within
+from worker.drivers.base import FIRST_CONNECT_S, Driver, DriverError, SendError, connect_within
 from worker.latency import IntervalLatency, LatencyRecorder
-from worker.payload import HEADER_LAYOUT, MAGIC, key_of
+from worker.payload import HEADER_BYTES, HEADER_LAYOUT, MAGIC, REPLY_STAMPS, key_of
 from worker.run import ReceivingAccount
 
 __all__ = ["ReceiverPlan", "ReceiverRun"]
@@ -35,6 +45,9 @@ class ReceiverPlan:
     drain_idle_s: float = 2.0  # draining ends after this long without a message
     reconnect_budget_s: float = 60.0
     latency_shift_us: int = 0  # the clock correction its bound and live figures use (StartWorker)
+    reply: bool = False  # a replier: answer each request
+    service_time: Delay = field(default_factory=Delay)
+    replier_key: int = 0  # key_of its peer id, stamped into each reply
 
 
 @dataclass
@@ -45,6 +58,8 @@ class ReceiverStats:
     # Deliveries of a message already received, by the wall-clock second they arrived in: the
     # rate file holds first deliveries only, and the report places duplicates in fault windows.
     duplicates_per_s: Counter[int] = field(default_factory=Counter)
+    replied: int = 0
+    reply_errors: Counter[str] = field(default_factory=Counter)  # replies the SUT did not take
 
 
 class ReceiverRun(ReceivingAccount):
@@ -72,15 +87,62 @@ class ReceiverRun(ReceivingAccount):
         self._closed_reconnects_ns: list[int] = []  # of drivers closed already
         self._stop = asyncio.Event()
         self._driver_for = driver_for or functools.partial(driver_for_client, plan.urls, "receive_url")
+        self._timer: PreciseTimer | None = None  # a replier's, for service times
+        self._service_rng = random.Random(3)
+        self._answering: set[asyncio.Future[None]] = set()  # held until done: the loop keeps weak references
         self.clients = clients if clients is not None else range(plan.parallel_count)
 
     async def start(self) -> None:
         """Connect every consumer; returns once all of them are consuming."""
+        if self.plan.reply:
+            self._timer = PreciseTimer(asyncio.get_running_loop())
         for client in self.clients:
             driver = self._driver_for(client)
             await connect_within(driver, FIRST_CONNECT_S)
-            await driver.receive(self._on_messages, self.plan.processing_delay_s)
+            if self.plan.reply:
+                driver.on_settled = self._reply_settled
+                await driver.serve(functools.partial(self._on_requests, driver))
+            else:
+                await driver.receive(self._on_messages, self.plan.processing_delay_s)
             self._drivers.append(driver)
+
+    def _on_requests(self, driver: Driver, batch: list[tuple[bytes, int, Any]]) -> None:
+        """Requests are counted as messages are, then each answered after its service time."""
+        self._on_messages([(body, arrived) for body, arrived, _ in batch])
+        service = self.plan.service_time
+        for body, arrived, address in batch:
+            if len(body) < HEADER_BYTES or body[:4] != MAGIC:
+                continue  # counted foreign: nobody waits for its answer
+            delay_s = service.sample_s(self._service_rng)
+            if delay_s:
+                task = asyncio.ensure_future(self._answer_later(driver, body, arrived, address, delay_s))
+                self._answering.add(task)
+                task.add_done_callback(self._answering.discard)
+            else:
+                self._answer(driver, body, arrived, address)
+
+    async def _answer_later(self, driver: Driver, body: bytes, arrived: int, address: Any, delay_s: float) -> None:
+        # The service time runs from the arrival, by the precise timer (the loop's own wakes 1-2 ms late).
+        assert self._timer is not None
+        due = time.perf_counter_ns() + int(delay_s * 1e9) - (time.time_ns() - arrived)
+        await self._timer.sleep_until(due)
+        self._answer(driver, body, arrived, address)
+
+    def _answer(self, driver: Driver, body: bytes, arrived: int, address: Any) -> None:
+        reply = body[:HEADER_BYTES] + REPLY_STAMPS.pack(self.plan.replier_key, arrived, time.time_ns())
+        try:
+            driver.reply(address, reply, 0)
+        except SendError as exc:
+            self.stats.reply_errors[exc.kind] += 1
+            return
+        except DriverError:  # the connection is down: the requester times this one out
+            self.stats.reply_errors["disconnected"] += 1
+            return
+        self.stats.replied += 1
+
+    def _reply_settled(self, _token: int, error: SendError | None) -> None:
+        if error is not None:
+            self.stats.reply_errors[error.kind] += 1
 
     def _on_messages(self, batch: list[tuple[bytes, int]]) -> None:
         """A burst of messages from one client: the hot path, a few operations per message."""
@@ -152,6 +214,10 @@ class ReceiverRun(ReceivingAccount):
         return [*names, "receiver-latency.hlog", "receiver-service-latency.hlog", "receiver-sequences.json"]
 
     async def close(self) -> None:
+        if self._answering:  # answers still in their service time go out before the clients close
+            await asyncio.wait(self._answering, timeout=5 + self.plan.service_time.mean_s * 10)
+        if self._timer is not None:
+            self._timer.close()
         for driver in self._drivers:
             self._closed_reconnects_ns += driver.reconnects_ns
             await driver.close()

@@ -139,7 +139,11 @@ class ReceivingAccount:
         return conditions.latency(self.last_interval.corrected, self.plan.latency_shift_us)
 
     def account(self) -> dict[str, Any]:
-        return {
+        replier = {}
+        if self.plan.reply:
+            stats = self.stats
+            replier = {"replier": {"replied": stats.replied, "reply_errors": dict(stats.reply_errors)}}
+        return replier | {
             "received": self.stats.received,
             "foreign": dict(self.stats.foreign),
             "latency_clamped": self.latency.clamped,

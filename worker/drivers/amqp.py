@@ -4,6 +4,13 @@ The path names the queue (a `%d` in it and `destinations=1-100` spread clients o
 queues). Messages go to `exchange` (default: the default exchange) with `routing_key`
 (default: the queue name). aio-pika's robust connection reconnects and re-declares by itself.
 
+Request/reply: a request carries `reply_to` and `correlation_id`; the replier publishes its
+answer to the default exchange with the request's `reply_to` as routing key. `?reply_to=` on the
+requester's URL picks the reply address: none gives each client an exclusive server-named queue,
+`amq.rabbitmq.reply-to` RabbitMQ's direct reply-to (no queue; consumed without acks on the
+publishing channel, as it must be), any other name a queue of that name per client
+(`<name>-<client>-<random>`, deleted when the client goes).
+
 aio-pika publishes from a coroutine, so each message is a task of its own that the worker does
 not wait for: with confirms it settles when the broker's Basic.Ack (or Nack, or a Return) comes,
 without when it is written; `confirm_window` (default 1000) bounds the tasks in flight.
@@ -13,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import secrets
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -36,11 +44,14 @@ from worker.drivers.base import (
     Driver,
     Endpoint,
     OnMessages,
+    OnRequests,
     SendError,
     connect_cause,
 )
 
-__all__ = ["AmqpDriver"]
+__all__ = ["DIRECT_REPLY_TO", "AmqpDriver"]
+
+DIRECT_REPLY_TO = "amq.rabbitmq.reply-to"
 
 _DISCONNECTS = (
     aio_pika.exceptions.AMQPConnectionError,
@@ -71,6 +82,8 @@ class AmqpDriver(Driver):
         self._queue: AbstractQueue | None = None
         self._consumer_tag: str | None = None
         self._on_messages: OnMessages | None = None
+        self._on_requests: OnRequests | None = None
+        self._reply_to = ""  # a requester's reply address, once open_replies made it
         self._processing_delay_s = 0.0
         self._publishing: set[asyncio.Task[Any]] = set()  # held until done: the loop keeps weak references
 
@@ -126,22 +139,66 @@ class AmqpDriver(Driver):
         self.reconnects_ns.append(time.time_ns())
 
     def publish(self, body: bytes, token: int) -> bool:
-        exchange, channel = self._exchange, self._channel
-        assert exchange is not None and channel is not None
+        assert self._exchange is not None
+        self._publish(self._exchange, aio_pika.Message(body, delivery_mode=self.delivery_mode), self.routing_key, token)
+        return False
+
+    def _publish(self, exchange: AbstractExchange, message: aio_pika.Message, routing_key: str, token: int) -> None:
+        channel = self._channel
+        assert channel is not None
         if channel.is_closed:
             raise DisconnectedError(f"{self.endpoint}: channel closed", retry=True)
-        message = aio_pika.Message(body, delivery_mode=self.delivery_mode)
         task = asyncio.ensure_future(
             exchange.publish(
                 message,
-                routing_key=self.routing_key,
+                routing_key=routing_key,
                 mandatory=self.confirms,
                 timeout=self.endpoint.options.get("confirm_timeout_s", 30) if self.confirms else None,
             )
         )
         self._publishing.add(task)
         task.add_done_callback(functools.partial(self._published, token))
+
+    async def open_replies(self, on_replies: OnMessages) -> None:
+        channel = self._channel
+        assert channel is not None
+        name = self.endpoint.options.get("reply_to", "")
+        if name == DIRECT_REPLY_TO:
+            queue = await channel.get_queue(DIRECT_REPLY_TO, ensure=False)
+        elif name:
+            queue = await channel.declare_queue(f"{name}-{self.client}-{secrets.token_hex(3)}", auto_delete=True)
+        else:
+            queue = await channel.declare_queue("", exclusive=True, auto_delete=True)
+        self._reply_to = queue.name
+
+        async def deliver(message: AbstractIncomingMessage) -> None:
+            on_replies([(message.body, time.time_ns())])
+
+        # Replies are taken without acks: direct reply-to allows nothing else, and a reply lost
+        # with its requester's connection would be late by then anyway.
+        await queue.consume(deliver, no_ack=True)
+
+    def request(self, body: bytes, token: int, correlation: str) -> bool:
+        assert self._exchange is not None and self._reply_to, "open_replies() first"
+        message = aio_pika.Message(
+            body, delivery_mode=self.delivery_mode, reply_to=self._reply_to, correlation_id=correlation
+        )
+        self._publish(self._exchange, message, self.routing_key, token)
         return False
+
+    async def serve(self, on_requests: OnRequests) -> None:
+        assert self._queue is not None
+        self._on_requests = on_requests
+        await self.resume()
+
+    def reply(self, address: Any, body: bytes, token: int) -> None:
+        reply_to, correlation = address
+        if not reply_to:
+            self.on_settled(token, SendError(f"{self.endpoint}: a request without reply_to", retry=False))
+            return
+        assert self._channel is not None
+        message = aio_pika.Message(body, delivery_mode=self.delivery_mode, correlation_id=correlation)
+        self._publish(self._channel.default_exchange, message, reply_to, token)
 
     def _published(self, token: int, task: asyncio.Task[Any]) -> None:
         self._publishing.discard(task)
@@ -176,8 +233,11 @@ class AmqpDriver(Driver):
         await self.resume()
 
     async def _deliver(self, message: AbstractIncomingMessage) -> None:
-        assert self._on_messages is not None
-        self._on_messages([(message.body, time.time_ns())])
+        if self._on_requests is not None:
+            self._on_requests([(message.body, time.time_ns(), (message.reply_to, message.correlation_id))])
+        else:
+            assert self._on_messages is not None
+            self._on_messages([(message.body, time.time_ns())])
         if self._processing_delay_s:
             await asyncio.sleep(self._processing_delay_s)  # with manual ack, prefetch bounds the backlog
         if self.manual_ack:

@@ -33,6 +33,7 @@ __all__ = [
     "DriverError",
     "Endpoint",
     "OnMessages",
+    "OnRequests",
     "OnSettled",
     "SendError",
     "backoff_s",
@@ -49,6 +50,9 @@ OnMessages = Callable[[list[tuple[bytes, int]]], None]
 # Called on the event loop once the SUT settled a message: the publish token, and None when it
 # took the message or the reason (a SendError naming its kind) when it did not.
 OnSettled = Callable[[int, "SendError | None"], None]
+# A replier's burst: each request's body, its arrival (wall ns), and where its reply goes in the
+# driver's own terms (reply-to and correlation), handed back to `Driver.reply` as it came.
+OnRequests = Callable[[list[tuple[bytes, int, Any]]], None]
 
 
 class DriverError(Exception):
@@ -133,6 +137,28 @@ class Driver(ABC):
 
         `processing_delay_s`: the consumer takes this long over each message before it takes
         (and acknowledges) the next, as a slow application would."""
+
+    # --- request/reply: drivers that can carry a reply address override these --------------
+
+    def _no_request_reply(self) -> DriverError:
+        return DriverError(f"{self.DESCRIPTION}: request/reply is not supported yet", retry=False)
+
+    async def open_replies(self, on_replies: OnMessages) -> None:
+        """A requester's: make this client's reply address and consume what arrives there."""
+        raise self._no_request_reply()
+
+    def request(self, body: bytes, token: int, correlation: str) -> bool:
+        """`publish` of a request that names this client's reply address and `correlation`."""
+        raise self._no_request_reply()
+
+    async def serve(self, on_requests: OnRequests) -> None:
+        """A replier's `receive`: each request comes with the address its reply goes to."""
+        raise self._no_request_reply()
+
+    def reply(self, address: Any, body: bytes, token: int) -> None:
+        """Publish `body` to a request's reply address with its correlation; it settles through
+        `on_settled(token, error)` like a publish."""
+        raise self._no_request_reply()
 
     async def pause(self) -> None:
         """Stop taking messages for now, so that a backlog builds in the SUT."""

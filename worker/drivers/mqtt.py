@@ -4,6 +4,12 @@ paho runs its own network thread; its callbacks cross to the event loop through
 `protocol.concurrency`. QoS 1 and 2 messages are settled when the broker acknowledged them
 (PUBACK / PUBCOMP), a burst of acknowledgements crossing to the loop at once; QoS 0 ones when
 handed to paho. `max_inflight` (paho's own bound, default 1000) is also the worker's window.
+
+`?version=5` speaks MQTT 5, which request/reply needs: a request carries a response topic and
+correlation data, and the replier publishes its answer to that topic with the same data. Each
+requesting client subscribes to a reply topic of its own, `<reply_to>/<random>` (default base
+`maestro/replies`). Repliers subscribe to the requests as `$share/maestro-repliers/<topic>`: they
+share them as a queue's consumers do, so each request is answered once, not once per replier.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from typing import Any, ClassVar
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from protocol.bus import no_delay
 from protocol.concurrency import LoopBatch, call_in_loop
@@ -26,8 +34,10 @@ from worker.drivers.base import (
     ConnectError,
     DisconnectedError,
     Driver,
+    DriverError,
     Endpoint,
     OnMessages,
+    OnRequests,
     SendError,
     connect_cause,
     probe,
@@ -41,7 +51,7 @@ _CONNECT_TIMEOUT_S = 15.0
 class MqttDriver(Driver):
     SCHEMES: ClassVar[dict[str, tuple[bool, int]]] = schemes_of("worker.drivers.mqtt:MqttDriver")
     OPTIONS: ClassVar[dict[str, Callable[[Any], Any]]] = DRIVER_OPTIONS["worker.drivers.mqtt:MqttDriver"]
-    DESCRIPTION = "MQTT 3.1.1 (paho-mqtt)"
+    DESCRIPTION = "MQTT (paho-mqtt)"
 
     def __init__(self, endpoint: Endpoint, client: int = 0) -> None:
         super().__init__(endpoint, client)
@@ -56,6 +66,11 @@ class MqttDriver(Driver):
         self._processing_delay_s = 0.0
         self._connect_error = "no answer"
         self._refused = asyncio.Event()  # the broker answered CONNECT with a refusal
+        self.v5 = endpoint.options.get("version", "3.1.1") == "5"
+        self._reply_topic = ""  # a requester's, once open_replies made it
+        self._subscription = self.destination  # what a receiver subscribes to
+        self._replies: LoopBatch[tuple[bytes, int]] | None = None
+        self._requests: LoopBatch[tuple[bytes, int, Any]] | None = None
         self._client = self._make_client()
 
     def _make_client(self) -> mqtt.Client:
@@ -63,8 +78,9 @@ class MqttDriver(Driver):
         client = mqtt.Client(
             callback_api_version=CallbackAPIVersion.VERSION2,
             client_id=f"maestro-{uuid.uuid4().hex[:16]}",
-            clean_session=e.options.get("clean_session", True),
-            protocol=mqtt.MQTTv311,
+            # MQTT 5 has clean_start, given at connect, instead of a clean session.
+            clean_session=None if self.v5 else e.options.get("clean_session", True),
+            protocol=mqtt.MQTTv5 if self.v5 else mqtt.MQTTv311,
         )
         client.max_inflight_messages_set(self.window())
         client.max_queued_messages_set(0)
@@ -89,9 +105,13 @@ class MqttDriver(Driver):
         self._messages = None  # set by receive()
         self._connected = asyncio.Event()
         try:
-            self._client.connect_async(
-                self.endpoint.host, self.endpoint.port, self.endpoint.options.get("keepalive_s", 30)
-            )
+            keepalive = self.endpoint.options.get("keepalive_s", 30)
+            if self.v5:
+                clean = self.endpoint.options.get("clean_session", True)
+                start = mqtt.MQTT_CLEAN_START_FIRST_ONLY if clean else False
+                self._client.connect_async(self.endpoint.host, self.endpoint.port, keepalive, clean_start=start)
+            else:
+                self._client.connect_async(self.endpoint.host, self.endpoint.port, keepalive)
         except (OSError, ValueError) as exc:
             raise ConnectError(f"{self.endpoint}: {exc}", retry=True) from exc
         self._refused.clear()  # an earlier attempt's refusal
@@ -107,9 +127,12 @@ class MqttDriver(Driver):
             raise ConnectError(f"{self.endpoint}: no connection: {why}", retry=why != "authentication failed")
 
     def publish(self, body: bytes, token: int) -> bool:
+        return self._publish(self.destination, body, token)
+
+    def _publish(self, topic: str, body: bytes, token: int, properties: Properties | None = None) -> bool:
         if self._connected is None or not self._connected.is_set():
             raise DisconnectedError(f"{self.endpoint}: not connected", retry=True)
-        info = self._client.publish(self.destination, body, qos=self.qos)
+        info = self._client.publish(topic, body, qos=self.qos, properties=properties)
         if self.qos == 0:
             if info.rc == mqtt.MQTT_ERR_NO_CONN:
                 raise DisconnectedError(f"{self.endpoint}: not connected", retry=True)
@@ -129,10 +152,55 @@ class MqttDriver(Driver):
         self._processing_delay_s = processing_delay_s
         self._messages = LoopBatch(self._loop, on_messages)
         self._receiving = True
-        self._client.subscribe(self.destination, qos=self.qos)
+        self._client.subscribe(self._subscription, qos=self.qos)
 
     # No pause: unsubscribing would drop what is published meanwhile instead of keeping a
     # backlog (the base class refuses, by name).
+
+    # --- request/reply (MQTT 5) ----------------------------------------------------------------
+
+    def _need_v5(self) -> None:
+        if not self.v5:
+            raise DriverError(
+                f"{self.endpoint}: request/reply needs MQTT 5 (?version=5): a response topic and"
+                " correlation data are MQTT 5 properties",
+                retry=False,
+            )
+
+    async def open_replies(self, on_replies: OnMessages) -> None:
+        self._need_v5()
+        assert self._loop is not None
+        base = self.endpoint.options.get("reply_to", "maestro/replies")
+        self._reply_topic = f"{base}/{uuid.uuid4().hex[:12]}"
+        self._replies = LoopBatch(self._loop, on_replies)
+        self._client.subscribe(self._reply_topic, qos=self.qos)
+
+    def request(self, body: bytes, token: int, correlation: str) -> bool:
+        self._need_v5()
+        assert self._reply_topic, "open_replies() first"
+        properties = Properties(PacketTypes.PUBLISH)
+        properties.ResponseTopic = self._reply_topic
+        properties.CorrelationData = correlation.encode()
+        return self._publish(self.destination, body, token, properties)
+
+    async def serve(self, on_requests: OnRequests) -> None:
+        self._need_v5()
+        assert self._loop is not None
+        self._requests = LoopBatch(self._loop, on_requests)
+        self._receiving = True
+        self._subscription = f"$share/maestro-repliers/{self.destination}"
+        self._client.subscribe(self._subscription, qos=self.qos)
+
+    def reply(self, address: Any, body: bytes, token: int) -> None:
+        topic, correlation = address
+        if not topic:
+            self.on_settled(token, SendError(f"{self.endpoint}: a request without a response topic", retry=False))
+            return
+        properties = Properties(PacketTypes.PUBLISH)
+        if correlation is not None:
+            properties.CorrelationData = correlation
+        if self._publish(topic, body, token, properties):
+            self.on_settled(token, None)  # QoS 0: settled once handed over
 
     async def close(self) -> None:
         self._client.disconnect()
@@ -154,7 +222,9 @@ class MqttDriver(Driver):
             self.reconnects_ns.append(time.time_ns())
         self._was_connected = True
         if self._receiving:  # a reconnect: subscriptions died with the session
-            client.subscribe(self.destination, qos=self.qos)
+            client.subscribe(self._subscription, qos=self.qos)
+        if self._reply_topic:
+            client.subscribe(self._reply_topic, qos=self.qos)
         assert self._loop is not None and self._connected is not None
         call_in_loop(self._loop, self._connected.set)
 
@@ -185,6 +255,14 @@ class MqttDriver(Driver):
                 settled(token, None)
 
     def _on_message_thread(self, _c: mqtt.Client, _u: Any, message: mqtt.MQTTMessage) -> None:
+        if self._replies is not None and message.topic == self._reply_topic:
+            self._replies.put((bytes(message.payload), time.time_ns()))
+            return
+        if self._requests is not None:
+            props = message.properties
+            address = (getattr(props, "ResponseTopic", ""), getattr(props, "CorrelationData", None))
+            self._requests.put((bytes(message.payload), time.time_ns(), address))
+            return
         if self._messages is None:
             return
         self._messages.put((bytes(message.payload), time.time_ns()))  # payload is bytes: no copy

@@ -5,11 +5,63 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import Fail, FixedRateTest, Flow, IncrementalTest, UnboundedTest
+from coordinator import Fail, FixedRateTest, Flow, IncrementalTest, RequestReplyTest, UnboundedTest
 from coordinator.declared import load_test_file
-from coordinator.definitions import DefinitionError
+from coordinator.definitions import DefinitionError, SweepTest
 from coordinator.junit import junit_xml
 from coordinator.results import TestResult
+
+
+def test_a_request_reply_test_becomes_requesters_and_repliers_options() -> None:
+    test = RequestReplyTest(
+        request_url="amqp://h/requests?confirms=false",
+        reply_url="amqp://h/amq.rabbitmq.reply-to",
+        clients=4,
+        outstanding=2,
+        think_time="exp:10ms",
+        service_time="5ms",
+        request_timeout="2s",
+        duration="1m",
+    )
+    (flow,) = test.all_flows()
+    sender = test.sender_options(flow, "t-1")
+    # The reply address rides in the request URL, the one the requesters' driver opens.
+    assert sender["send_url"] == ["amqp://h/requests?confirms=false&reply_to=amq.rabbitmq.reply-to"]
+    assert "rate_per_s" not in sender and sender["parallel_count"] == 4
+    assert (sender["request_reply"], sender["outstanding"], sender["think_time"]) == (True, 2, "exp:10ms")
+    assert sender["request_timeout_s"] == 2.0
+    receiver = test.receiver_options(flow, "t-1")
+    assert receiver["receive_url"] == sender["send_url"]
+    assert (receiver["request_reply"], receiver["service_time"]) == (True, "5ms")
+    assert test.KIND == "request-reply" and test.target_rate() == 0
+    # A sweep's step changes the clients.
+    stepped = test.with_load(0, 8)
+    (step_flow,) = stepped.all_flows()
+    assert stepped.sender_options(step_flow, "t-2")["parallel_count"] == 8
+    with pytest.raises(DefinitionError, match="needs request_url"):
+        RequestReplyTest()
+
+
+def test_a_sweep_over_clients_of_a_request_reply_test_from_toml(tmp_path: Path) -> None:
+    path = tmp_path / "rr.toml"
+    path.write_text(
+        'kind = "sweep"\nrequest_url = "amqp://h/requests"\nclients = 1\nthink_time = "exp:10ms"\n'
+        "[sweep]\ngrid = { parallel = [1, 2, 4, 8] }\n"
+    )
+    sweep, _ = load_test_file(path)
+    assert isinstance(sweep, SweepTest) and isinstance(sweep.base, RequestReplyTest)
+    clients = []
+    for point in sweep.points():
+        step = sweep.at(point)
+        (flow,) = step.all_flows()
+        options = step.sender_options(flow, "t")
+        assert options["request_reply"] and options["think_time"] == "exp:10ms"
+        clients.append(options["parallel_count"])
+    assert clients == [1, 2, 4, 8]
+    (single, _) = load_test_file(_write(tmp_path / "one.toml", 'kind = "request-reply"\nrequest_url = "amqp://h/r"\n'))
+    assert isinstance(single, RequestReplyTest)
+    with pytest.raises(DefinitionError, match="names no reply address"):
+        RequestReplyTest(request_url="amqp://h/requests", reply_url="amqp://h/")
 
 
 def test_a_fixed_rate_test_becomes_options_for_each_role() -> None:
@@ -98,3 +150,8 @@ def test_junit_has_one_case_per_phase_and_names_the_failure() -> None:
     failure = cases[1].find("failure")
     assert failure is not None and failure.get("message") == "latency p99 3 ms > bound 2 ms"
     assert suite.find("properties/property").get("name") == "a"  # type: ignore[union-attr]
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path

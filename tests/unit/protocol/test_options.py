@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from protocol.options import (
+    Delay,
     Duration,
     MessageSize,
     OptionError,
+    parse_delay,
     parse_duration,
     parse_message_size,
     parse_options,
@@ -98,3 +102,21 @@ def test_a_bad_option_is_named(raw: dict[str, object], name: str, fragment: str)
     assert caught.value.name == name
     assert f"option {name!r}" in str(caught.value)
     assert fragment in str(caught.value)
+
+
+def test_delays_are_fixed_or_exponential_around_their_mean() -> None:
+    assert parse_delay("5ms") == Delay(0.005) and parse_delay(0) == Delay(0.0)
+    exponential = parse_delay("exp:10ms")
+    assert exponential == Delay(0.010, exponential=True) and str(exponential) == "exp:10ms"
+    assert parse_delay(str(exponential)) == exponential  # as SET carries it
+    rng = random.Random(5)
+    assert Delay(0.005).sample_s(rng) == 0.005
+    samples = [exponential.sample_s(rng) for _ in range(40_000)]
+    # An exponential's mean is its mean, and its standard deviation too (within 2 % at 40,000).
+    mean = sum(samples) / len(samples)
+    deviation = (sum((x - mean) ** 2 for x in samples) / len(samples)) ** 0.5
+    assert mean == pytest.approx(0.010, rel=0.02) and deviation == pytest.approx(0.010, rel=0.02)
+    with pytest.raises(ValueError, match="exponential one around a mean"):
+        parse_delay("exp:soon")
+    with pytest.raises(OptionError, match="option 'think_time'"):
+        parse_options({"think_time": "-5ms"})

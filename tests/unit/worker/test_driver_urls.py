@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from protocol.options import OptionError
-from worker.drivers import driver_class, parse_endpoint
+from worker.drivers import driver_class, driver_for_client, parse_endpoint
 from worker.drivers.amqp import AmqpDriver
 from worker.drivers.amqp10 import Amqp10Driver
+from worker.drivers.base import DriverError
 from worker.drivers.kafka import KafkaDriver
 from worker.drivers.mqtt import MqttDriver
 
@@ -103,3 +106,25 @@ def test_connect_failures_are_named_in_the_words_a_user_looks_for() -> None:
     assert connect_cause("Not authorized") == "authentication failed"
     assert connect_cause("proton.pythonio Connection refused to all addresses") == "connection refused"
     assert connect_cause("something else entirely") == "something else entirely"
+
+
+@pytest.mark.parametrize(
+    ("url", "refusal"),
+    [
+        ("kafka://127.0.0.1:9092/t", "request/reply is not supported yet"),
+        ("amqp10://127.0.0.1/q", "request/reply is not supported yet"),
+        ("mqtt://127.0.0.1:1883/t", r"request/reply needs MQTT 5 \(\?version=5\)"),
+    ],
+)
+def test_drivers_without_request_reply_refuse_it_by_name(url: str, refusal: str) -> None:
+    """Request/reply runs over AMQP 0-9-1 and MQTT 5 so far; the others say so instead of
+    sending blind."""
+    driver = driver_for_client([url], "send_url", 0)
+    for call in (
+        lambda: driver.serve(lambda batch: None),
+        lambda: driver.open_replies(lambda batch: None),
+    ):
+        with pytest.raises(DriverError, match=refusal):
+            asyncio.run(call())
+    with pytest.raises(DriverError, match=refusal):
+        driver.request(b"", 0, "1")

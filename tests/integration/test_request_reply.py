@@ -1,0 +1,168 @@
+"""#17: request/reply over RabbitMQ AMQP 0-9-1, a closed system (seed 003), against known answers.
+
+Requesters are the senders, repliers the receivers, on this host: the legs need no clock
+correction here (the skewed-clock test covers that for one-way figures)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from support.processes import Daemons
+from support.runs import run_with
+
+from coordinator import Maestro, RequestReplyTest
+from coordinator.definitions import DefinitionError
+
+pytestmark = [pytest.mark.mosquitto, pytest.mark.rabbitmq, pytest.mark.usefixtures("rabbitmq")]
+
+BROKER = "amqp://guest:guest@127.0.0.1:5672"
+
+
+def requests_url() -> str:
+    return f"{BROKER}/maestro-rr-{uuid.uuid4().hex[:8]}"
+
+
+def start(daemons: Daemons, requesters: int = 1, repliers: int = 1) -> None:
+    for n in range(1, repliers + 1):
+        daemons.start("maestro-worker", f"r{n}", "--role", "receiver")
+    for n in range(1, requesters + 1):
+        daemons.start("maestro-worker", f"s{n}", "--role", "sender")
+
+
+def check_exact(summary: dict[str, object]) -> dict[str, object]:
+    """Every request reached a replier once and had its reply once, in time."""
+    rr = summary["request_reply"]
+    assert isinstance(rr, dict)
+    assert summary["load_model"] == "closed"
+    assert (summary["lost"], summary["duplicates"]) == (0, 0), summary
+    assert rr["requests"] == rr["replies"] == summary["sent"] == summary["received"] > 0, rr
+    assert (rr["timed_out"], rr["late"], rr["duplicates"], rr["foreign"]) == (0, 0, 0, {}), rr
+    for leg in ("response_time_us", "replier_us", "request_leg_us", "reply_leg_us"):
+        figures = rr[leg]
+        assert 0 < figures["p50"] <= figures["p99"] <= figures["max"], (leg, figures)
+    return rr
+
+
+@pytest.mark.timeout(300)
+def test_direct_reply_to_with_a_5_ms_service_time(daemons: Daemons, data_server: tuple[str, Path]) -> None:
+    url, root = data_server
+    start(daemons)
+    test = RequestReplyTest(
+        request_url=requests_url(),
+        reply_url=f"{BROKER}/amq.rabbitmq.reply-to",
+        clients=2,
+        service_time="5ms",
+        duration="5s",
+    )
+    result = run_with(daemons, url, test, peers=2)
+    assert result.passed, result.reason
+    rr = check_exact(result.summary)
+    # The known answer: the replier holds each request 5 ms, so no response is quicker, and the
+    # replier's own leg is those 5 ms (its timer wakes within a fraction of a millisecond).
+    assert rr["response_time_us"]["p50"] >= 5000
+    assert rr["replier_us"]["p50"] == pytest.approx(5000, rel=0.10)
+    # 2 clients, one request each at a time, ~5.x ms a round: about 2 / 5.x ms per second.
+    response_s = rr["response_time_us"]["mean"] / 1e6
+    assert rr["throughput_per_s"] == pytest.approx(2 / response_s, rel=0.05)
+    assert result.record["kind"] == "request-reply"
+    text = str(result)
+    assert "closed system:" in text and "Little's law" in text
+    # The report labels the load model and shows the closed system's figures.
+    built = subprocess.run(
+        [sys.executable, "-m", "reports", "report", str(root), result.test_id],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    page = (root / result.test_id / "report" / "index.html").read_text()
+    assert "Load model: closed (request/reply" in page and "<h2>Request/reply</h2>" in page
+    assert "Little&#x27;s law" in page or "Little's law" in page
+
+
+@pytest.mark.timeout(120)
+def test_a_named_reply_queue_per_client(daemons: Daemons, data_server: tuple[str, Path]) -> None:
+    url, _ = data_server
+    start(daemons)
+    test = RequestReplyTest(
+        request_url=requests_url(), reply_url=f"{BROKER}/maestro-replies", clients=3, outstanding=2, duration="3s"
+    )
+    result = run_with(daemons, url, test, peers=2)
+    assert result.passed, result.reason
+    check_exact(result.summary)
+
+
+@pytest.mark.timeout(120)
+def test_mqtt_5_response_topic_and_correlation_data(daemons: Daemons, data_server: tuple[str, Path]) -> None:
+    url, _ = data_server
+    start(daemons)
+    topic = f"maestro-rr/{uuid.uuid4().hex[:8]}"
+    test = RequestReplyTest(
+        request_url=f"mqtt://127.0.0.1:1883/{topic}?version=5&qos=1",
+        reply_url="mqtt://127.0.0.1:1883/maestro-replies",
+        clients=2,
+        service_time="2ms",
+        duration="4s",
+    )
+    result = run_with(daemons, url, test, peers=2)
+    assert result.passed, result.reason
+    rr = check_exact(result.summary)
+    assert rr["replier_us"]["p50"] == pytest.approx(2000, rel=0.10)
+
+
+@pytest.mark.timeout(120)
+def test_littles_law_holds_for_4_clients_thinking_10_ms(daemons: Daemons, data_server: tuple[str, Path]) -> None:
+    url, _ = data_server
+    start(daemons)
+    test = RequestReplyTest(request_url=requests_url(), clients=4, think_time="10ms", duration="6s", warm_up="1s")
+    result = run_with(daemons, url, test, peers=2)
+    assert result.passed, result.reason
+    rr = check_exact(result.summary)
+    law = rr["littles_law"]
+    assert law["clients"] == 4
+    # Throughput within 5 % of clients / (response time + think time).
+    expected = 4 / (rr["response_time_us"]["mean"] / 1e6 + 0.010)
+    assert rr["throughput_per_s"] == pytest.approx(expected, rel=0.05)
+    assert abs(law["deviation_percent"]) < 5
+
+
+@pytest.mark.timeout(120)
+def test_a_replier_killed_mid_test_times_requests_out_and_fails_the_test_naming_it(
+    daemons: Daemons, prefix: str, data_server: tuple[str, Path]
+) -> None:
+    url, _ = data_server
+    start(daemons)
+    test = RequestReplyTest(request_url=requests_url(), clients=2, duration="20s", request_timeout="1s")
+
+    def kill_r1() -> None:
+        time.sleep(4)
+        os.kill(daemons.procs["r1"].pid, signal.SIGKILL)
+
+    with Maestro.connect(daemons.broker_url, topic_prefix=prefix, discover_s=0, data_server=url) as maestro:
+        maestro.wait_for_peers(2, timeout_s=20)
+        killer = threading.Thread(target=kill_r1)
+        killer.start()
+        result = maestro.run(test, progress=False)
+        killer.join()
+    assert not result.passed
+    assert result.reason is not None and "peer lost: r1@" in result.reason, result.reason
+    (requester,) = [p for p in result.summary["peers"] if p["role"] == "sender"]
+    assert requester["sent"] > 0
+    # The requests in flight when the replier died were never answered: counted, by number.
+    assert result.summary["request_reply"]["timed_out"] >= 1, result.summary["request_reply"]
+
+
+def test_a_reply_url_on_another_broker_is_refused() -> None:
+    with pytest.raises(DefinitionError, match="the replies go through the requests' broker"):
+        RequestReplyTest(request_url=requests_url(), reply_url="amqp://elsewhere:5672/replies")
+    with pytest.raises(DefinitionError, match="not a time"):
+        RequestReplyTest(request_url=requests_url(), think_time="soon")
