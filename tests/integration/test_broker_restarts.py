@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import shutil
 import subprocess
-import tempfile
 import threading
 import time
 import uuid
@@ -22,12 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.private_rabbitmq import private_rabbitmq as private_node
 from support.processes import Daemons
 from support.runs import run_with
 
 from coordinator import Fail, FixedRateTest
-from coordinator.local import wait_for_port
-from protocol.embedded_broker import free_port
 from protocol.ratefile import read_rate_file
 
 pytestmark = [pytest.mark.mosquitto, pytest.mark.rabbitmq]
@@ -36,34 +32,8 @@ pytestmark = [pytest.mark.mosquitto, pytest.mark.rabbitmq]
 @pytest.fixture(scope="module")
 def private_rabbitmq() -> Iterator[tuple[str, int]]:
     """(node name, AMQP port) of a RabbitMQ node started for this module."""
-    # Not under pytest's tmp folder: that is root's alone, and the node runs as rabbitmq.
-    root = Path(tempfile.mkdtemp(prefix="maestro-rabbit-"))
-    port, dist_port = free_port(), free_port()
-    node = f"maestro-{uuid.uuid4().hex[:6]}@localhost"
-    (root / "mnesia").mkdir()
-    (root / "log").mkdir()
-    (root / "enabled_plugins").write_text("[rabbitmq_amqp1_0].\n")
-    (root / "rabbitmq.conf").write_text(f"listeners.tcp.1 = 127.0.0.1:{port}\nloopback_users = none\n")
-    shutil.chown(root, "rabbitmq", "rabbitmq")
-    for path in root.rglob("*"):
-        shutil.chown(path, "rabbitmq", "rabbitmq")
-    env = {
-        **os.environ,
-        "RABBITMQ_NODENAME": node,
-        "RABBITMQ_DIST_PORT": str(dist_port),
-        "RABBITMQ_CONFIG_FILE": str(root / "rabbitmq"),
-        "RABBITMQ_MNESIA_BASE": str(root / "mnesia"),
-        "RABBITMQ_LOG_BASE": str(root / "log"),
-        "RABBITMQ_ENABLED_PLUGINS_FILE": str(root / "enabled_plugins"),
-    }
-    proc = subprocess.Popen(["rabbitmq-server"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for_port(port, timeout_s=60)
-        yield node, port
-    finally:
-        subprocess.run(["rabbitmqctl", "-n", node, "stop"], capture_output=True, timeout=60, check=False)
-        proc.wait(30)
-        shutil.rmtree(root, ignore_errors=True)
+    with private_node() as node:
+        yield node.node, node.port
 
 
 def _restart_after(node: str, delay_s: float, down_s: float) -> threading.Thread:

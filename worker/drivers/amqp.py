@@ -121,7 +121,12 @@ class AmqpDriver(Driver):
                 arguments=self._queue_arguments(),
             )
             exchange_name = e.options.get("exchange", "")
-            if exchange_name:
+            if exchange_name.startswith("amq."):
+                # The broker's own (amq.topic, where RabbitMQ's MQTT plugin publishes): always
+                # there, and declaring one is refused, so it is only looked up.
+                self._exchange = await self._channel.get_exchange(exchange_name)
+                await self._queue.bind(self._exchange, routing_key=self.routing_key)
+            elif exchange_name:
                 self._exchange = await self._channel.declare_exchange(
                     exchange_name, e.options.get("exchange_type", "direct"), durable=e.options.get("durable", False)
                 )
