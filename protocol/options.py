@@ -51,6 +51,13 @@ class Duration:
     def __str__(self) -> str:
         return f"{self.seconds:g}s" if self.seconds is not None else f"{self.messages} messages"
 
+    def messages_for(self, client: int, clients: int) -> int | None:
+        """A message count is for the whole worker, spread evenly over its clients; None for a time."""
+        if self.messages is None:
+            return None
+        share, extra = divmod(self.messages, clients)
+        return share + (1 if client < extra else 0)
+
 
 @dataclass(frozen=True)
 class MessageSize:

@@ -77,14 +77,6 @@ class RequesterPlan:
     clock_offsets_ns: dict[int, int] = field(default_factory=dict)
     own_offset_ns: int = 0
 
-    def requests_for(self, client: int) -> int | None:
-        """A request count is for the whole worker, spread evenly over its clients."""
-        total = self.duration.messages
-        if total is None:
-            return None
-        share, extra = divmod(total, self.parallel_count)
-        return share + (1 if client < extra else 0)
-
 
 @dataclass
 class RequesterStats:
@@ -158,7 +150,7 @@ class RequesterRun:
                 await self._sleep_or_stop(max(0, self.plan.start_at_ns - time.time_ns()) / 1e9)
             started = time.perf_counter_ns()
             end_ns = None if self.plan.duration.seconds is None else started + int(self.plan.duration.seconds * 1e9)
-            numbers = _Numbers(self.plan.requests_for(client))
+            numbers = _Numbers(self.plan.duration.messages_for(client, self.plan.parallel_count))
             slots = [self._slot(client, driver, numbers, end_ns) for _ in range(self.plan.outstanding)]
             await asyncio.gather(*slots)
         finally:

@@ -118,12 +118,7 @@ class SenderPlan:
         return total
 
     def messages_for(self, client: int) -> int | None:
-        """A message count is for the whole worker, spread evenly over its clients."""
-        total = self.duration.messages
-        if total is None:
-            return None
-        share, extra = divmod(total, self.parallel_count)
-        return share + (1 if client < extra else 0)
+        return self.duration.messages_for(client, self.parallel_count)
 
 
 @dataclass

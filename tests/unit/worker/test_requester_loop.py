@@ -1,0 +1,103 @@
+"""The requester against an in-memory replier: known replies in, exact counts and legs out."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from support.memory_driver import MemoryDriver
+
+from protocol.hdr import read_total
+from protocol.options import Duration, MessageSize
+from protocol.ratefile import RateFileWriter
+from worker.drivers.base import OnMessages
+from worker.payload import HEADER_BYTES, HEADER_LAYOUT, REPLY_STAMPS, key_of
+from worker.requester import RequesterPlan, RequesterRun
+
+REPLIER = key_of("r1@elsewhere")
+SKEW_NS = 2_000_000  # the replier's clock runs 2 ms ahead of the requester's
+MS = 1_000_000
+
+
+class EchoDriver(MemoryDriver):
+    """Answers request n as `behaviour[n]` says: "reply", "late" (after the timeout), "twice",
+    or "never"; each reply 1 ms on the way there, 5 ms at the replier and 1 ms back, stamped by
+    a replier whose clock is SKEW_NS ahead."""
+
+    def __init__(self, behaviour: dict[int, str]) -> None:
+        super().__init__()
+        self.behaviour = behaviour
+        self.correlations: list[str] = []
+
+    async def open_replies(self, on_replies: OnMessages) -> None:
+        self.on_replies = on_replies
+
+    def request(self, body: bytes, token: int, correlation: str) -> bool:
+        self.correlations.append(correlation)
+        _, _, _, sequence, _, sent = HEADER_LAYOUT.unpack_from(body)
+        received = sent + 1 * MS + SKEW_NS
+        replied = received + 5 * MS
+        reply = body[:HEADER_BYTES] + REPLY_STAMPS.pack(REPLIER, received, replied)
+        arrival = sent + 7 * MS  # by the requester's clock
+        loop = asyncio.get_running_loop()
+        what = self.behaviour.get(sequence, "reply")
+        if what in ("reply", "twice"):
+            loop.call_later(0.001, self.on_replies, [(reply, arrival)])
+        if what == "twice":
+            loop.call_later(0.002, self.on_replies, [(reply, arrival + MS)])
+        if what == "late":
+            loop.call_later(0.08, self.on_replies, [(reply, arrival + 80 * MS)])
+        return False
+
+    def answer_foreign(self, bodies: list[Any]) -> None:
+        self.on_replies(bodies)
+
+
+def test_replies_timeouts_late_duplicate_and_foreign_are_counted_and_the_legs_corrected(tmp_path: Path) -> None:
+    driver = EchoDriver({1: "never", 2: "late", 3: "twice"})
+    plan = RequesterPlan(
+        test_id="t-1",
+        peer="s1@here",
+        urls=["memory://x/q"],
+        parallel_count=1,
+        duration=Duration(messages=6),
+        size=MessageSize(100, 100),
+        request_timeout_s=0.03,
+        clock_offsets_ns={REPLIER: SKEW_NS + 500_000},  # its offset from the coordinator ...
+        own_offset_ns=500_000,  # ... and ours: the difference is the skew
+    )
+    run = RequesterRun(plan, RateFileWriter(tmp_path, "sender", {}), tmp_path, driver_for=lambda _c: driver)
+
+    async def scenario() -> None:
+        await run.run()
+        await asyncio.sleep(0.1)  # the late reply comes after its request's timeout
+        driver.answer_foreign([(b"short", 0), (b"X" * 70, 0)])
+        await run.close()
+
+    asyncio.run(scenario())
+    s = run.stats
+    # 6 requests: 0, 3, 4 and 5 answered in time (3 twice), 1 never, 2 after its timeout.
+    assert (s.sent, s.replies, s.timed_out, s.late, s.duplicates) == (6, 4, 2, 1, 1)
+    assert dict(s.foreign) == {"no_header": 2}
+    key = run.keys[0]
+    assert driver.correlations == [f"{key:016x}:{n}" for n in range(6)]
+    account = run.account()
+    assert account["senders"] == {f"{key:016x}": {"client": 0, "sent": 6}}
+    assert account["request_reply"]["timed_out"] == 2
+    # A row per request answered in time, stamped with the reply's arrival.
+    assert run.rate_file.rows == 4
+    # The legs as they were, not as the skewed stamps read: 1 ms there, 5 ms at the replier,
+    # 1 ms back (the histograms' precision: 3 significant digits).
+    for name, expected_us in (
+        ("requester-request-leg.hlog", 1000),
+        ("requester-replier.hlog", 5000),
+        ("requester-reply-leg.hlog", 1000),
+    ):
+        total = read_total(tmp_path / name)
+        assert total.get_total_count() == 4, name
+        low, high = total.get_lowest_equivalent_value(expected_us), total.get_highest_equivalent_value(expected_us)
+        assert low <= total.get_min_value() <= total.get_max_value() <= high, name
+    response = read_total(tmp_path / "requester-response.hlog")
+    assert response.get_total_count() == 4
+    assert response.get_value_at_percentile(50) >= 7000
