@@ -109,6 +109,18 @@ def phase_row(result: TestResult) -> dict[str, Any]:
         "receive_rate": result.summary.get("receive_rate", {}).get("mean"),
         "latency_us": result.summary.get("latency_us"),
         "lost": result.summary.get("lost"),
+        **_closed_system_row(result.summary.get("request_reply")),
+    }
+
+
+def _closed_system_row(rr: dict[str, Any] | None) -> dict[str, Any]:
+    """A request/reply phase's figures for its series: the closed system's curves."""
+    if not rr:
+        return {}
+    return {
+        "throughput_per_s": rr["throughput_per_s"],
+        "response_time_us": rr["response_time_us"],
+        "timed_out": rr["timed_out"],
     }
 
 

@@ -121,7 +121,8 @@ def _sweep(comparison: list[dict[str, Any]]) -> str:
     ]
     throughput = go.Figure()
     throughput.add_scatter(x=xs, y=[row.get("receive_rate") for row in comparison], name="received, msg/s")
-    throughput.add_scatter(x=xs, y=[row.get("target_rate") for row in comparison], name="offered, msg/s")
+    if any(row.get("target_rate") for row in comparison):  # a closed system offers no rate
+        throughput.add_scatter(x=xs, y=[row.get("target_rate") for row in comparison], name="offered, msg/s")
     latency = go.Figure()
     for key in ("p50", "p99"):
         latency.add_scatter(x=xs, y=[_ms(row, key) for row in comparison], name=f"{key} ms")
@@ -136,8 +137,29 @@ def _sweep(comparison: list[dict[str, Any]]) -> str:
     return (
         "<h2>Sweep</h2>"
         + table(rows, [*parameters, "receive_rate", "p99 ms", "lost", "outcome"])
+        + _closed_system_curves(comparison, xs, axis, numeric)
         + figure(throughput, f"Throughput against {axis}", "messages per second")
         + figure(latency, f"Latency against {axis}", "milliseconds")
+    )
+
+
+def _closed_system_curves(comparison: list[dict[str, Any]], xs: list[Any], axis: str, numeric: bool) -> str:
+    """A request/reply sweep (over the clients, as a rule): throughput and response time
+    against the swept parameter, the two curves of a closed system."""
+    if not any("throughput_per_s" in row for row in comparison):
+        return ""
+    throughput = go.Figure()
+    throughput.add_scatter(x=xs, y=[row.get("throughput_per_s") for row in comparison], name="requests/s")
+    response = go.Figure()
+    for key in ("p50", "p99"):
+        values = [(row.get("response_time_us") or {}).get(key) for row in comparison]
+        response.add_scatter(x=xs, y=[v / 1000 if v is not None else None for v in values], name=f"{key} ms")
+    for fig in (throughput, response):
+        fig.update_xaxes(title=axis, type="linear" if numeric else "category")
+    return (
+        '<h2 id="closed-system">Closed system</h2>'
+        + figure(throughput, f"Throughput against {axis} (request/reply)", "requests per second")
+        + figure(response, f"Response time against {axis} (request/reply)", "milliseconds")
     )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.browser import artifacts_dir, chromium
 from support.synthetic import T0_US, one_loss_one_duplicate
 
 from coordinator.local import LocalCluster
@@ -115,11 +115,6 @@ def test_a_baseline_comparison_gates_on_a_regression(tmp_path: Path) -> None:
     assert "Against baseline base" in page and "REGRESSION" in page
 
 
-def chromium(*args: str) -> str:
-    argv = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True).stdout
-
-
 def test_a_browser_renders_the_index_and_a_report_from_maestro_serve(spark: Any, tmp_path: Path) -> None:
     if shutil.which("chromium") is None:
         pytest.fail("chromium is not installed: `apt-get install -y chromium` (.ci/run does)")
@@ -132,9 +127,7 @@ def test_a_browser_renders_the_index_and_a_report_from_maestro_serve(spark: Any,
         index = chromium("--virtual-time-budget=5000", "--dump-dom", f"{url}/")
         report = f"{url}/results/t-browser/report/index.html"
         page = chromium("--virtual-time-budget=10000", "--dump-dom", report)
-        artifacts = Path(os.environ.get("MAESTRO_TEST_ARTIFACTS", "test-artifacts"))
-        artifacts.mkdir(parents=True, exist_ok=True)
-        shot = artifacts / "report.png"
+        shot = artifacts_dir() / "report.png"
         chromium(
             "--window-size=1280,3000",
             "--virtual-time-budget=10000",

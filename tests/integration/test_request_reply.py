@@ -15,11 +15,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from support.browser import artifacts_dir, chromium
 from support.processes import Daemons
 from support.runs import run_with
 
 from coordinator import Maestro, RequestReplyTest
-from coordinator.definitions import DefinitionError
+from coordinator.definitions import DefinitionError, SweepTest
+from coordinator.local import LocalCluster
 
 pytestmark = [pytest.mark.mosquitto, pytest.mark.rabbitmq, pytest.mark.usefixtures("rabbitmq")]
 
@@ -166,3 +168,43 @@ def test_a_reply_url_on_another_broker_is_refused() -> None:
         RequestReplyTest(request_url=requests_url(), reply_url="amqp://elsewhere:5672/replies")
     with pytest.raises(DefinitionError, match="not a time"):
         RequestReplyTest(request_url=requests_url(), think_time="soon")
+
+
+@pytest.mark.timeout(420)
+def test_a_sweep_over_1_2_4_8_clients_draws_the_closed_systems_curves(
+    daemons: Daemons, data_server: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, root = data_server
+    start(daemons)
+    base = RequestReplyTest(request_url=requests_url() + "-{test_id}", clients=1, service_time="5ms", duration="3s")
+    result = run_with(daemons, url, SweepTest(base=base, grid={"parallel": [1, 2, 4, 8]}), peers=2)
+    assert result.passed, result.reason
+    rows = result.record["comparison"]
+    assert [row["point"]["parallel"] for row in rows] == [1, 2, 4, 8]
+    # The replier serves side by side, so up to 8 clients the throughput grows with them, each
+    # request taking its 5 ms and a little more (Little's law with no think time: X = N / R).
+    throughputs = [row["throughput_per_s"] for row in rows]
+    assert throughputs == sorted(throughputs) and throughputs[-1] > 3 * throughputs[0], throughputs
+    for row in rows:
+        response_s = row["response_time_us"]["mean"] / 1e6
+        assert row["throughput_per_s"] == pytest.approx(row["point"]["parallel"] / response_s, rel=0.10), row
+        assert row["response_time_us"]["p50"] >= 5000 and row["timed_out"] == 0
+    built = subprocess.run(
+        [sys.executable, "-m", "reports", "report", str(root), result.test_id],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    with LocalCluster(tmp_path / "logs", broker_url="unused") as local:
+        server = local.data_server(root)
+        page_url = f"{server}/results/{result.test_id}/report/index.html"
+        page = chromium("--virtual-time-budget=10000", "--dump-dom", page_url)
+        shot = artifacts_dir() / "closed-system-sweep.png"
+        chromium("--window-size=1280,3000", "--virtual-time-budget=10000", f"--screenshot={shot.resolve()}", page_url)
+    assert "data-js-errors" not in page, page.split("data-js-errors")[1][:300]
+    assert 'id="closed-system"' in page and "Response time against parallel" in page
+    # Both closed-system charts drew, with the sweep's own two.
+    assert page.count('class="main-svg"') >= 2 * 4
+    assert shot.stat().st_size > 10_000
