@@ -6,10 +6,12 @@ from pathlib import Path
 import pytest
 
 from coordinator import Fail, FixedRateTest, Flow, IncrementalTest, RequestReplyTest, UnboundedTest
+from coordinator.cli import build_parser
+from coordinator.commands import test_from_args as definition_from_args
 from coordinator.declared import load_test_file
 from coordinator.definitions import DefinitionError, SweepTest
 from coordinator.junit import junit_xml
-from coordinator.results import TestResult
+from coordinator.results import TestResult, loss_verdict
 
 
 def test_a_request_reply_test_becomes_requesters_and_repliers_options() -> None:
@@ -155,3 +157,24 @@ def test_junit_has_one_case_per_phase_and_names_the_failure() -> None:
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+def test_the_command_line_makes_a_request_reply_test() -> None:
+    argv = ["test", "request-reply", "--request-url", "amqp://h/requests", "--reply-url"]
+    argv += ["amqp://h/amq.rabbitmq.reply-to", "--clients", "4", "--think-time", "exp:10ms", "--duration", "30s"]
+    test, _ = definition_from_args(build_parser().parse_args(argv))
+    assert isinstance(test, RequestReplyTest)
+    assert (test.parallel, test.think_time, test.send_url) == (
+        4,
+        "exp:10ms",
+        "amqp://h/requests?reply_to=amq.rabbitmq.reply-to",
+    )
+    with pytest.raises(DefinitionError, match="needs --request-url"):
+        definition_from_args(build_parser().parse_args(["test", "request-reply", "--send-url", "amqp://h/q"]))
+
+
+def test_requests_that_time_out_fail_a_test_as_lost_messages_do() -> None:
+    figures = {"sent": 100, "lost": 0, "request_reply": {"timed_out": 3}}
+    assert loss_verdict(figures, 0.0) == "3 of 100 requests timed out (3.000%; bound 0.000%)"
+    assert loss_verdict(figures, 0.05) is None
+    assert loss_verdict({"sent": 100, "lost": 0}, 0.0) is None
