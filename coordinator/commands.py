@@ -241,6 +241,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 DELEGATED = {
     "report": "write the HTML report and summary.json of tests (PySpark); --baseline gates on regressions",
     "serve": "run the data server and report browser (peers upload results to it)",
+    "history": "every run of a test by name with change points in its figures; --gate fails a nightly job",
 }
 
 

@@ -21,6 +21,7 @@ from coordinator.client import MaestroClient
 from coordinator.collection import collect
 from coordinator.definitions import FixedRateTest, to_dict
 from coordinator.errors import MaestroError, PeerRequestError
+from coordinator.live import LiveFeed
 from coordinator.progress import Progress
 from coordinator.registry import PeerInfo
 from coordinator.results import TestResult, loss_verdict, now_iso, outages_between
@@ -74,9 +75,12 @@ class Phase:
     finished: set[str] = field(default_factory=set)  # peers whose run ended (success or failure)
     started_senders: set[str] = field(default_factory=set)  # senders that took their StartWorker
     load_start_s: float = 0.0  # wall time (s) of the senders' common start
+    phase_of: str | None = None  # the test id of the series this phase is one step of
 
     def __post_init__(self) -> None:
         self.actions = Actions.of(self.maestro, self.cast.agents, list(self.test.actions))
+        t = self.test
+        self.live = LiveFeed(self.store, self.test_id, t.name, t.KIND, t.expected_seconds(), self.cast.everyone)
 
     def fail(self, reason: str) -> None:
         if self.reason is None:
@@ -87,10 +91,12 @@ class Phase:
     def run(self) -> TestResult:
         self.started_iso = now_iso()
         started = False
+        self.live.start()
         try:
             self._prepare()
             started = True
             self._start()
+            self.live.mark(self._ids(self.cast.everyone), "running")
             self._watch()
         except KeyboardInterrupt:
             self.fail("interrupted (Ctrl-C)")
@@ -193,8 +199,11 @@ class Phase:
                 report = m.live_stats.popleft()
                 if isinstance(report, StatsReport) and report.test_id == self.test_id:
                     progress.feed(report)
+                    self.live.feed(report)
             progress.show()
-            if lost := m.lost_among(involved):
+            lost = m.lost_among(involved)
+            self.live.tick(self.finished, {p.peer_id for p in lost})
+            if lost:
                 self.fail("peer lost: " + ", ".join(f"{p.label} ({m.lost_reason(p.peer_id)})" for p in lost))
                 break
             if isinstance(note, TestFailed):
@@ -311,6 +320,9 @@ class Phase:
             "control_outages": outages_between(self.maestro.bus.outages, self.started_iso, self.ended_iso),
             "summary": summary,
         }
+        if self.phase_of is not None:
+            record["phase_of"] = self.phase_of
         result = TestResult(self.test_id, outcome, self.reason, summary, record, self.store.url)
         self.store.store(result, [result])
+        self.live.end(outcome, self.reason, summary)
         return result

@@ -39,7 +39,8 @@ class _Runner:
         log.info("%s: %s", label, what)
         if self.progress:
             print(f"{label}: {what}", file=sys.stderr, flush=True)
-        result = Phase(self.maestro, test, f"{self.test_id}.{label}", self.store, self.cast, self.progress).run()
+        phase_id = f"{self.test_id}.{label}"
+        result = Phase(self.maestro, test, phase_id, self.store, self.cast, self.progress, phase_of=self.test_id).run()
         self.phases.append(result)
         return result
 

@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 # The data server merges the peers' pieces (counts by second, HDR intervals): its work grows with
 # the test's seconds, not its messages, so one fixed bound serves an hour's soak too.
 _SUMMARY_TIMEOUT_S = 120.0
+_LIVE_TIMEOUT_S = 5.0
 
 
 class ResultStore(Protocol):
@@ -41,6 +42,10 @@ class ResultStore(Protocol):
 
     def store(self, result: TestResult, cases: list[TestResult]) -> None:
         """test.json and junit.xml; a failure is noted in the result, never raised."""
+        ...
+
+    def post_live(self, test_id: str, update: dict[str, Any]) -> None:
+        """A running test's live statistics (coordinator.live); OSError when not taken."""
         ...
 
 
@@ -81,6 +86,24 @@ class DataServer:
             write_text_atomically(kept / "junit.xml", junit.decode())
             log.error("could not store test.json/junit.xml for %s (%s): kept in %s", result.test_id, exc, kept)
             result.record.setdefault("notes", []).append(f"not stored on the data server ({exc}): kept in {kept}")
+
+    def post_live(self, test_id: str, update: dict[str, Any]) -> None:
+        # No URL from the test reaches it: the update carries counters, names and hosts only.
+        request = urllib.request.Request(
+            f"{self.url.rstrip('/')}/api/live/{test_id}",
+            data=json.dumps(update, default=str).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(request, timeout=_LIVE_TIMEOUT_S):
+                pass
+        except urllib.error.HTTPError as exc:
+            raise OSError(f"data server answered {exc.code}") from exc
+        except urllib.error.URLError as exc:
+            raise OSError(f"data server at {self.url}: {exc.reason}") from exc
 
     def record(self, test_id: str) -> dict[str, Any] | None:
         """test.json as the data server holds it, if it does."""

@@ -4,16 +4,23 @@ own (the `maestro` CLI starts them so: the coordinator package does not import t
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import shutil
 import sys
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
 from protocol.daemon_cli import configure_logging
 from protocol.secrets import TOKEN_FILE_ENV, SecretFileError, env_path, read_token_file
+from reports.change_points import DEFAULT_MAX_P
 from reports.paths import UnsafePathError, resolve_inside
 from reports.server import create_app
 
@@ -79,6 +86,86 @@ def _report(args: argparse.Namespace) -> int:
     return 3 if regressions else 0
 
 
+def _history(args: argparse.Namespace) -> int:
+    from reports.baseline import Thresholds  # noqa: PLC0415 - Plotly only here
+    from reports.history import analyse, gate, history_page, history_table  # noqa: PLC0415
+    from reports.page import PLOTLY_JS  # noqa: PLC0415
+
+    try:
+        runs = _history_runs(args)
+    except HistorySourceError as exc:
+        print(f"maestro history: {exc}", file=sys.stderr)
+        return 2
+    if not runs:
+        where = args.server or args.results
+        print(f"maestro history: no finished run of a test named {args.name!r} in {where}", file=sys.stderr)
+        return 2
+    history = analyse(args.name, runs, max_p=args.max_p)
+    regressions = gate(history, Thresholds(args.max_throughput_drop, args.max_latency_rise, args.max_loss_rise))
+    if args.json:
+        print(json.dumps(history.as_dict() | {"regressions": regressions}, indent=2))
+    else:
+        print(history_table(history))
+    if args.html:
+        args.html.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(PLOTLY_JS, args.html.parent / "plotly.min.js")
+        args.html.write_text(history_page(history, "plotly.min.js"))
+        print(f"page: {args.html}", file=sys.stderr)
+    if args.gate:
+        for why in regressions:
+            print(f"regression: {why}", file=sys.stderr)
+        print(f"gate: {'regression' if regressions else 'pass'}", file=sys.stderr)
+        return 3 if regressions else 0
+    return 0
+
+
+class HistorySourceError(Exception):
+    pass
+
+
+def _history_runs(args: argparse.Namespace) -> list[Any]:
+    from reports.history import read_runs, runs_from_dicts  # noqa: PLC0415
+
+    if args.server:
+        url = f"{args.server.rstrip('/')}/api/history/{urllib.parse.quote(args.name, safe='')}"
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response:
+                answer = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            raise HistorySourceError(f"{url} answered {exc.code}: {exc.read().decode(errors='replace')[:300]}") from exc
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise HistorySourceError(f"cannot read {url}: {getattr(exc, 'reason', exc)}") from exc
+        return runs_from_dicts(answer.get("runs", []))
+    if not args.results.is_dir():
+        raise HistorySourceError(f"no results folder {args.results}")
+    return read_runs(args.results, args.name)
+
+
+def _add_history(sub: Any) -> None:
+    history = sub.add_parser(
+        "history",
+        help="every run of a test by name, with change points in its figures; --gate fails on a regression",
+        description="List every finished run of the test named NAME (oldest first) with its receive rate, latency "
+        "p50/p99/p99.9 and loss, and find change points in each figure by E-divisive means with a permutation "
+        "test. Failed and generator-bound runs are marked and left out of the detection. With --gate, exit 3 when "
+        "the newest runs sit after a change point that made a figure worse beyond its threshold.",
+    )
+    history.add_argument("name", help="the test's name (test.json's name; `maestro test --name`)")
+    source = history.add_mutually_exclusive_group()
+    source.add_argument("--results", type=Path, default=Path("results"), help="a results folder (default: %(default)s)")
+    source.add_argument("--server", help="a data server's URL instead, e.g. http://lab-data:8080")
+    history.add_argument("--gate", action="store_true", help="exit 3 when the newest runs regressed")
+    history.add_argument("--max-throughput-drop", type=float, default=0.05, help="fraction (default: %(default)s)")
+    history.add_argument("--max-latency-rise", type=float, default=0.10, help="fraction (default: %(default)s)")
+    history.add_argument("--max-loss-rise", type=float, default=0.0, help="loss ratio points (default: %(default)s)")
+    history.add_argument(
+        "--max-p", type=float, default=DEFAULT_MAX_P, help="significance level of a change point (default: %(default)s)"
+    )
+    history.add_argument("--json", action="store_true", help="print the history as JSON instead of a table")
+    history.add_argument("--html", type=Path, help="also write the history page to this file")
+    history.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="maestro", description="The data server and report browser; the reporter.", fromfile_prefix_chars="@"
@@ -116,10 +203,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="show Spark's and the JVM's own output (default: to RESULTS/.logs/spark.log)",
     )
+    _add_history(sub)
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
     if args.command == "report":
         return _report(args)
+    if args.command == "history":
+        return _history(args)
     try:
         token = read_token_file(args.token_file).encode() if args.token_file else None
     except SecretFileError as exc:

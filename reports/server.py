@@ -12,7 +12,13 @@ download them.
     GET  /results/{test_id}/{path}             download one file; a report not written yet is
                                                queued (reports/report_queue.py) and answered 202
                                                with a page that reloads itself until it is there
-    GET  /                                     the results index of `maestro report`
+    GET  /api/history/{name}                   every run of the test named so, its figures and
+                                               change points (reports.history)
+    GET  /history/{name}                       the same as a page, one chart per figure
+    GET  /                                     the results index of `maestro report`, with the
+                                               tests running now above it
+    GET  /metrics                              the running tests for Prometheus (reports/metrics.py)
+    ...  /api/live, /live/{test_id}            running tests and their live pages (reports/live.py)
 
 A file is written to a temporary name, checked against the sender's SHA-256, then renamed:
 the data root never holds half a file, and a bad checksum leaves nothing behind. Sending the
@@ -27,9 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import hmac
 import html
-import json
 import logging
 import os
 import tempfile
@@ -38,8 +42,15 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from protocol.upload import CHECKSUM_HEADER, REPLACE_HEADER, file_sha256
+from reports.auth import check_token
+from reports.history import History, analyse, history_page, read_runs
+from reports.json_body import json_body
+from reports.live import LiveTests, live_router
+from reports.metrics import live_registry
+from reports.page import PLOTLY_JS
 from reports.paths import UnsafePathError, check_test_id, resolve_inside
 from reports.report_queue import BuildState, ReportQueue
 from reports.summary import read_test_json, summarize
@@ -59,7 +70,10 @@ def create_app(root: Path, token: bytes | None = None) -> FastAPI:
     app.state.root = root
     app.state.token = token
     app.state.reports = ReportQueue(root)
+    app.state.live = LiveTests()
+    app.state.metrics = live_registry(app.state.live)
     app.include_router(router)
+    app.include_router(live_router)
     return app
 
 
@@ -76,7 +90,7 @@ def inside(request: Request, test_id: str, path: str = "") -> Path:
 
 @router.put("/api/results/{test_id}/files/{path:path}")
 async def put_file(test_id: str, path: str, request: Request) -> JSONResponse:
-    _check_token(request)
+    check_token(request)
     target = inside(request, test_id, path)
     expected = request.headers.get(CHECKSUM_HEADER, "").lower()
     if len(expected) != 64 or any(c not in "0123456789abcdef" for c in expected):
@@ -104,27 +118,46 @@ async def put_file(test_id: str, path: str, request: Request) -> JSONResponse:
     return JSONResponse(answer | {"status": "created" if created else "exists"}, status_code=201 if created else 200)
 
 
-def _check_token(request: Request) -> None:
-    token: bytes | None = request.app.state.token
-    if token is None:
-        return
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token):
-        raise HTTPException(
-            401,
-            "this data server takes uploads only with its bearer token (the daemons' and the coordinator's "
-            "--token-file)",
-            headers={"WWW-Authenticate": "Bearer"},
+@router.get("/", response_model=None)
+async def home(request: Request) -> Response:
+    """The results index `maestro report` writes, with the tests running now above it; the JSON
+    list while there is neither."""
+    index = request.app.state.root / "index.html"
+    running = request.app.state.live.listing()
+    if not running:
+        return FileResponse(index) if index.is_file() else RedirectResponse("/api/results")
+    page = index.read_text() if index.is_file() else _EMPTY_INDEX
+    section = _running_section(running)
+    at = page.find("<h1>")
+    return HTMLResponse(page + section if at < 0 else page[:at] + section + page[at:])
+
+
+_EMPTY_INDEX = (
+    "<!doctype html><html><head><meta charset='utf-8'><title>Maestro results</title></head><body></body></html>"
+)
+
+
+def _running_section(running: list[dict[str, Any]]) -> str:
+    def row(t: dict[str, Any]) -> str:
+        test_id = html.escape(str(t["test_id"]))
+        progress = "" if t["progress"] is None else f"{100 * t['progress']:.0f} %"
+        return (
+            f'<tr data-state="{html.escape(t["state"])}"><td><a href="/live/{test_id}">{test_id}</a></td>'
+            f"<td>{html.escape(str(t['name'] or ''))}</td><td>{html.escape(t['state'])}</td>"
+            f"<td>{t['elapsed_s']:.0f} s</td><td><progress max='1' value='{t['progress'] or 0}'></progress> "
+            f"{progress}</td><td>{t['peers']}</td></tr>"
         )
 
+    head = "<tr><th>test</th><th>name</th><th>state</th><th>elapsed</th><th>progress</th><th>peers</th></tr>"
+    body = "".join(row(t) for t in running)
+    table = f"<table><thead>{head}</thead><tbody>{body}</tbody></table>"
+    return f'<section id="running"><h2>Running now</h2>{table}</section>'
 
-@router.get("/", response_model=None)
-def home(request: Request) -> FileResponse | RedirectResponse:
-    """The results index `maestro report` writes; the JSON list until there is one."""
-    index = request.app.state.root / "index.html"
-    if index.is_file():
-        return FileResponse(index)
-    return RedirectResponse("/api/results")
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    """The running tests in the Prometheus text format (reports/metrics.py)."""
+    return Response(generate_latest(request.app.state.metrics), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/results/{test_id}", response_model=None)
@@ -176,13 +209,7 @@ def summary(test_id: str, request: Request) -> dict[str, Any]:
 async def summary_with_clocks(test_id: str, request: Request) -> dict[str, Any]:
     """The same, corrected by the clocks the body carries: the coordinator asks before it has
     written test.json, and its result must carry the figures the report will show."""
-    body = await request.body()
-    if len(body) > MAX_RECORD_BYTES:
-        raise HTTPException(413, f"a record larger than {MAX_RECORD_BYTES} bytes")
-    try:
-        record = json.loads(body)
-    except ValueError as exc:
-        raise HTTPException(400, f"the body is not JSON: {exc}") from exc
+    record = await json_body(request, MAX_RECORD_BYTES, "a record")
     if not isinstance(record, dict) or not isinstance(record.get("peers", []), list):
         raise HTTPException(400, 'the body must be {"peers": [...]}, as test.json has them')
     return await asyncio.to_thread(_summary, request, test_id, record)
@@ -198,6 +225,31 @@ def _summary(request: Request, test_id: str, record: dict[str, Any] | None) -> d
         raise HTTPException(422, f"cannot read the files of {test_id}: {exc}") from exc
     info = read_test_json(directory)
     return {"outcome": info.get("outcome"), "reason": info.get("reason"), **figures}
+
+
+@router.get("/api/history/{name:path}")
+async def history_json(name: str, request: Request) -> dict[str, Any]:
+    history = await asyncio.to_thread(_history, request, name)
+    return history.as_dict()
+
+
+@router.get("/history/{name:path}", response_class=HTMLResponse)
+async def history(name: str, request: Request) -> HTMLResponse:
+    found = await asyncio.to_thread(_history, request, name)
+    return HTMLResponse(history_page(found, "/assets/plotly.min.js"))
+
+
+def _history(request: Request, name: str) -> History:
+    runs = read_runs(request.app.state.root, name)
+    if not runs:
+        raise HTTPException(404, f"no finished run of a test named {name!r}")
+    return analyse(name, runs)
+
+
+@router.get("/assets/plotly.min.js")
+def plotly_js() -> FileResponse:
+    """The offline Plotly bundle the reports ship, for the pages this server draws itself."""
+    return FileResponse(PLOTLY_JS, media_type="text/javascript")
 
 
 @router.get("/api/results/{test_id}/report")

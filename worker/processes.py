@@ -368,7 +368,9 @@ class MultiProcessReceiver(ReceiverRun):
     def interval_report(self) -> dict[str, Any]:
         self._drain_reports()
         report = super().interval_report()
-        report["duplicates"] = sum(c["duplicates"] for c in self.per_sender().values())
+        streams = self.per_sender().values()
+        report["duplicates"] = sum(c["duplicates"] for c in streams)
+        report["missing"] = sum(c["missing_below_highest"] for c in streams)
         return report | {"processes": len(self.parts)}
 
     def reconnects_ns(self) -> list[int]:

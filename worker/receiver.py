@@ -250,6 +250,10 @@ class ReceiverRun(ReceivingAccount):
             "received": self.stats.received,
             "foreign": dict(self.stats.foreign),
             "duplicates": sum(t.counts().duplicates for t in self.trackers.values()),
+            # Lost so far, as this receiver sees it: gaps below the highest sequence number of
+            # each sender. Exact when one receiver takes a sender's whole stream; the merged
+            # count at the end is the test's figure.
+            "missing": sum(t.counts().missing() for t in self.trackers.values()),
             "latency_p50_us": max(corrected.get_value_at_percentile(50) + shift, 0),
             "latency_p99_us": max(corrected.get_value_at_percentile(99) + shift, 0),
             "latency_max_us": max(corrected.get_max_value() + shift, 0),

@@ -184,6 +184,7 @@ class MemoryStore:
     )
     stored: list[TestResult] = field(default_factory=list)
     clocks_given: list[dict[str, Any]] | None = None
+    live: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def summary(self, test_id: str, peers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         self.clocks_given = peers
@@ -191,3 +192,6 @@ class MemoryStore:
 
     def store(self, result: TestResult, cases: list[TestResult]) -> None:
         self.stored.append(result)
+
+    def post_live(self, test_id: str, update: dict[str, Any]) -> None:
+        self.live.append((test_id, update))

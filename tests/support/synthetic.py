@@ -70,3 +70,39 @@ def one_loss_one_duplicate(root: Path, test_id: str = "t1", gap_us: int = 100_00
             },
         )
     return test
+
+
+def history_run(
+    root: Path,
+    name: str,
+    night: int,
+    rate: float,
+    *,
+    p99_us: float = 2_000.0,
+    lost: int = 0,
+    outcome: str = "success",
+    generator_bound: bool = False,
+) -> str:
+    """One night's test.json of a test named `name`, as the coordinator stores it, with these
+    figures: what `maestro history` reads. Its test id."""
+    test_id = f"{name.replace(' ', '-')}-{night:03d}"
+    peers: list[dict[str, object]] = [{"name": "s1", "role": "sender"}]
+    if generator_bound:
+        peers[0]["generator_bound"] = "sender s1 used 99 % of a core"
+    record = {
+        "test_id": test_id,
+        "name": name,
+        "started": f"2026-10-{1 + night // 24:02d}T{night % 24:02d}:00:00.000+00:00",
+        "outcome": outcome,
+        "summary": {
+            "sent": 100_000,
+            "received": 100_000 - lost,
+            "lost": lost,
+            "receive_rate": {"mean": rate, "min": rate, "max": rate},
+            "latency_us": {"p50": p99_us / 4, "p90": p99_us / 2, "p99": p99_us, "p999": p99_us * 2, "max": 1e5},
+            "peers": peers,
+        },
+    }
+    (root / test_id).mkdir(parents=True)
+    (root / test_id / "test.json").write_text(json.dumps(record))
+    return test_id

@@ -64,6 +64,10 @@ def test_a_phase_runs_its_lifecycle_in_order_and_stores_its_result() -> None:
     # run: the result's latency is the corrected one the report shows.
     assert store.clocks_given == result.record["peers"]
     assert all({"before", "after"} <= set(p["clock"]) for p in store.clocks_given)
+    assert "phase_of" not in result.record
+    # The live statistics ended with the outcome and the summary's counts.
+    last = store.live[-1][1]
+    assert (last["state"], last["outcome"], last["summary"]["sent"]) == ("finished", "success", 1000)
 
 
 def test_a_sender_that_fails_ends_the_phase_and_everyone_is_still_drained_and_collected() -> None:
@@ -120,6 +124,9 @@ def test_a_search_over_simulated_peers_finds_the_limit_they_have() -> None:
     assert rates[:2] == [100, 1000]
     assert [r.test_id for r in result.steps] == [f"t-4.probe{n:02d}" for n in range(1, len(rates) + 1)]
     assert store.stored[-1] is result  # the parent's record last, after every phase's own
+    # Each step says whose step it is: `maestro history` leaves steps out of a test's nights.
+    assert {r.record.get("phase_of") for r in store.stored[:-1]} == {"t-4"}
+    assert "phase_of" not in result.record
 
 
 def test_every_request_of_a_phase_waits_only_for_its_cast() -> None:

@@ -1,0 +1,172 @@
+"""A running test's live statistics, posted to the data server about once a second, for its live
+page and its Prometheus `/metrics` (reports/live.py).
+
+Each peer's latest counters are passed on as the worker sent them (sent, received, errors by
+kind, duplicates, lost so far, the last interval's latency and schedule lag, the generator's
+CPU). The feed adds a point per second of the whole test: the send and receive rates over the
+second and the worst receiver's latency. Posting runs in a thread of its own, so a slow or
+absent data server never holds up the watch loop; points not yet posted go with the next post,
+and nothing fails the test.
+
+When the test ends, the last post carries the outcome and the exact counts of the summary, so
+the counters a scraper last sees equal summary.json's.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from coordinator.registry import PeerInfo
+from protocol.notes import StatsReport
+
+__all__ = ["LiveFeed", "LiveSink"]
+
+log = logging.getLogger(__name__)
+
+_POST_EVERY_S = 1.0
+
+
+class LiveSink(Protocol):
+    def post_live(self, test_id: str, update: dict[str, Any]) -> None:
+        """Send one update; raises OSError when it could not."""
+        ...
+
+
+@dataclass
+class _Totals:
+    elapsed_s: float
+    sent: int
+    received: int
+
+
+@dataclass
+class LiveFeed:
+    sink: LiveSink
+    test_id: str
+    name: str
+    kind: str
+    expected_s: float | None
+    peers: list[PeerInfo]
+    started_s: float = field(default_factory=time.time)
+    _counters: dict[str, dict[str, Any]] = field(default_factory=dict)  # by peer id
+    _states: dict[str, str] = field(default_factory=dict)
+    _points: list[dict[str, Any]] = field(default_factory=list)  # not posted yet
+    _last: _Totals | None = None
+    _next_post: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _wake: threading.Event = field(default_factory=threading.Event)
+    _final: dict[str, Any] | None = None
+    _thread: threading.Thread | None = None
+    _warned: bool = False
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._post_loop, name=f"live-{self.test_id}", daemon=True)
+        self._thread.start()
+
+    def feed(self, report: StatsReport) -> None:
+        with self._lock:
+            self._counters[report.header.sender_id] = {**report.counters, "elapsed_s": report.elapsed_s}
+
+    def mark(self, peer_ids: set[str], state: str) -> None:
+        with self._lock:
+            self._states |= dict.fromkeys(peer_ids, state)
+
+    def tick(self, finished: set[str], lost: set[str]) -> None:
+        """Called from the watch loop: a point per second, and a post."""
+        now = time.time()
+        if now < self._next_post:
+            return
+        self._next_post = now + _POST_EVERY_S
+        self.mark(finished, "finished")
+        self.mark(lost, "lost")
+        with self._lock:
+            self._add_point(now - self.started_s)
+        self._wake.set()
+
+    def end(self, outcome: str, reason: str | None, summary: dict[str, Any]) -> None:
+        """The last update: the outcome and the summary's exact counts; waits a little for it."""
+        with self._lock:
+            self._final = {"outcome": outcome, "reason": reason, "summary": _final_counts(summary)}
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    # --- in the poster's thread ------------------------------------------------------------------
+
+    def _post_loop(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            with self._lock:
+                update, points, final = self._update(), self._points, self._final
+                self._points = []
+            try:
+                self.sink.post_live(self.test_id, update | {"points": points})
+            except OSError as exc:
+                with self._lock:
+                    self._points = points + self._points  # with the next post
+                if not self._warned:
+                    log.warning("live statistics not posted to the data server (%s); the test goes on", exc)
+                    self._warned = True
+            if final is not None:
+                return
+
+    def _update(self) -> dict[str, Any]:
+        peers = []
+        for p in self.peers:
+            counters = self._counters.get(p.peer_id, {})
+            peers.append(
+                {"name": p.name, "role": p.role.value, "host": p.host, "state": self._states.get(p.peer_id, "starting")}
+                | counters
+            )
+        update = {
+            "test_id": self.test_id,
+            "name": self.name,
+            "kind": self.kind,
+            "started_s": self.started_s,
+            "elapsed_s": time.time() - self.started_s,
+            "expected_s": self.expected_s,
+            "state": "running",
+            "peers": peers,
+        }
+        if self._final is not None:
+            update |= {"state": "finished"} | self._final
+        return update
+
+    def _add_point(self, elapsed_s: float) -> None:
+        counters = list(self._counters.values())
+        totals = _Totals(
+            elapsed_s,
+            sum(int(c.get("sent", 0)) for c in counters if "sent" in c),
+            sum(int(c.get("received", 0)) for c in counters if "received" in c),
+        )
+        last, self._last = self._last, totals
+        if last is None or totals.elapsed_s <= last.elapsed_s:
+            return
+        span = totals.elapsed_s - last.elapsed_s
+        receivers = [c for c in counters if "latency_p99_us" in c]
+        self._points.append(
+            {
+                "elapsed_s": round(elapsed_s, 3),
+                "send_rate": (totals.sent - last.sent) / span,
+                "receive_rate": (totals.received - last.received) / span,
+                # The worst receiver's figure over its last interval: an upper bound of the
+                # merged percentile, which only the HDR logs give after the test.
+                "latency_p50_us": max((float(c["latency_p50_us"]) for c in receivers), default=None),
+                "latency_p99_us": max((float(c["latency_p99_us"]) for c in receivers), default=None),
+            }
+        )
+
+
+def _final_counts(summary: dict[str, Any]) -> dict[str, Any]:
+    keys = ("sent", "received", "lost", "duplicates")
+    peers = {
+        str(row.get("name")): {k: row[k] for k in ("sent", "received") if k in row}
+        for row in summary.get("peers", [])
+        if isinstance(row, dict)
+    }
+    return {k: summary[k] for k in keys if k in summary} | {"peers": peers}

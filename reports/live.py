@@ -1,0 +1,196 @@
+"""Running tests, as their coordinators post them (coordinator/live.py): the data server keeps
+each one's latest update and its points per second, in memory, for the live page, the index
+and `/metrics`.
+
+    POST /api/live/{test_id}          an update (with the bearer token, as uploads)
+    GET  /api/live                    the tests running now, and those finished in the last minutes
+    GET  /api/live/{test_id}          one test's latest update with every point so far
+    GET  /api/live/{test_id}/events   server-sent events: each update as it comes, with its new points
+    GET  /live/{test_id}              the live page (reports/live_page.py)
+
+A test whose coordinator stopped posting is "silent" after a while, and a finished or silent
+test is dropped some minutes later: the files on disk, not this memory, are the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import HTMLResponse, StreamingResponse
+
+from reports.auth import check_token
+from reports.json_body import json_body
+from reports.live_page import live_page
+from reports.paths import UnsafePathError, check_test_id
+
+__all__ = ["LiveTest", "LiveTests", "live_router"]
+
+SILENT_AFTER_S = 30.0
+FORGET_AFTER_S = 600.0
+MAX_POINTS = 200_000  # a point a second: more than two days
+MAX_UPDATE_BYTES = 4 << 20
+_EVENT_KEEPALIVE_S = 15.0
+
+
+@dataclass
+class LiveTest:
+    update: dict[str, Any]
+    points: list[dict[str, Any]] = field(default_factory=list)
+    version: int = 0
+    seen_mono: float = field(default_factory=time.monotonic)
+
+    @property
+    def state(self) -> str:
+        state = str(self.update.get("state", "running"))
+        if state == "running" and time.monotonic() - self.seen_mono > SILENT_AFTER_S:
+            return "silent"
+        return state
+
+    def view(self, since: int = 0) -> dict[str, Any]:
+        """The latest update, with the points from index `since` on."""
+        return self.update | {"state": self.state, "version": self.version, "points": self.points[since:]}
+
+
+@dataclass
+class LiveTests:
+    tests: dict[str, LiveTest] = field(default_factory=dict)
+    _changed: asyncio.Condition | None = None
+
+    def _condition(self) -> asyncio.Condition:
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        return self._changed
+
+    async def post(self, test_id: str, update: dict[str, Any]) -> None:
+        points = update.pop("points", [])
+        test = self.tests.get(test_id)
+        if test is None:
+            test = self.tests[test_id] = LiveTest(update)
+        test.update = update
+        test.points.extend(points)
+        del test.points[:-MAX_POINTS]
+        test.version += 1
+        test.seen_mono = time.monotonic()
+        self.forget_old()
+        async with self._condition():
+            self._condition().notify_all()
+
+    async def wait_change(self, test_id: str, version: int, timeout_s: float) -> LiveTest | None:
+        """The test once its version passes `version`, or None after `timeout_s`."""
+        async with self._condition():
+            try:
+                await asyncio.wait_for(self._condition().wait_for(lambda: self._version(test_id) > version), timeout_s)
+            except TimeoutError:
+                return None
+        return self.tests.get(test_id)
+
+    def _version(self, test_id: str) -> int:
+        test = self.tests.get(test_id)
+        return test.version if test else -1
+
+    def forget_old(self) -> None:
+        now = time.monotonic()
+        for test_id, test in list(self.tests.items()):
+            if test.state != "running" and now - test.seen_mono > FORGET_AFTER_S:
+                del self.tests[test_id]
+
+    def listing(self) -> list[dict[str, Any]]:
+        self.forget_old()
+        return [_row(test) for test in sorted(self.tests.values(), key=lambda t: -float(t.update.get("started_s", 0)))]
+
+
+def _row(test: LiveTest) -> dict[str, Any]:
+    u = test.update
+    expected, elapsed = u.get("expected_s"), float(u.get("elapsed_s") or 0.0)
+    return {
+        "test_id": u.get("test_id"),
+        "name": u.get("name"),
+        "kind": u.get("kind"),
+        "state": test.state,
+        "outcome": u.get("outcome"),
+        "elapsed_s": round(elapsed, 1),
+        "expected_s": expected,
+        "progress": min(1.0, elapsed / expected) if expected else None,
+        "peers": len(u.get("peers", [])),
+    }
+
+
+live_router = APIRouter()
+
+
+def _tests(request: Request) -> LiveTests:
+    tests: LiveTests = request.app.state.live
+    return tests
+
+
+def _checked(test_id: str) -> str:
+    try:
+        return check_test_id(test_id)
+    except UnsafePathError as exc:
+        raise HTTPException(400, str(exc)) from exc
+
+
+@live_router.post("/api/live/{test_id}")
+async def post_live(test_id: str, request: Request) -> dict[str, Any]:
+    check_token(request)
+    _checked(test_id)
+    update = await json_body(request, MAX_UPDATE_BYTES, "a live update")
+    if not isinstance(update, dict) or update.get("test_id") != test_id:
+        raise HTTPException(400, f'the body must be a live update of test {test_id} ({{"test_id": ..., ...}})')
+    if not isinstance(update.get("peers", []), list) or not isinstance(update.get("points", []), list):
+        raise HTTPException(400, "peers and points must be lists")
+    await _tests(request).post(test_id, update)
+    return {"test_id": test_id, "status": "taken"}
+
+
+# The routes that read the tests run on the event loop, as the posts that change them do.
+@live_router.get("/api/live")
+async def list_live(request: Request) -> list[dict[str, Any]]:
+    return _tests(request).listing()
+
+
+@live_router.get("/api/live/{test_id}")
+async def show_live(test_id: str, request: Request) -> dict[str, Any]:
+    test = _tests(request).tests.get(_checked(test_id))
+    if test is None:
+        raise HTTPException(404, f"no running test {test_id} (finished tests are under /results/{test_id})")
+    return test.view()
+
+
+@live_router.get("/api/live/{test_id}/events")
+async def live_events(test_id: str, request: Request, since: int = 0) -> StreamingResponse:
+    """Each update as an event `data: {...}`, with the points from index `since` on, the first
+    at once; a comment line every 15 s keeps proxies from closing the stream."""
+    tests = _tests(request)
+    if _checked(test_id) not in tests.tests:
+        raise HTTPException(404, f"no running test {test_id}")
+
+    async def stream() -> AsyncIterator[str]:
+        sent_points, version = since, -1
+        while not await request.is_disconnected():
+            test = await tests.wait_change(test_id, version, _EVENT_KEEPALIVE_S)
+            if test is None:
+                if test_id not in tests.tests:
+                    return
+                yield ": still here\n\n"
+                continue
+            version = test.version
+            view = test.view(sent_points)
+            sent_points = len(test.points)
+            yield f"data: {json.dumps(view | {'points_total': sent_points})}\n\n"
+            if view["state"] == "finished":
+                return
+
+    return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+@live_router.get("/live/{test_id}", response_class=HTMLResponse)
+def live(test_id: str, request: Request) -> HTMLResponse:
+    _checked(test_id)
+    return HTMLResponse(live_page(test_id))

@@ -1,0 +1,117 @@
+"""The live page of a running test: throughput and latency per second and the peers' state,
+updated by server-sent events (reports/live.py), drawn with the offline Plotly bundle the reports
+ship. When the test ends it turns into the test's report, which the data server builds when asked
+(and shows "building" until then).
+
+The page keeps what it drew on its root element (data-points, data-first-points, data-updates,
+data-state), where a headless browser test reads it.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+
+from reports.page import ERRORS_JS, STYLE
+
+__all__ = ["live_page"]
+
+_SCRIPT = """
+const testId = %(test_id)s;
+const root = document.documentElement;
+const cell = v => v === undefined || v === null ? '' :
+  (typeof v === 'number' ? v.toLocaleString('en', {maximumFractionDigits: 1}) : String(v));
+const layout = (title, y) => ({title: {text: title}, height: 340, margin: {l: 70, r: 20, t: 40, b: 50},
+  xaxis: {title: {text: 'elapsed (s)'}}, yaxis: {title: {text: y}, rangemode: 'tozero'}});
+let drawn = 0;
+
+function columns(points, key) { return points.map(p => p[key]); }
+
+function draw(points) {
+  const x = columns(points, 'elapsed_s');
+  Plotly.newPlot('throughput', [
+    {x, y: columns(points, 'send_rate'), name: 'sent', mode: 'lines'},
+    {x, y: columns(points, 'receive_rate'), name: 'received', mode: 'lines'}],
+    layout('Throughput', 'msg/s'), {responsive: true});
+  Plotly.newPlot('latency', [
+    {x, y: columns(points, 'latency_p50_us'), name: 'p50', mode: 'lines'},
+    {x, y: columns(points, 'latency_p99_us'), name: 'p99', mode: 'lines'}],
+    layout('Latency, worst receiver, per second', 'µs'), {responsive: true});
+  drawn = points.length;
+  root.dataset.firstPoints = drawn;
+  root.dataset.points = drawn;
+}
+
+function extend(points) {
+  if (!points.length) return;
+  const x = columns(points, 'elapsed_s');
+  const y = (a, b) => [columns(points, a), columns(points, b)];
+  Plotly.extendTraces('throughput', {x: [x, x], y: y('send_rate', 'receive_rate')}, [0, 1]);
+  Plotly.extendTraces('latency', {x: [x, x], y: y('latency_p50_us', 'latency_p99_us')}, [0, 1]);
+  drawn += points.length;
+  root.dataset.points = drawn;
+}
+
+function show(update) {
+  root.dataset.state = update.state;
+  const total = update.expected_s ? ` of ${Math.round(update.expected_s)} s` : '';
+  document.getElementById('status').textContent =
+    `${update.state}: ${Math.round(update.elapsed_s)} s${total}` +
+    (update.outcome ? ` (${update.outcome}${update.reason ? ': ' + update.reason : ''})` : '');
+  const keys = ['name', 'role', 'host', 'state', 'sent', 'received', 'errors', 'missing', 'duplicates',
+                'latency_p50_us', 'latency_p99_us', 'lag_p99_us', 'cpu_percent'];
+  const rows = update.peers.map(p => '<tr>' + keys.map(k => {
+    const v = k === 'errors' && p.errors ? Object.values(p.errors).reduce((a, b) => a + b, 0) : p[k];
+    return `<td>${cell(v).replace(/</g, '&lt;')}</td>`;
+  }).join('') + '</tr>');
+  document.getElementById('peers').innerHTML =
+    '<thead><tr>' + keys.map(k => `<th>${k}</th>`).join('') + '</tr></thead><tbody>' + rows.join('') + '</tbody>';
+}
+
+function finish() {
+  document.getElementById('status').textContent += ' - opening the report';
+  setTimeout(() => location.replace(`/results/${encodeURIComponent(testId)}/report/index.html`), 1000);
+}
+
+async function start() {
+  const answer = await fetch(`/api/live/${encodeURIComponent(testId)}`);
+  if (answer.status === 404) {
+    const done = await fetch(`/api/results/${encodeURIComponent(testId)}`);
+    const record = done.ok ? (await done.json()).test : {};
+    if (record && record.outcome) { finish(); return; }
+    document.getElementById('status').textContent = 'waiting for the test to start';
+    setTimeout(start, 1000);
+    return;
+  }
+  const state = await answer.json();
+  draw(state.points);
+  show(state);
+  if (state.state === 'finished') { finish(); return; }
+  const events = new EventSource(`/api/live/${encodeURIComponent(testId)}/events?since=${drawn}`);
+  events.onmessage = event => {
+    const update = JSON.parse(event.data);
+    root.dataset.updates = Number(root.dataset.updates || 0) + 1;
+    extend(update.points);
+    show(update);
+    if (update.state === 'finished') { events.close(); finish(); }
+  };
+}
+start();
+"""
+
+
+def live_page(test_id: str) -> str:
+    title = html.escape(f"Live: {test_id}")
+    script = _SCRIPT % {"test_id": json.dumps(test_id).replace("</", "<\\/")}
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{title}</title>
+{ERRORS_JS}<script src="/assets/plotly.min.js"></script><style>{STYLE}</style></head><body>
+<h1>{title}</h1>
+<p id="status">connecting</p>
+<div id="throughput"></div>
+<div id="latency"></div>
+<h2>Peers</h2>
+<table id="peers"></table>
+<script>{script}</script>
+</body></html>
+"""

@@ -1,0 +1,143 @@
+"""A running test as the data server shows it: `/metrics` scraped during a real run, and the live
+page in a real browser, which turns into the report when the test ends."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from support.browser import Browser, artifacts_dir
+from support.processes import Daemons
+from support.runs import run_with
+
+from coordinator import TestResult
+from coordinator.fixed_rate import FixedRateTest
+
+pytestmark = [pytest.mark.mosquitto, pytest.mark.rabbitmq]
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        body = response.read().decode()
+    return body if url.endswith("/metrics") else json.loads(body)
+
+
+def _metrics(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    found: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(_get(f"{url}/metrics")):
+        for sample in family.samples:
+            found.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return found
+
+
+def _in_background(daemons: Daemons, url: str, test: FixedRateTest) -> tuple[threading.Thread, list[TestResult]]:
+    results: list[TestResult] = []
+    thread = threading.Thread(target=lambda: results.append(run_with(daemons, url, test, peers=2)), daemon=True)
+    thread.start()
+    return thread, results
+
+
+def _running_test(url: str, name: str, timeout_s: float = 30) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for test in _get(f"{url}/api/live"):
+            if test["name"] == name:
+                return str(test["test_id"])
+        time.sleep(0.2)
+    raise AssertionError(f"the data server never listed a running test named {name}")
+
+
+def _queue() -> str:
+    return f"amqp://guest:guest@127.0.0.1:5672/maestro-live-{uuid.uuid4().hex[:8]}"
+
+
+def test_metrics_grow_during_a_run_and_end_at_the_summary(daemons: Daemons, data_server: tuple[str, Path]) -> None:
+    url, _ = data_server
+    daemons.start("maestro-worker", "s1", "--role", "sender")
+    daemons.start("maestro-worker", "r1", "--role", "receiver")
+    name = f"metrics {uuid.uuid4().hex[:6]}"
+    thread, results = _in_background(daemons, url, FixedRateTest(send_url=_queue(), rate=200, duration="8s", name=name))
+    test_id = _running_test(url, name)
+    sent_seen: list[float] = []
+    while thread.is_alive() and len(sent_seen) < 30:
+        samples = _metrics(url)
+        mine = [v for labels, v in samples.get("maestro_test_messages_sent_total", []) if labels["test_id"] == test_id]
+        if mine:
+            sent_seen.append(mine[0])
+        time.sleep(0.5)
+    thread.join(60)
+    assert results, "the test did not finish"
+    result = results[0]
+    assert result.outcome == "success", result.reason
+    # Scraped while it ran: the counter only grew, and did grow, over several scrapes.
+    assert sent_seen == sorted(sent_seen) and len(set(sent_seen)) >= 3, sent_seen
+
+    samples = _metrics(url)
+
+    def final(name: str, **labels: str) -> float:
+        [value] = [v for ls, v in samples[name] if ls["test_id"] == test_id and labels.items() <= ls.items()]
+        return value
+
+    summary = _get(f"{url}/api/results/{test_id}/summary")  # the figures of summary.json
+    assert final("maestro_test_messages_sent_total") == summary["sent"] == result.summary["sent"] == 1600
+    assert final("maestro_test_messages_received_total") == summary["received"] == 1600
+    assert final("maestro_test_lost_messages") == summary["lost"] == 0
+    assert final("maestro_test_duplicate_messages_total") == summary["duplicates"] == 0
+    assert final("maestro_test_state", state="finished") == 1
+    # Each peer labelled with the test's name, its own name, role and host.
+    [(labels, sent)] = [(ls, v) for ls, v in samples["maestro_peer_messages_sent_total"] if ls["test_id"] == test_id]
+    assert (labels["test_name"], labels["peer"], labels["role"]) == (name, "s1", "sender") and labels["host"]
+    assert sent == 1600
+    latency = [ls["quantile"] for ls, _ in samples["maestro_peer_latency_microseconds"] if ls["test_id"] == test_id]
+    assert sorted(latency) == ["0.5", "0.99", "1"]
+    assert [v for ls, v in samples["maestro_peer_cpu_percent"] if ls["test_id"] == test_id and ls["peer"] == "s1"]
+
+
+def test_the_live_page_gains_points_then_turns_into_the_report(
+    daemons: Daemons, data_server: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, _ = data_server
+    daemons.start("maestro-worker", "s1", "--role", "sender")
+    daemons.start("maestro-worker", "r1", "--role", "receiver")
+    name = f"live {uuid.uuid4().hex[:6]}"
+    test = FixedRateTest(send_url=_queue(), rate=100, duration="20s", name=name)
+    thread, results = _in_background(daemons, url, test)
+    test_id = _running_test(url, name)
+    with Browser(tmp_path) as browser:
+        # The index lists it, with its progress and a link to its live page.
+        browser.open(f"{url}/")
+        assert browser.run(f"return document.querySelector('#running a[href=\"/live/{test_id}\"]') !== null")
+        browser.open(f"{url}/live/{test_id}")
+        seen = []
+        while thread.is_alive() and len(seen) < 8:
+            time.sleep(1.5)
+            seen.append(browser.run("return [Number(document.documentElement.dataset.points || 0), "
+                                    "Number(document.documentElement.dataset.updates || 0), "
+                                    "document.documentElement.dataset.jsErrors || '']"))  # fmt: skip
+            if len(seen) == 4:
+                browser.screenshot(artifacts_dir() / "live-page.png")
+        first = browser.run("return Number(document.documentElement.dataset.firstPoints)")
+        thread.join(90)
+        assert results and results[0].outcome == "success", results and results[0].reason
+        # The page, opened once, drew more points as updates came in, with no script error.
+        assert all(errors == "" for _, _, errors in seen), seen
+        assert seen[-1][0] > seen[0][0] >= first, (first, seen)
+        assert seen[-1][1] >= 4, seen
+        rows = browser.run("return document.querySelectorAll('#peers tbody tr').length")
+        assert rows == 2
+        # Then it turns into the report, which the data server builds when asked.
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not browser.url().endswith("/report/index.html"):
+            time.sleep(0.5)
+        assert browser.url().endswith(f"/results/{test_id}/report/index.html"), browser.url()
+        while time.monotonic() < deadline and not browser.run("return document.querySelector('.main-svg') !== null"):
+            time.sleep(1)
+        assert browser.run("return document.title") == test_id
+        browser.screenshot(artifacts_dir() / "live-page-then-report.png")

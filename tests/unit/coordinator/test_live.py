@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from coordinator.live import LiveFeed
+from coordinator.registry import PeerInfo
+from protocol.codes import Role
+from protocol.notes import Header, StatsReport
+
+
+class Sink:
+    def __init__(self, fail_first: int = 0) -> None:
+        self.posts: list[dict[str, Any]] = []
+        self.fail_first = fail_first
+
+    def post_live(self, test_id: str, update: dict[str, Any]) -> None:
+        if self.fail_first:
+            self.fail_first -= 1
+            raise OSError("connection refused")
+        self.posts.append(update)
+
+
+PEERS = [PeerInfo("s-id", "s1", "host-a", Role.SENDER), PeerInfo("r-id", "r1", "host-b", Role.RECEIVER)]
+
+
+def _report(peer_id: str, elapsed_s: float, **counters: Any) -> StatsReport:
+    note = StatsReport(test_id="t1", elapsed_s=elapsed_s, counters=counters)
+    return note.with_header(Header(sender_id=peer_id))  # type: ignore[return-value]
+
+
+def _feed(sink: Sink) -> LiveFeed:
+    feed = LiveFeed(sink, "t1", "nightly", "fixed-rate", 10.0, PEERS)
+    feed.start()
+    return feed
+
+
+def test_rates_per_second_come_from_the_peers_counters(monkeypatch: Any) -> None:
+    sink = Sink()
+    feed = _feed(sink)
+    clock = [1000.0]
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+    feed.started_s = 1000.0
+    for second, (sent, received) in enumerate([(0, 0), (100, 90), (300, 290)]):
+        feed.feed(_report("s-id", second, sent=sent, errors={}))
+        feed.feed(_report("r-id", second, received=received, latency_p50_us=500.0, latency_p99_us=900.0, missing=0))
+        clock[0] = 1000.0 + second
+        feed.tick(set(), set())
+    feed.end("success", None, {"sent": 300, "received": 300, "lost": 0, "duplicates": 0, "peers": []})
+    points = [p for post in sink.posts for p in post["points"]]
+    # 100 and 200 a second sent; 90 and 200 received.
+    assert [(p["send_rate"], p["receive_rate"]) for p in points] == [(100.0, 90.0), (200.0, 200.0)]
+    assert points[0]["latency_p99_us"] == 900.0
+    last = sink.posts[-1]
+    assert last["state"] == "finished" and last["outcome"] == "success"
+    assert last["summary"]["received"] == 300
+    assert [(p["name"], p["role"], p["host"]) for p in last["peers"]] == [
+        ("s1", "sender", "host-a"),
+        ("r1", "receiver", "host-b"),
+    ]
+
+
+def test_points_not_posted_go_with_the_next_post() -> None:
+    sink = Sink(fail_first=1)
+    feed = _feed(sink)
+    feed._points = [{"elapsed_s": 1.0}]
+    feed._wake.set()
+    deadline = time.monotonic() + 5
+    while sink.fail_first and time.monotonic() < deadline:
+        time.sleep(0.01)
+    feed._points.append({"elapsed_s": 2.0})
+    feed.end("success", None, {})
+    assert [p["elapsed_s"] for post in sink.posts for p in post["points"]] == [1.0, 2.0]

@@ -1,0 +1,148 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support.synthetic import history_run as _write_run
+
+from reports.baseline import Thresholds
+from reports.cli import main as reports_main
+from reports.history import analyse, gate, history_page, read_runs, run_of, runs_from_dicts
+
+NAME = "nightly rabbitmq"
+
+
+def _nights(root: Path, drop_from: int | None, seed: int = 1, n: int = 30) -> list[float]:
+    """n nights at 10,000 msg/s with +-2 % noise, 10 % less from night `drop_from` on."""
+    rates = 10_000 * (1 + np.random.default_rng(seed).uniform(-0.02, 0.02, n))
+    if drop_from is not None:
+        rates[drop_from:] *= 0.9
+    for night, rate in enumerate(rates):
+        _write_run(root, NAME, night, float(rate))
+    return [float(r) for r in rates]
+
+
+def test_a_ten_percent_drop_from_run_20_is_found_there_and_fails_the_gate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rates = _nights(tmp_path, drop_from=20)
+    code = reports_main(["history", NAME, "--results", str(tmp_path), "--gate", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 3
+    found = json.loads(out)
+    assert [r["test_id"] for r in found["runs"]] == [f"nightly-rabbitmq-{n:03d}" for n in range(30)]
+    [shift] = found["change_points"]["receive_rate"]
+    # Run 21 in the table's numbering is the 21st night, index 20: the first at the lower rate.
+    assert (shift["run"], shift["test_id"]) == (21, "nightly-rabbitmq-020")
+    assert shift["before"] == pytest.approx(np.mean(rates[:20]))
+    assert shift["after"] == pytest.approx(np.mean(rates[20:]))
+    assert found["change_points"]["latency_p99_us"] == []
+    assert "regression: Receive rate fell" in err and "gate: regression" in err
+
+
+def test_the_same_nights_without_the_drop_pass_the_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _nights(tmp_path, drop_from=None)
+    assert reports_main(["history", NAME, "--results", str(tmp_path), "--gate"]) == 0
+    out, err = capsys.readouterr()
+    assert "change point" not in out.replace("after a change point", "")
+    assert "gate: pass" in err
+
+
+def test_one_outlier_night_is_no_change_point_and_passes(tmp_path: Path) -> None:
+    rates = 10_000 * (1 + np.random.default_rng(5).uniform(-0.02, 0.02, 30))
+    rates[17] *= 0.6
+    for night, rate in enumerate(rates):
+        _write_run(tmp_path, NAME, night, float(rate))
+    history = analyse(NAME, read_runs(tmp_path, NAME))
+    assert all(shifts == [] for shifts in history.shifts.values())
+    assert reports_main(["history", NAME, "--results", str(tmp_path), "--gate"]) == 0
+
+
+def test_an_improvement_is_a_change_point_but_no_regression(tmp_path: Path) -> None:
+    rates = 10_000 * (1 + np.random.default_rng(6).uniform(-0.02, 0.02, 30))
+    rates[20:] *= 1.2
+    for night, rate in enumerate(rates):
+        _write_run(tmp_path, NAME, night, float(rate))
+    history = analyse(NAME, read_runs(tmp_path, NAME))
+    assert [s.run for s in history.shifts["receive_rate"]] == [21]
+    assert gate(history, Thresholds()) == []
+
+
+def test_latency_and_loss_regressions_gate_by_their_own_thresholds(tmp_path: Path) -> None:
+    p99 = 2_000 * (1 + np.random.default_rng(8).uniform(-0.02, 0.02, 30))
+    p99[24:] *= 1.3
+    for night in range(30):
+        _write_run(tmp_path, NAME, night, 10_000.0, p99_us=float(p99[night]), lost=50 if night >= 24 else 0)
+    history = analyse(NAME, read_runs(tmp_path, NAME))
+    assert [s.run for s in history.shifts["latency_p99_us"]] == [25]
+    assert [s.run for s in history.shifts["loss_ratio"]] == [25]
+    assert history.shifts["receive_rate"] == []
+    rise = 100 * (p99[24:].mean() / p99[:24].mean() - 1)
+    whys = gate(history, Thresholds())
+    [latency] = [w for w in whys if w.startswith("Latency p99 ")]
+    assert f"rose {rise:.1f} % (threshold 10 %) from run 25 (nightly-rabbitmq-024)" in latency
+    [loss] = [w for w in whys if w.startswith("Loss")]
+    assert "rose from 0.0000% to 0.0500%" in loss
+    # A 30 % rise is within a 40 % threshold; 0.05 % more loss within 0.1 point.
+    assert not [w for w in gate(history, Thresholds(latency_rise=0.4, loss_rise=0.001)) if "p99 " in w or "Loss" in w]
+
+
+def test_failed_and_generator_bound_runs_are_marked_and_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rates = 10_000 * (1 + np.random.default_rng(9).uniform(-0.02, 0.02, 30))
+    for night, rate in enumerate(rates):
+        # Nights 25-28: a broken build's failures and a saturated generator, at figures that
+        # would read as a 50 % drop; night 29 ran at half the rate too.
+        if 25 <= night <= 28:
+            failed = night % 2 == 1
+            outcome = "failure" if failed else "success"
+            _write_run(tmp_path, NAME, night, rate / 2, outcome=outcome, generator_bound=not failed)
+        elif night == 29:
+            _write_run(tmp_path, NAME, night, rate / 2)
+        else:
+            _write_run(tmp_path, NAME, night, float(rate))
+    history = analyse(NAME, read_runs(tmp_path, NAME))
+    assert [r.excluded for r in history.runs[25:]] == ["failed", "generator-bound", "failed", "generator-bound", None]
+    # Night 29 ran (success, not bound) at half the rate: one such night is not a change point.
+    assert history.shifts["receive_rate"] == []
+    assert reports_main(["history", NAME, "--results", str(tmp_path)]) == 0
+    table = capsys.readouterr().out
+    assert "generator-bound" in table and "failed" in table
+    assert "4 run(s) failed or generator-bound: listed, left out of the detection" in table
+
+
+def test_other_names_and_unfinished_runs_are_not_in_the_history(tmp_path: Path) -> None:
+    _write_run(tmp_path, NAME, 1, 100.0)
+    _write_run(tmp_path, "another test", 2, 100.0)
+    (tmp_path / "running").mkdir()
+    (tmp_path / "running" / "test.json").write_text(json.dumps({"test_id": "running", "name": NAME}))
+    assert [r.test_id for r in read_runs(tmp_path, NAME)] == ["nightly-rabbitmq-001"]
+    assert run_of({"name": NAME, "summary": {"error": "data server away"}}) is None
+    # A step of a sweep carries the sweep's name, but is not a run of its own.
+    assert run_of({"name": NAME, "phase_of": "sweep-1", "summary": {"sent": 10, "lost": 0}}) is None
+    assert run_of({"name": NAME, "summary": {"sent": 10, "lost": 0}}) is not None
+
+
+def test_the_history_as_json_reads_back_the_same(tmp_path: Path) -> None:
+    _nights(tmp_path, drop_from=20)
+    history = analyse(NAME, read_runs(tmp_path, NAME))
+    again = analyse(NAME, runs_from_dicts(json.loads(json.dumps(history.as_dict()))["runs"]))
+    assert again.runs == history.runs and again.shifts == history.shifts
+
+
+def test_the_page_has_one_chart_per_figure_and_marks_the_change(tmp_path: Path) -> None:
+    _nights(tmp_path, drop_from=20)
+    page = history_page(analyse(NAME, read_runs(tmp_path, NAME)), "/assets/plotly.min.js")
+    assert page.count('class="history-chart"') == 5
+    assert '<script src="/assets/plotly.min.js">' in page
+    assert "nightly-rabbitmq-020" in page and "No change point" not in page
+
+
+def test_a_name_with_no_runs_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert reports_main(["history", "nothing here", "--results", str(tmp_path)]) == 2
+    assert "no finished run of a test named 'nothing here'" in capsys.readouterr().err
+    assert reports_main(["history", NAME, "--results", str(tmp_path / "absent")]) == 2
+    assert "no results folder" in capsys.readouterr().err

@@ -1,0 +1,132 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from reports import live
+from reports.live import LiveTests
+from reports.metrics import live_registry
+
+
+def _update(state: str = "running", **extra: Any) -> dict[str, Any]:
+    return {
+        "test_id": "t1",
+        "name": "nightly",
+        "kind": "fixed-rate",
+        "started_s": 1.0,
+        "elapsed_s": 5.0,
+        "expected_s": 20.0,
+        "state": state,
+        "peers": [
+            {"name": "s1", "role": "sender", "host": "a", "state": "running", "sent": 500,
+             "errors": {"refused": 2}, "lag_p50_us": 10, "lag_p99_us": 40, "lag_max_us": 90, "cpu_percent": 12.5},
+            {"name": "r1", "role": "receiver", "host": "b", "state": "running", "received": 480, "duplicates": 1,
+             "missing": 3, "latency_p50_us": 800, "latency_p99_us": 2000, "latency_max_us": 5000},
+        ],
+        "points": [{"elapsed_s": 4.0, "send_rate": 100.0}, {"elapsed_s": 5.0, "send_rate": 100.0}],
+    } | extra  # fmt: skip
+
+
+def _samples(tests: LiveTests) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = generate_latest(live_registry(tests)).decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _value(samples: dict[Any, float], name: str, **labels: str) -> float:
+    found = [v for (n, ls), v in samples.items() if n == name and labels.items() <= dict(ls).items()]
+    assert len(found) == 1, (name, labels, found)
+    return found[0]
+
+
+def test_a_running_test_in_the_prometheus_text_format() -> None:
+    tests = LiveTests()
+    asyncio.run(tests.post("t1", _update()))
+    s = _samples(tests)
+    peer = {"test_id": "t1", "test_name": "nightly", "peer": "s1", "role": "sender", "host": "a"}
+    assert _value(s, "maestro_peer_messages_sent_total", **peer) == 500
+    assert _value(s, "maestro_peer_errors_total", **peer, kind="refused") == 2
+    assert _value(s, "maestro_peer_schedule_lag_microseconds", **peer, quantile="0.99") == 40
+    assert _value(s, "maestro_peer_cpu_percent", **peer) == 12.5
+    receiver = peer | {"peer": "r1", "role": "receiver", "host": "b"}
+    assert _value(s, "maestro_peer_messages_received_total", **receiver) == 480
+    assert _value(s, "maestro_peer_latency_microseconds", **receiver, quantile="0.5") == 800
+    assert _value(s, "maestro_peer_latency_microseconds", **receiver, quantile="1") == 5000
+    assert _value(s, "maestro_peer_lost_messages", **receiver) == 3
+    assert _value(s, "maestro_test_messages_sent_total", test_id="t1") == 500
+    assert _value(s, "maestro_test_lost_messages", test_id="t1") == 3
+    assert _value(s, "maestro_test_state", test_id="t1", state="running") == 1
+    assert _value(s, "maestro_test_state", test_id="t1", state="finished") == 0
+    assert _value(s, "maestro_test_expected_seconds", test_id="t1") == 20
+
+
+def test_a_finished_test_counts_what_its_summary_counts() -> None:
+    tests = LiveTests()
+    asyncio.run(tests.post("t1", _update()))
+    summary = {"sent": 1000, "received": 998, "lost": 2, "duplicates": 0, "peers": {"s1": {"sent": 1000},
+               "r1": {"received": 998}}}  # fmt: skip
+    asyncio.run(tests.post("t1", _update("finished", outcome="success", summary=summary, points=[])))
+    s = _samples(tests)
+    assert _value(s, "maestro_test_messages_sent_total", test_id="t1") == 1000
+    assert _value(s, "maestro_test_messages_received_total", test_id="t1") == 998
+    assert _value(s, "maestro_test_lost_messages", test_id="t1") == 2
+    assert _value(s, "maestro_peer_messages_sent_total", peer="s1") == 1000
+    assert _value(s, "maestro_test_state", test_id="t1", state="finished") == 1
+    assert [p["elapsed_s"] for p in tests.tests["t1"].points] == [4.0, 5.0]  # the last post had none
+
+
+def test_a_test_that_stops_posting_turns_silent_and_is_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
+    tests = LiveTests()
+    asyncio.run(tests.post("t1", _update()))
+    assert tests.listing()[0]["state"] == "running" and tests.listing()[0]["progress"] == 0.25
+    later = time.monotonic() + live.SILENT_AFTER_S + 1
+    monkeypatch.setattr(live.time, "monotonic", lambda: later)
+    assert tests.listing()[0]["state"] == "silent"
+    assert _value(_samples(tests), "maestro_test_state", test_id="t1", state="silent") == 1
+    much_later = later + live.FORGET_AFTER_S
+    monkeypatch.setattr(live.time, "monotonic", lambda: much_later)
+    assert tests.listing() == []
+
+
+def test_an_update_waits_for_its_watchers() -> None:
+    async def scenario() -> tuple[int, int]:
+        tests = LiveTests()
+        await tests.post("t1", _update())
+        waiting = asyncio.create_task(tests.wait_change("t1", 1, timeout_s=5))
+        await asyncio.sleep(0.05)
+        await tests.post("t1", _update(points=[{"elapsed_s": 6.0}]))
+        changed = await waiting
+        timed_out = await tests.wait_change("t1", 2, timeout_s=0.05)
+        assert changed is not None and timed_out is None
+        return changed.version, len(changed.view(since=2)["points"])
+
+    assert asyncio.run(scenario()) == (2, 1)
+
+
+def test_the_grafana_dashboard_reads_only_what_metrics_exposes() -> None:
+    dashboard = json.loads((Path(__file__).parents[3] / "grafana" / "maestro-dashboard.json").read_text())
+    tests = LiveTests()
+    asyncio.run(tests.post("t1", _update()))
+    text = generate_latest(live_registry(tests)).decode()
+    exposed = {s.name: set(s.labels) for f in text_string_to_metric_families(text) for s in f.samples}
+    targets = [t for panel in dashboard["panels"] for t in panel["targets"]]
+    assert len(targets) >= 10
+    for target in targets:
+        names = set(re.findall(r"maestro_[a-z_]+", target["expr"]))
+        assert names and names <= exposed.keys(), (target["expr"], names - exposed.keys())
+        labels = set().union(*(exposed[n] for n in names))
+        assert set(re.findall(r"{{(\w+)}}", target["legendFormat"])) <= labels, target
+        assert set(re.findall(r"(\w+)=~?\"", target["expr"])) <= labels, target
+    variables = [v["query"]["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    assert all(re.search(r"label_values\(maestro_test_state\b", q) for q in variables)
