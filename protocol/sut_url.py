@@ -47,6 +47,7 @@ DRIVER_OPTIONS: dict[str, dict[str, Callable[[Any], Any]]] = {
         "settle": choice("presettled", "at-least-once"),
         "credit": integer(1, 1_000_000),  # the receiver's credit window (prefetch)
         "durable": boolean,  # durable messages; a durable subscription on receive
+        "reply_to": text,  # a requester's reply address base; none: /queue/maestro-replies
     },
     "worker.drivers.kafka:KafkaDriver": {
         "acks": choice("0", "1", "all"),
@@ -63,6 +64,7 @@ DRIVER_OPTIONS: dict[str, dict[str, Callable[[Any], Any]]] = {
         # not answer a waiting fetch when data comes (tansu) adds up to this to every latency.
         "fetch_wait_max_ms": integer(0, 300_000),
         "fetch_min_bytes": integer(1, 100_000_000),
+        "reply_to": text,  # a requester's reply topic base; none: maestro-replies
     },
     "worker.drivers.mqtt:MqttDriver": {
         "qos": integer(0, 2),

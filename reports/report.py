@@ -216,6 +216,9 @@ def _request_reply_section(rr: dict[str, Any] | None) -> str:
         for name in ("requests", "replies", "timed_out", "late", "duplicates")
     ]
     counts.append({"figure": "throughput, requests/s", "value": rr["throughput_per_s"]})
+    if "think_time_measured_s" in rr:
+        counts.append({"figure": "think time planned, ms", "value": rr["think_time_mean_s"] * 1000})
+        counts.append({"figure": "think time lived, ms", "value": rr["think_time_measured_s"] * 1000})
     legs = [
         {"time": label, **{k: rr[key][k] / 1000 for k in ("p50", "p90", "p99", "max", "mean")}}
         for label, key in (
@@ -230,7 +233,7 @@ def _request_reply_section(rr: dict[str, Any] | None) -> str:
         + table(counts, ["figure", "value"])
         + "<p>Milliseconds; the legs corrected by the clocks measured for requester and replier.</p>"
         + table(legs, ["time", "p50", "p90", "p99", "max", "mean"])
-        + f"<p>Little's law: {law['clients']:g} clients waiting or thinking; throughput x (response + think)"
+        + f"<p>Little's law: {law['clients']:g} clients waiting or thinking; throughput x (response + think as lived)"
         f" = {law['throughput_x_time']:.2f} ({law['deviation_percent']:+.1f} %).</p>"
     )
 

@@ -88,6 +88,10 @@ class RequesterStats:
     duplicates: int = 0  # a second reply to a request
     foreign: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)  # requests the SUT did not take
+    # After warm-up, from a reply's arrival to its turn's next request: the think time as lived,
+    # the planned one plus the timer's lateness and the loop's hand-over.
+    thought_ns: int = 0
+    thoughts: int = 0
     disconnects_ns: list[int] = field(default_factory=list)
     reconnects_ns: list[int] = field(default_factory=list)
 
@@ -112,7 +116,7 @@ class RequesterRun:
         (first, second) = REQUESTER_LOGS
         self.latency = LatencyRecorder(directory, logs=first)  # response, replier
         self.legs = LatencyRecorder(directory, logs=second)  # request leg, reply leg
-        self._waiting: dict[tuple[int, int], asyncio.Future[None]] = {}
+        self._waiting: dict[tuple[int, int], asyncio.Future[int]] = {}  # resolved with the arrival
         self._replied: dict[int, SequenceTracker] = {}  # by sender key: requests answered
         self._given_up: set[tuple[int, int]] = set()  # timed out, no reply yet
         self._stop = asyncio.Event()
@@ -162,19 +166,24 @@ class RequesterRun:
         key, plan = self.keys[client], self.plan
         loop = asyncio.get_running_loop()
         size_bytes = plan.size.max_bytes
+        answered_ns: int | None = None  # the arrival of this turn's last reply
         while not self._stop.is_set() and (end_ns is None or time.perf_counter_ns() < end_ns):
             sequence = numbers.take()
             if sequence is None:
                 return
             intended = time.time_ns()
-            reply: asyncio.Future[None] = loop.create_future()
+            if answered_ns is not None and answered_ns >= self.warm_up_end_ns:
+                self.stats.thought_ns += intended - answered_ns
+                self.stats.thoughts += 1
+            reply: asyncio.Future[int] = loop.create_future()
             self._waiting[(key, sequence)] = reply
             if not await self._hand_over(driver, key, sequence, intended, size_bytes):
                 self._waiting.pop((key, sequence), None)
                 return
             self.stats.sent_per_client[client] += 1
+            answered_ns = None
             try:
-                await asyncio.wait_for(reply, plan.request_timeout_s)
+                answered_ns = await asyncio.wait_for(reply, plan.request_timeout_s)
             except TimeoutError:
                 self.stats.timed_out += 1
                 self._given_up.add((key, sequence))
@@ -182,7 +191,10 @@ class RequesterRun:
                 self._waiting.pop((key, sequence), None)
             think_s = plan.think_time.sample_s(self._think_rng)
             if think_s and self._timer is not None:
-                await self._timer.sleep_until(time.perf_counter_ns() + int(think_s * 1e9))
+                # From the reply's arrival, not from this turn's wake-up after it: the hand-over
+                # to the loop is part of the thinking, not added to it.
+                since_ns = time.time_ns() - answered_ns if answered_ns is not None else 0
+                await self._timer.sleep_until(time.perf_counter_ns() + int(think_s * 1e9) - max(0, since_ns))
 
     async def _hand_over(self, driver: Driver, key: int, sequence: int, intended: int, size_bytes: int) -> bool:
         """Send one request, trying again while the connection is down (within the budget)."""
@@ -243,7 +255,7 @@ class RequesterRun:
                 else:
                     stats.foreign["unknown_request"] += 1
                 continue
-            reply.set_result(None)
+            reply.set_result(arrived)
             stats.replies += 1
             self.rate_file.write(intended // 1000, arrived // 1000)
             skew = offsets.get(replier, 0) - own  # its clock minus ours
@@ -308,6 +320,7 @@ class RequesterRun:
                 "outstanding": plan.outstanding,
                 "think_time": str(plan.think_time),
                 "think_time_mean_s": plan.think_time.mean_s,
+                "think_time_measured_s": s.thought_ns / s.thoughts / 1e9 if s.thoughts else None,
                 "request_timeout_s": plan.request_timeout_s,
                 "replies": s.replies,
                 "timed_out": s.timed_out,

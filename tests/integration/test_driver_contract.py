@@ -168,3 +168,22 @@ def test_refused_credentials_are_named_at_once_and_not_retried(url: str) -> None
     assert time.monotonic() - started < 5 + 1
     assert "authentication failed" in str(error) and not error.retry
     assert "wrong" not in str(error)  # the password is not in the message
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(60)
+def test_a_kafka_topic_is_made_with_the_partitions_asked_for(tansu: str) -> None:
+    """tansu makes a topic it is asked about by name, with 4 partitions: the driver must not
+    ask about it by name before it creates it with `partitions`."""
+    from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+
+    topic = f"p-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> None:
+        driver = _driver(f"{tansu}/{topic}?partitions=3")
+        await connect_within(driver, 20)
+        await driver.close()
+
+    asyncio.run(scenario())
+    admin = AdminClient({"bootstrap.servers": tansu.removeprefix("kafka://")})
+    assert len(admin.list_topics(timeout=10).topics[topic].partitions) == 3

@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from support.browser import artifacts_dir, chromium
+from support.browser import artifacts_dir, drawn_page
 from support.processes import Daemons
 from support.runs import run_with
 
@@ -53,6 +53,15 @@ def check_exact(summary: dict[str, object]) -> dict[str, object]:
     return rr
 
 
+def assert_held_for(rr: dict[str, object], service_us: int, slack_us: int) -> None:
+    """The replier's leg: the service time, never less, and its timer's lateness and the
+    hand-overs between the client library's thread and the loop (a fraction of a millisecond on
+    an idle host, more on a busy one)."""
+    replier = rr["replier_us"]
+    assert isinstance(replier, dict)
+    assert service_us <= replier["p50"] <= service_us + slack_us, replier
+
+
 @pytest.mark.timeout(300)
 def test_direct_reply_to_with_a_5_ms_service_time(daemons: Daemons, data_server: tuple[str, Path]) -> None:
     url, root = data_server
@@ -70,7 +79,7 @@ def test_direct_reply_to_with_a_5_ms_service_time(daemons: Daemons, data_server:
     # The known answer: the replier holds each request 5 ms, so no response is quicker, and the
     # replier's own leg is those 5 ms (its timer wakes within a fraction of a millisecond).
     assert rr["response_time_us"]["p50"] >= 5000
-    assert rr["replier_us"]["p50"] == pytest.approx(5000, rel=0.10)
+    assert_held_for(rr, 5000, 500)  # #17: 5 ms ± 10 %
     # 2 clients, one request each at a time, ~5.x ms a round: about 2 / 5.x ms per second.
     response_s = rr["response_time_us"]["mean"] / 1e6
     assert rr["throughput_per_s"] == pytest.approx(2 / response_s, rel=0.05)
@@ -118,7 +127,53 @@ def test_mqtt_5_response_topic_and_correlation_data(daemons: Daemons, data_serve
     result = run_with(daemons, url, test, peers=2)
     assert result.passed, result.reason
     rr = check_exact(result.summary)
-    assert rr["replier_us"]["p50"] == pytest.approx(2000, rel=0.10)
+    assert_held_for(rr, 2000, 1000)
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(180)
+def test_kafka_reply_topics_named_in_a_request_header(
+    daemons: Daemons, data_server: tuple[str, Path], tansu: str
+) -> None:
+    url, _ = data_server
+    start(daemons, repliers=2)
+    topic = f"maestro-rr-{uuid.uuid4().hex[:8]}"
+    # tansu does not answer a waiting fetch when data arrives: a short fetch wait keeps its
+    # delay out of both legs.
+    test = RequestReplyTest(
+        request_url=f"{tansu}/{topic}?partitions=2&fetch_wait_max_ms=5",
+        reply_url=f"{tansu}/maestro-replies",
+        clients=3,
+        repliers=2,
+        service_time="2ms",
+        duration="5s",
+    )
+    result = run_with(daemons, url, test, peers=3)
+    assert result.passed, result.reason
+    rr = check_exact(result.summary)
+    assert_held_for(rr, 2000, 1000)
+    # Both repliers took a share of the requests: they are one consumer group.
+    replied = [p.get("received", 0) for p in result.summary["peers"] if p["role"] == "receiver"]
+    assert len(replied) == 2 and all(replied), result.summary["peers"]
+
+
+@pytest.mark.timeout(120)
+def test_amqp_1_0_reply_to_and_correlation_id(daemons: Daemons, data_server: tuple[str, Path]) -> None:
+    url, _ = data_server
+    start(daemons)
+    queue = f"maestro-rr-{uuid.uuid4().hex[:8]}"
+    test = RequestReplyTest(
+        request_url=f"amqp10://guest:guest@127.0.0.1:5672//queue/{queue}",
+        reply_url="amqp10://guest:guest@127.0.0.1:5672//queue/maestro-replies",
+        clients=2,
+        outstanding=2,
+        service_time="2ms",
+        duration="4s",
+    )
+    result = run_with(daemons, url, test, peers=2)
+    assert result.passed, result.reason
+    rr = check_exact(result.summary)
+    assert_held_for(rr, 2000, 1000)
 
 
 @pytest.mark.timeout(120)
@@ -131,8 +186,12 @@ def test_littles_law_holds_for_4_clients_thinking_10_ms(daemons: Daemons, data_s
     rr = check_exact(result.summary)
     law = rr["littles_law"]
     assert law["clients"] == 4
-    # Throughput within 5 % of clients / (response time + think time).
-    expected = 4 / (rr["response_time_us"]["mean"] / 1e6 + 0.010)
+    # The think time as lived: the planned 10 ms and the timer's lateness, never less (a busy
+    # host stretches it, so the bound above is loose).
+    lived = rr["think_time_measured_s"]
+    assert rr["think_time_mean_s"] == 0.010 and 0.010 <= lived < 0.013, rr
+    # Throughput within 5 % of clients / (response time + think time as lived).
+    expected = 4 / (rr["response_time_us"]["mean"] / 1e6 + lived)
     assert rr["throughput_per_s"] == pytest.approx(expected, rel=0.05)
     assert abs(law["deviation_percent"]) < 5
 
@@ -200,11 +259,9 @@ def test_a_sweep_over_1_2_4_8_clients_draws_the_closed_systems_curves(
     with LocalCluster(tmp_path / "logs", broker_url="unused") as local:
         server = local.data_server(root)
         page_url = f"{server}/results/{result.test_id}/report/index.html"
-        page = chromium("--virtual-time-budget=10000", "--dump-dom", page_url)
-        shot = artifacts_dir() / "closed-system-sweep.png"
-        chromium("--window-size=1280,3000", "--virtual-time-budget=10000", f"--screenshot={shot.resolve()}", page_url)
+        page = drawn_page(page_url, "closed-system-sweep.png")
     assert "data-js-errors" not in page, page.split("data-js-errors")[1][:300]
     assert 'id="closed-system"' in page and "Response time against parallel" in page
     # Both closed-system charts drew, with the sweep's own two.
     assert page.count('class="main-svg"') >= 2 * 4
-    assert shot.stat().st_size > 10_000
+    assert (artifacts_dir() / "closed-system-sweep.png").stat().st_size > 10_000

@@ -6,6 +6,12 @@ Proton's container runs on its own `PollThread`; sends reach it through an outbo
 it went out on the link (presettled); the link's credit holds the rest in the outbox, within the
 worker's window. Messages carry their body as a Data section, so AMQP 0-9-1 consumers of the
 same broker read the same bytes.
+
+Request/reply: a requesting client receives its replies on an address of its own,
+`<reply_to>-<random>` (the reply URL's address: `//queue/replies` gives `/queue/replies-…` on
+RabbitMQ), set as each request's `reply_to` with its `correlation_id`. A replier answers to the
+request's `reply_to` over a sender link per reply address, opened on first use (RabbitMQ's AMQP
+1.0 plugin has no anonymous relay), with the request's correlation.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from worker.drivers.base import (
     Driver,
     Endpoint,
     OnMessages,
+    OnRequests,
     SendError,
     connect_cause,
     probe,
@@ -53,6 +60,7 @@ class Amqp10Driver(Driver):
         self._container: Container | None = None
         self._poller: PollThread | None = None
         self._injector = EventInjector()
+        self.reply_address = ""  # a requester's, once open_replies made it
 
     def _url(self) -> str:
         """Without the credentials: proton logs the URL it connects to (they go as arguments)."""
@@ -99,11 +107,14 @@ class Amqp10Driver(Driver):
         await self._open_link("sender")
 
     def publish(self, body: bytes, token: int) -> bool:
+        return self._send(body, token, None)
+
+    def _send(self, body: bytes, token: int, correlation: str | None) -> bool:
         handler = self._handler
         assert handler is not None
         if not handler.link_up:
             raise DisconnectedError(f"{self.endpoint}: link down", retry=True)
-        handler.outbox.append((body, token))
+        handler.outbox.append((body, token, correlation))
         if not handler.flush_pending:  # one wake-up of proton's thread per burst, not per message
             handler.flush_pending = True
             # With the link as its context, the engine knows which connection has work to write.
@@ -120,6 +131,34 @@ class Amqp10Driver(Driver):
         self._handler.messages = LoopBatch(self._loop, on_messages)
         self._handler.processing_delay_s = processing_delay_s
         await self._open_link("receiver")
+
+    # --- request/reply ---------------------------------------------------------------------------
+
+    async def open_replies(self, on_replies: OnMessages) -> None:
+        assert self._handler is not None and self._loop is not None
+        base = self.endpoint.options.get("reply_to", "/queue/maestro-replies")
+        self.reply_address = f"{base}-{uuid.uuid4().hex[:12]}"
+        self._handler.replies = LoopBatch(self._loop, on_replies)
+        await self._open_link("replies")
+
+    def request(self, body: bytes, token: int, correlation: str) -> bool:
+        assert self.reply_address, "open_replies() first"
+        return self._send(body, token, correlation)
+
+    async def serve(self, on_requests: OnRequests) -> None:
+        assert self._handler is not None and self._loop is not None
+        self._handler.requests = LoopBatch(self._loop, on_requests)
+        await self._open_link("receiver")
+
+    def reply(self, address: Any, body: bytes, token: int) -> None:
+        reply_to, correlation = address
+        if not reply_to:
+            self.on_settled(token, SendError(f"{self.endpoint}: a request without reply_to", retry=False))
+            return
+        handler = self._handler
+        assert handler is not None
+        handler.reply_outbox.append((reply_to, body, token, correlation))
+        self._injector.trigger(ApplicationEvent("flush_replies"))
 
     async def pause(self) -> None:
         self._injector.trigger(ApplicationEvent("pause"))
@@ -155,12 +194,18 @@ class _Handler(MessagingHandler):
         self.opened = opened
         self.verdicts = verdicts
         self.messages: LoopBatch[tuple[bytes, int]] | None = None  # set when receiving
+        self.replies: LoopBatch[tuple[bytes, int]] | None = None  # a requester's
+        self.reply_link: Any = None  # a requester's receiver of its replies
+        self.requests: LoopBatch[tuple[bytes, int, Any]] | None = None  # a replier's
+        self.reply_outbox: collections.deque[tuple[str, bytes, int, Any]] = collections.deque()
+        self.reply_senders: dict[str, Any] = {}  # a replier's sender link per reply address
         self.processing_delay_s = 0.0
         self.flush_pending = False
         self.closing = False
         self.role = ""
         self.link_ready: asyncio.Future[None] | None = None
-        self.outbox: collections.deque[tuple[bytes, int]] = collections.deque()  # (body, token)
+        # (body, token, correlation): a request's correlation, None for a plain message
+        self.outbox: collections.deque[tuple[bytes, int, str | None]] = collections.deque()
         self.unsettled: dict[str, int] = {}  # delivery tag -> token
         self.link_up = False
         self.paused = False
@@ -198,6 +243,11 @@ class _Handler(MessagingHandler):
             self.link = self.driver.container.create_sender(
                 self.connection, self.driver.destination, name=name, options=options
             )
+        elif self.role == "replies":
+            self.reply_link = self.driver.container.create_receiver(
+                self.connection, self.driver.reply_address, name=name
+            )
+            self.reply_link.flow(e.options.get("credit", 100))
         else:
             options = [DurableSubscription()] if e.options.get("durable") else []
             self.link = self.driver.container.create_receiver(
@@ -212,6 +262,8 @@ class _Handler(MessagingHandler):
 
     def on_sendable(self, event: Any) -> None:
         self.on_flush(event)
+        if self.reply_outbox:
+            self.on_flush_replies(event)
 
     def on_flush(self, _event: Any) -> None:
         # Cleared before the outbox is read: a message added from now on asks for a flush again.
@@ -221,21 +273,53 @@ class _Handler(MessagingHandler):
         sent: list[tuple[int, SendError | None]] = []
         count = 0
         while self.outbox and link is not None and link.credit > 0:
-            body, token = self.outbox.popleft()
+            body, token, correlation = self.outbox.popleft()
             message = Message(body=body, durable=durable)
-            message.inferred = True  # a Data section: the bytes themselves, readable over AMQP 0-9-1
-            delivery = link.send(message)
-            count += 1
-            if self.driver.presettled:
-                sent.append((token, None))
-            else:
-                # By tag: proton wraps the same delivery in a new Python object for each event.
-                self.unsettled[delivery.tag] = token
+            if correlation is not None:
+                message.reply_to, message.correlation_id = self.driver.reply_address, correlation
+            count += self._send(link, message, token, sent)
         self.verdicts.put_many(sent)
-        if count and self.connection is not None and self.connection.transport is not None:
+        if count:
+            self._wrote()
+
+    def _send(self, link: Any, message: Message, token: int, sent: list[tuple[int, SendError | None]]) -> int:
+        message.inferred = True  # a Data section: the bytes themselves, readable over AMQP 0-9-1
+        delivery = link.send(message)
+        if self.driver.presettled:
+            sent.append((token, None))
+        else:
+            # By tag: proton wraps the same delivery in a new Python object for each event.
+            self.unsettled[delivery.tag] = token
+        return 1
+
+    def _wrote(self) -> None:
+        if self.connection is not None and self.connection.transport is not None:
             # Work done in an injected event is not noticed by proton's IO handler until some
             # other engine event comes: tell it the transport has output now.
             self.driver.container.push_event(self.connection.transport, Event.TRANSPORT)
+
+    def on_flush_replies(self, _event: Any) -> None:
+        """Each waiting reply over its address's sender link, opened on first use; a reply whose
+        link has no credit yet waits for on_sendable."""
+        waiting: collections.deque[tuple[str, bytes, int, Any]] = collections.deque()
+        sent: list[tuple[int, SendError | None]] = []
+        count = 0
+        while self.reply_outbox:
+            reply_to, body, token, correlation = item = self.reply_outbox.popleft()
+            link = self.reply_senders.get(reply_to)
+            if link is None:
+                options: list[Any] = [AtMostOnce()] if self.driver.presettled else []
+                link = self.reply_senders[reply_to] = self.driver.container.create_sender(
+                    self.connection, reply_to, name=f"maestro-reply-{uuid.uuid4().hex[:8]}", options=options
+                )
+            if link.credit <= 0:
+                waiting.append(item)
+                continue
+            count += self._send(link, Message(body=body, correlation_id=correlation), token, sent)
+        self.reply_outbox = waiting
+        self.verdicts.put_many(sent)
+        if count:
+            self._wrote()
 
     def on_accepted(self, event: Any) -> None:
         self._settle(event.delivery, None)
@@ -252,9 +336,14 @@ class _Handler(MessagingHandler):
             self.verdicts.put((token, error))
 
     def on_message(self, event: Any) -> None:
-        body = event.message.body
-        if self.messages is not None:
-            self.messages.put((bytes(body) if body is not None else b"", time.time_ns()))
+        message = event.message
+        body = bytes(message.body) if message.body is not None else b""
+        if self.replies is not None and event.receiver == self.reply_link:
+            self.replies.put((body, time.time_ns()))
+        elif self.requests is not None:
+            self.requests.put((body, time.time_ns(), (message.reply_to or "", message.correlation_id)))
+        elif self.messages is not None:
+            self.messages.put((body, time.time_ns()))
         if self.processing_delay_s:
             time.sleep(self.processing_delay_s)  # a slow consumer: the credit comes back after it
         # Keep the credit window full: one credit back for each message taken, unless paused.
@@ -324,7 +413,7 @@ class _Handler(MessagingHandler):
             self.driver.container.stop()
 
     def fail_all(self, why: str) -> None:
-        pending = list(self.unsettled.values()) + [token for _, token in self.outbox]
+        pending = list(self.unsettled.values()) + [item[1] for item in self.outbox]
         self.unsettled.clear()
         self.outbox.clear()
         error = SendError(f"{self.driver.endpoint}: {why}", retry=False, kind="unconfirmed")

@@ -8,18 +8,26 @@ librdkafka's own queue, which is also the worker's window (`queue.buffering.max.
 A topic that does not exist yet is created on connect (`partitions`, default 1), by senders and
 receivers alike, so a receiver that subscribes first never waits out librdkafka's five-minute
 metadata refresh for it; the consumer also refreshes its metadata every second.
+
+Request/reply: each requesting client makes a reply topic of its own, `<reply_to>-<random>`
+(default base maestro-replies, one partition, read by assignment: no group to join), and names
+it in each request's `reply_to` header beside a `correlation_id` header. Repliers share the
+request topic as one consumer group and produce each answer to the topic the request names,
+with its correlation. Reply topics are deleted when their requester closes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol.concurrency import LoopBatch, PollThread, call_in_loop
@@ -32,6 +40,7 @@ from worker.drivers.base import (
     Driver,
     Endpoint,
     OnMessages,
+    OnRequests,
     SendError,
     connect_cause,
     probe,
@@ -58,7 +67,7 @@ class KafkaDriver(Driver):
         super().__init__(endpoint, client)
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
-        self._poller: PollThread | None = None
+        self._pollers: list[PollThread] = []  # the producer's and the consumer's
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_messages: OnMessages | None = None
         self._processing_delay_s = 0.0
@@ -66,6 +75,8 @@ class KafkaDriver(Driver):
         self._rebalancing = False  # partitions revoked, the next assignment not yet come
         self._reports: LoopBatch[tuple[int, KafkaError | None]] | None = None
         self._delivered: list[tuple[int, KafkaError | None]] = []  # filled inside poll()
+        self._on_requests: OnRequests | None = None  # a replier's
+        self._reply_topic = ""  # a requester's, once open_replies made it
 
     def window(self) -> int:
         return int(self.endpoint.options.get("queue_max_messages", self.DEFAULT_WINDOW))
@@ -93,31 +104,37 @@ class KafkaDriver(Driver):
         await probe(self.endpoint)  # librdkafka would only say "transport failure", after its timeout
         await asyncio.to_thread(self._ensure_topic)
 
-    def _ensure_topic(self) -> None:
-        """Create the topic unless it exists; a broker that refuses is told of in the log only
-        (the topic may be created by others, and the consumer refreshes its metadata)."""
+    def _ensure_topic(self, topic: str = "", partitions: int | None = None) -> None:
+        """Create the topic (default: the URL's) unless it exists; a broker that refuses is told
+        of in the log only (the topic may be created by others, and the consumer refreshes its
+        metadata), unless its partitions were asked for."""
+        topic = topic or self.destination
         admin = AdminClient(self._common_config())
         try:
-            known = admin.list_topics(self.destination, timeout=FIRST_CONNECT_S).topics
+            # Every topic's metadata, not this one's: a broker may auto-create a topic it is asked
+            # about by name (tansu does, with 4 partitions), which would ignore `partitions`.
+            known = admin.list_topics(timeout=FIRST_CONNECT_S).topics
         except KafkaException as exc:
             error = exc.args[0]
             auth = error.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED)
             cause = "authentication failed" if auth else connect_cause(error.str())
             raise ConnectError(f"{self.endpoint}: {cause} ({error.str()})", retry=not auth) from exc
-        existing = known.get(self.destination)
+        existing = known.get(topic)
         if existing is not None and existing.error is None:
             return
-        partitions = self.endpoint.options.get("partitions", 1)
-        topic = NewTopic(self.destination, num_partitions=partitions, replication_factor=1)
+        asked = partitions is not None or "partitions" in self.endpoint.options
+        count = partitions or self.endpoint.options.get("partitions", 1)
         try:
-            admin.create_topics([topic], operation_timeout=15)[self.destination].result(20)
-            log.info("%s: created the topic with %d partition(s)", self.endpoint, partitions)
+            admin.create_topics([NewTopic(topic, num_partitions=count, replication_factor=1)], operation_timeout=15)[
+                topic
+            ].result(20)
+            log.info("%s: created the topic %s with %d partition(s)", self.endpoint, topic, count)
         except KafkaException as exc:
             error = exc.args[0]
             if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 return
-            if "partitions" in self.endpoint.options:  # asked for by name: not having it is an error
-                why = f"{self.endpoint}: cannot create the topic: {error.str()}"
+            if asked:  # asked for by name: not having it is an error
+                why = f"{self.endpoint}: cannot create the topic {topic}: {error.str()}"
                 raise ConnectError(why, retry=error.retriable()) from exc
             log.warning("%s: the topic does not exist and could not be created: %s", self.endpoint, error.str())
 
@@ -135,14 +152,19 @@ class KafkaDriver(Driver):
         return config
 
     def publish(self, body: bytes, token: int) -> bool:
+        return self._produce(self.destination, body, token, None)
+
+    def _produce(
+        self, topic: str, body: bytes, token: int, headers: list[tuple[str, str | bytes | None]] | None
+    ) -> bool:
         producer = self._producer
         if producer is None:
             assert self._loop is not None
             producer = self._producer = Producer(self._producer_config())
             self._reports = LoopBatch(self._loop, self._settle)
-            self._poller = PollThread(f"kafka-producer-{self.client}", self._poll_producer)
+            self._pollers.append(PollThread(f"kafka-producer-{self.client}", self._poll_producer))
         try:
-            producer.produce(self.destination, body, on_delivery=functools.partial(self._on_delivery, token))
+            producer.produce(topic, body, headers=headers, on_delivery=functools.partial(self._on_delivery, token))
         except BufferError as exc:  # the window keeps below the queue's bound: not expected
             raise SendError(f"{self.endpoint}: producer queue full", retry=False, kind="failed") from exc
         except KafkaException as exc:
@@ -168,14 +190,10 @@ class KafkaDriver(Driver):
                 kind = "timed_out" if error.code() in _TIMED_OUT else "failed"
                 settled(token, SendError(f"not delivered: {error.str()}", retry=False, kind=kind))
 
-    async def receive(self, on_messages: OnMessages, processing_delay_s: float = 0.0) -> None:
+    def _consumer_config(self, group: str) -> dict[str, Any]:
         o = self.endpoint.options
-        self._on_messages = on_messages
-        self._processing_delay_s = processing_delay_s
         config = self._common_config() | {
-            # One group per topic by default: the receivers of a test share the topic's partitions
-            # as competing consumers (a queue's semantics), so each message is received once.
-            "group.id": o.get("group", f"maestro-{self.destination}"),
+            "group.id": group,
             "auto.offset.reset": o.get("auto_offset_reset", "earliest"),
             "session.timeout.ms": o.get("session_timeout_ms", 6000),
             "enable.auto.commit": True,
@@ -186,21 +204,32 @@ class KafkaDriver(Driver):
             config["fetch.wait.max.ms"] = o["fetch_wait_max_ms"]
         if "fetch_min_bytes" in o:
             config["fetch.min.bytes"] = o["fetch_min_bytes"]
-        consumer = Consumer(config)
+        return config
+
+    async def receive(self, on_messages: OnMessages, processing_delay_s: float = 0.0) -> None:
+        self._on_messages = on_messages
+        self._processing_delay_s = processing_delay_s
+        # One group per topic by default: the receivers of a test share the topic's partitions
+        # as competing consumers (a queue's semantics), so each message is received once.
+        await self._subscribe(self.endpoint.options.get("group", f"maestro-{self.destination}"))
+
+    async def _subscribe(self, group: str) -> None:
+        consumer = Consumer(self._consumer_config(group))
         loop = asyncio.get_running_loop()
         assigned = asyncio.Event()
 
         def on_assign(_consumer: Consumer, _partitions: list[Any]) -> None:
             self._rebalancing = False
             call_in_loop(loop, assigned.set)
-            call_in_loop(loop, on_messages, [])
+            if self._on_messages is not None:
+                call_in_loop(loop, self._on_messages, [])
 
         def on_revoke(_consumer: Consumer, _partitions: list[Any]) -> None:
             self._rebalancing = True
 
         consumer.subscribe([self.destination], on_assign=on_assign, on_revoke=on_revoke)
         self._consumer = consumer
-        self._poller = PollThread(f"kafka-consumer-{self.client}", self._consume_once)
+        self._pollers.append(PollThread(f"kafka-consumer-{self.client}", self._consume_once))
         # Ready means in the group with partitions assigned, not merely subscribed: otherwise the
         # group's join time (seconds) would show as the SUT's latency of the first messages.
         try:
@@ -209,7 +238,11 @@ class KafkaDriver(Driver):
             log.warning("%s: no partition assignment within %g s; consuming anyway", self.endpoint, _ASSIGN_TIMEOUT_S)
 
     def _consume_once(self) -> None:
-        assert self._consumer is not None and self._loop is not None and self._on_messages is not None
+        assert self._consumer is not None and self._loop is not None
+        if self._on_requests is not None:
+            self._serve_once()
+            return
+        assert self._on_messages is not None
         if self._paused:
             # Polling keeps the group membership alive; paused partitions give nothing, so a
             # message here is from a partition a rebalance assigned since: counted, not dropped.
@@ -240,6 +273,63 @@ class KafkaDriver(Driver):
         if batch:
             call_in_loop(self._loop, self._on_messages, batch)
 
+    # --- request/reply: a reply topic per requesting client, named in a request header ---------
+
+    async def open_replies(self, on_replies: OnMessages) -> None:
+        base = self.endpoint.options.get("reply_to", "maestro-replies")
+        topic = f"{base}-{uuid.uuid4().hex[:12]}"
+        await asyncio.to_thread(self._ensure_topic, topic, 1)
+        self._reply_topic = topic
+        self._on_messages = on_replies
+        # Read by assignment from the start: no group to join, nothing missed. Every partition
+        # the broker reports, should it have made more than the one asked for.
+        consumer = Consumer(self._consumer_config(f"maestro-requester-{topic}"))
+        partitions = await asyncio.to_thread(self._partitions_of, consumer, topic)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        self._consumer = consumer
+        self._pollers.append(PollThread(f"kafka-replies-{self.client}", self._consume_once))
+
+    def _partitions_of(self, consumer: Consumer, topic: str) -> list[int]:
+        try:
+            found = consumer.list_topics(timeout=FIRST_CONNECT_S).topics.get(topic)
+        except KafkaException as exc:
+            raise ConnectError(f"{self.endpoint}: no metadata for the reply topic {topic}: {exc}", retry=True) from exc
+        return sorted(found.partitions) if found is not None and found.partitions else [0]
+
+    def request(self, body: bytes, token: int, correlation: str) -> bool:
+        assert self._reply_topic, "open_replies() first"
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("reply_to", self._reply_topic.encode()),
+            ("correlation_id", correlation.encode()),
+        ]
+        return self._produce(self.destination, body, token, headers)
+
+    async def serve(self, on_requests: OnRequests) -> None:
+        self._on_requests = on_requests
+        # The repliers of a test share the request topic as one group: each request answered once.
+        await self._subscribe(self.endpoint.options.get("group", f"maestro-repliers-{self.destination}"))
+
+    def _serve_once(self) -> None:
+        assert self._consumer is not None and self._loop is not None and self._on_requests is not None
+        first = self._consumer.poll(_POLL_S)
+        if first is None:
+            return
+        arrived = time.time_ns()
+        batch = [
+            (m.value(), arrived, _reply_address(m))
+            for m in [first, *self._consumer.consume(_BATCH, 0)]
+            if not m.error()
+        ]
+        if batch:
+            call_in_loop(self._loop, self._on_requests, batch)
+
+    def reply(self, address: Any, body: bytes, token: int) -> None:
+        topic, correlation = address
+        if not topic:
+            self.on_settled(token, SendError(f"{self.endpoint}: a request without a reply_to header", retry=False))
+            return
+        self._produce(topic, body, token, [("correlation_id", correlation)] if correlation else None)
+
     async def pause(self) -> None:
         if self._consumer is not None:
             self._consumer.pause(self._consumer.assignment())
@@ -251,8 +341,8 @@ class KafkaDriver(Driver):
             self._paused = False
 
     async def close(self) -> None:
-        if self._poller is not None:
-            await asyncio.to_thread(self._poller.stop)
+        for poller in self._pollers:
+            await asyncio.to_thread(poller.stop)
         if self._producer is not None:
             await asyncio.to_thread(self._producer.flush, 10)
             # Reports that flush() brought (on its thread); what is still queued after it is
@@ -263,3 +353,18 @@ class KafkaDriver(Driver):
             self._producer = None  # librdkafka's client goes with the last reference (no close())
         if self._consumer is not None:
             await asyncio.to_thread(self._consumer.close)
+        if self._reply_topic:
+            await asyncio.to_thread(self._delete_topic, self._reply_topic)
+
+    def _delete_topic(self, topic: str) -> None:
+        """A requester's reply topic goes with it; a broker that keeps it only costs a topic."""
+        with contextlib.suppress(KafkaException, ValueError):
+            AdminClient(self._common_config()).delete_topics([topic], operation_timeout=10)[topic].result(15)
+
+
+def _reply_address(message: Message) -> tuple[str, bytes | None]:
+    """Where a request's reply goes, and its correlation: the headers the requester set."""
+    headers: dict[str, Any] = dict(message.headers() or ())
+    reply_to, correlation = headers.get("reply_to"), headers.get("correlation_id")
+    topic = reply_to.decode(errors="replace") if isinstance(reply_to, bytes) else str(reply_to or "")
+    return topic, correlation if isinstance(correlation, bytes) else None

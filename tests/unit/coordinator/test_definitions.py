@@ -36,6 +36,11 @@ def test_a_request_reply_test_becomes_requesters_and_repliers_options() -> None:
     assert receiver["receive_url"] == sender["send_url"]
     assert (receiver["request_reply"], receiver["service_time"]) == (True, "5ms")
     assert test.KIND == "request-reply" and test.target_rate() == 0
+    # An AMQP 1.0 reply address keeps its leading slash, as its destination does.
+    amqp10 = RequestReplyTest(request_url="amqp10://h//queue/rq", reply_url="amqp10://h//queue/replies")
+    assert amqp10.sender_options(amqp10.all_flows()[0], "t-1")["send_url"] == [
+        "amqp10://h//queue/rq?reply_to=/queue/replies"
+    ]
     # A sweep's step changes the clients.
     stepped = test.with_load(0, 8)
     (step_flow,) = stepped.all_flows()

@@ -111,14 +111,11 @@ def test_connect_failures_are_named_in_the_words_a_user_looks_for() -> None:
 @pytest.mark.parametrize(
     ("url", "refusal"),
     [
-        ("kafka://127.0.0.1:9092/t", "request/reply is not supported yet"),
-        ("amqp10://127.0.0.1/q", "request/reply is not supported yet"),
         ("mqtt://127.0.0.1:1883/t", r"request/reply needs MQTT 5 \(\?version=5\)"),
     ],
 )
-def test_drivers_without_request_reply_refuse_it_by_name(url: str, refusal: str) -> None:
-    """Request/reply runs over AMQP 0-9-1 and MQTT 5 so far; the others say so instead of
-    sending blind."""
+def test_a_driver_without_request_reply_refuses_it_by_name(url: str, refusal: str) -> None:
+    """MQTT 3.1.1 has no response topic: it says so instead of sending blind."""
     driver = driver_for_client([url], "send_url", 0)
     for call in (
         lambda: driver.serve(lambda batch: None),

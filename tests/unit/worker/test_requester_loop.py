@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
 from support.memory_driver import MemoryDriver
 
 from protocol.hdr import read_total
-from protocol.options import Duration, MessageSize
+from protocol.options import Duration, MessageSize, parse_delay
 from protocol.ratefile import RateFileWriter
 from worker.drivers.base import OnMessages
 from worker.payload import HEADER_BYTES, HEADER_LAYOUT, REPLY_STAMPS, key_of
@@ -101,3 +102,46 @@ def test_replies_timeouts_late_duplicate_and_foreign_are_counted_and_the_legs_co
     response = read_total(tmp_path / "requester-response.hlog")
     assert response.get_total_count() == 4
     assert response.get_value_at_percentile(50) >= 7000
+
+
+class PromptDriver(MemoryDriver):
+    """Answers each request 2 ms later, stamped with the real arrival."""
+
+    async def open_replies(self, on_replies: OnMessages) -> None:
+        self.on_replies = on_replies
+
+    def request(self, body: bytes, token: int, correlation: str) -> bool:
+        _, _, _, _, _, sent = HEADER_LAYOUT.unpack_from(body)
+        reply = body[:HEADER_BYTES] + REPLY_STAMPS.pack(REPLIER, sent, sent)
+
+        def arrive() -> None:
+            self.on_replies([(reply, time.time_ns())])
+
+        asyncio.get_running_loop().call_later(0.002, arrive)
+        return False
+
+
+def test_the_think_time_as_lived_runs_from_a_reply_to_the_next_request(tmp_path: Path) -> None:
+    """20 ms of think time between 10 requests: 9 gaps, each the planned 20 ms and the timer's
+    lateness (a fraction of a millisecond), never less."""
+    plan = RequesterPlan(
+        test_id="t-1",
+        peer="s1@here",
+        urls=["memory://x/q"],
+        parallel_count=1,
+        duration=Duration(messages=10),
+        size=MessageSize(100, 100),
+        think_time=parse_delay("20ms"),
+    )
+    driver = PromptDriver()
+    run = RequesterRun(plan, RateFileWriter(tmp_path, "sender", {}), tmp_path, driver_for=lambda _c: driver)
+
+    async def scenario() -> None:
+        await run.run()
+        await run.close()
+
+    asyncio.run(scenario())
+    assert (run.stats.replies, run.stats.thoughts) == (10, 9)
+    lived = run.account()["request_reply"]["think_time_measured_s"]
+    assert 0.020 <= lived < 0.025, lived
+    assert run.account()["request_reply"]["think_time_mean_s"] == 0.020
