@@ -6,6 +6,7 @@ import contextlib
 import gc
 import os
 import signal
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,17 @@ from pathlib import Path
 import pytest
 
 _BASETEMP: list[Path] = []  # the session's tmp_path root, once a test asked for a tmp_path
+# The tests run in pytest-xdist workers (pyproject's addopts): each worker looks for the processes
+# its tests left, and writes them to this file, which the controlling process reads to fail the
+# run (a worker's exit status does not reach the run's).
+_LEFTOVERS_FILE = "MAESTRO_TEST_LEFTOVERS_FILE"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and _LEFTOVERS_FILE not in os.environ:
+        fd, name = tempfile.mkstemp(prefix="maestro-test-leftovers-")
+        os.close(fd)
+        os.environ[_LEFTOVERS_FILE] = name  # the workers start after this and inherit it
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -23,17 +35,33 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if skipped and exitstatus == pytest.ExitCode.OK:
         reporter.write_line(f"{skipped} test(s) skipped: failing the run (a skipped test proves nothing)", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    leftovers = _leftover_processes()
+    record = Path(os.environ[_LEFTOVERS_FILE])
+    if hasattr(session.config, "workerinput"):  # a worker: its own leftovers, for the controller
+        leftovers = _leftover_processes()
+        with record.open("a") as out:
+            out.writelines(f"{pid}\t{argv[:200]}\n" for pid, argv in leftovers)
+        _kill(leftovers)
+        return
+    if getattr(session.config.option, "numprocesses", None):  # the controller: its workers' findings
+        lines = record.read_text().splitlines() if record.exists() else []
+        leftovers = [(int(pid), argv) for pid, argv in (line.split("\t", 1) for line in lines)]
+    else:
+        leftovers = _leftover_processes()
+        _kill(leftovers)
+    record.unlink(missing_ok=True)
     if leftovers:
         if reporter is not None:
             reporter.write_line("processes the tests started are still running (killed now):", red=True)
             for pid, argv in leftovers:
                 reporter.write_line(f"  {pid}: {argv[:200]}", red=True)
-        for pid, _ in leftovers:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
         if session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _kill(processes: list[tuple[int, str]]) -> None:
+    for pid, _ in processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _leftover_processes() -> list[tuple[int, str]]:
