@@ -79,6 +79,24 @@ def _missing(bitsets: list[bytes], sent: int) -> list[int]:
     return [i for i in range(sent) if not (seen >> i) & 1][:20]
 
 
+def _check_latency(directory: Path, received: int) -> int:
+    """A receiver's latency log holds a value per message, ordered percentiles; 1 if it got none."""
+    reader = HistogramLogReader(str(directory / "receiver-latency.hlog"), new_histogram())
+    try:
+        total = new_histogram()
+        while (interval := reader.get_next_interval_histogram()) is not None:
+            total.add(interval)
+    finally:
+        reader.close()
+    assert total.get_total_count() == received
+    if received == 0:
+        return 1
+    percentiles = [total.get_value_at_percentile(p) for p in (50, 90, 99, 99.9, 100)]
+    assert percentiles[0] > 0
+    assert percentiles == sorted(percentiles)
+    return 0
+
+
 def check_results(daemons: Daemons, maestro: Maestro, test_id: str, idle_receivers: int = 0) -> None:
     """`idle_receivers`: how many receivers are expected to get nothing (a one-partition topic
     gives all to one consumer of the group)."""
@@ -122,20 +140,7 @@ def check_results(daemons: Daemons, maestro: Maestro, test_id: str, idle_receive
         rows = [row for f in info["files"] if f.endswith(".csv.gz") for row in read_rate_file(directory / f)]
         assert len(rows) == info["received"]
         received_total += info["received"]
-        reader = HistogramLogReader(str(directory / "receiver-latency.hlog"), new_histogram())
-        try:
-            total = new_histogram()
-            while (interval := reader.get_next_interval_histogram()) is not None:
-                total.add(interval)
-        finally:
-            reader.close()
-        assert total.get_total_count() == info["received"]
-        if info["received"] == 0:
-            idle += 1
-            continue
-        percentiles = [total.get_value_at_percentile(p) for p in (50, 90, 99, 99.9, 100)]
-        assert percentiles[0] > 0
-        assert percentiles == sorted(percentiles)
+        idle += _check_latency(directory, info["received"])
     assert idle == idle_receivers
     # Every message sent arrived exactly once, spread over the two receivers.
     assert received_total == sent_total == 2 * RATE_PER_CLIENT * CLIENTS * SECONDS

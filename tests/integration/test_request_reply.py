@@ -112,24 +112,6 @@ def test_a_named_reply_queue_per_client(daemons: Daemons, data_server: tuple[str
     check_exact(result.summary)
 
 
-@pytest.mark.timeout(120)
-def test_mqtt_5_response_topic_and_correlation_data(daemons: Daemons, data_server: tuple[str, Path]) -> None:
-    url, _ = data_server
-    start(daemons)
-    topic = f"maestro-rr/{uuid.uuid4().hex[:8]}"
-    test = RequestReplyTest(
-        request_url=f"mqtt://127.0.0.1:1883/{topic}?version=5&qos=1",
-        reply_url="mqtt://127.0.0.1:1883/maestro-replies",
-        clients=2,
-        service_time="2ms",
-        duration="4s",
-    )
-    result = run_with(daemons, url, test, peers=2)
-    assert result.passed, result.reason
-    rr = check_exact(result.summary)
-    assert_held_for(rr, 2000, 1000)
-
-
 @pytest.mark.kafka
 @pytest.mark.timeout(180)
 def test_kafka_reply_topics_named_in_a_request_header(
@@ -157,16 +139,35 @@ def test_kafka_reply_topics_named_in_a_request_header(
     assert len(replied) == 2 and all(replied), result.summary["peers"]
 
 
+# A reply address and a correlation in each protocol's own terms: MQTT 5's response topic and
+# correlation data; AMQP 1.0's reply_to and correlation_id (a reply address per client).
+REPLY_PATHS = {
+    "mqtt-5": (
+        "mqtt://127.0.0.1:1883/maestro-rr/{id}?version=5&qos=1",
+        "mqtt://127.0.0.1:1883/maestro-replies",
+        1,
+    ),
+    "amqp-1.0": (
+        "amqp10://guest:guest@127.0.0.1:5672//queue/maestro-rr-{id}",
+        "amqp10://guest:guest@127.0.0.1:5672//queue/maestro-replies",
+        2,
+    ),
+}
+
+
 @pytest.mark.timeout(120)
-def test_amqp_1_0_reply_to_and_correlation_id(daemons: Daemons, data_server: tuple[str, Path]) -> None:
+@pytest.mark.parametrize("path", list(REPLY_PATHS))
+def test_a_reply_address_and_a_correlation_per_request(
+    path: str, daemons: Daemons, data_server: tuple[str, Path]
+) -> None:
     url, _ = data_server
     start(daemons)
-    queue = f"maestro-rr-{uuid.uuid4().hex[:8]}"
+    request_url, reply_url, outstanding = REPLY_PATHS[path]
     test = RequestReplyTest(
-        request_url=f"amqp10://guest:guest@127.0.0.1:5672//queue/{queue}",
-        reply_url="amqp10://guest:guest@127.0.0.1:5672//queue/maestro-replies",
+        request_url=request_url.format(id=uuid.uuid4().hex[:8]),
+        reply_url=reply_url,
         clients=2,
-        outstanding=2,
+        outstanding=outstanding,
         service_time="2ms",
         duration="4s",
     )
