@@ -90,9 +90,11 @@ def _demo_sut(local: LocalCluster, consumers: int) -> str:
     try:
         # A partition per consumer, or all but one of them would idle. tansu does not answer a
         # waiting fetch when data arrives, so librdkafka's 500 ms fetch.wait.max.ms would be the
-        # latency the demo shows: a 2 ms wait makes it the broker's own.
+        # latency the demo shows: a 2 ms wait makes it the broker's own. A partition per
+        # producer too (partitioner=client): tansu can make two producers' batches on one
+        # partition visible out of offset order, and a fetch then skips one (worker.drivers.kafka).
         topic = f"maestro-demo-{uuid.uuid4().hex[:6]}"
-        return local.tansu() + f"/{topic}?partitions={consumers}&fetch_wait_max_ms=2"
+        return local.tansu() + f"/{topic}?partitions={consumers}&partitioner=client&fetch_wait_max_ms=2"
     except LocalError as exc:
         print(f"no tansu here ({exc}); the embedded MQTT broker serves as the SUT", file=sys.stderr)
         return f"{local.broker_url}/maestro/demo/{uuid.uuid4().hex[:6]}"

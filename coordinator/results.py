@@ -50,7 +50,8 @@ class TestResult:
             text += (
                 f"\n  sent {s['sent']:,}  received {s['received']:,}  lost {s['lost']:,}"
                 f"  duplicates {s['duplicates']:,}"
-                f"\n  send rate {send:,.1f} msg/s  receive rate {receive:,.1f} msg/s"
+                + (f"  (the SUT skipped {s['skipped_by_sut']:,})" if s.get("skipped_by_sut") else "")
+                + f"\n  send rate {send:,.1f} msg/s  receive rate {receive:,.1f} msg/s"
                 f"\n  latency p50 {lat.get('p50', 0) / 1000:.3f} ms  p99 {lat.get('p99', 0) / 1000:.3f} ms"
                 f"  max {lat.get('max', 0) / 1000:.3f} ms"
             )

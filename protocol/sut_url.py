@@ -55,6 +55,9 @@ DRIVER_OPTIONS: dict[str, dict[str, Callable[[Any], Any]]] = {
         "linger_ms": integer(0, 900_000),
         "compression": choice("none", "gzip", "snappy", "lz4", "zstd"),
         "partitions": integer(1, 100_000),  # a topic that does not exist is created with this many
+        # library: librdkafka's partitioner (keyless: a random partition per message); client:
+        # client i produces to partition i mod the topic's partitions, one producer a partition.
+        "partitioner": choice("library", "client"),
         "group": text,
         "auto_offset_reset": choice("earliest", "latest"),
         "session_timeout_ms": integer(1000, 3_600_000),

@@ -98,8 +98,10 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any]
     receives = RateSeconds()
     latency, clamped = _latency(receivers, corrections, warm_up_end_us)
     foreign: Counter[str] = Counter()
+    skipped = 0
     for directory, info in receivers:
         foreign.update(info.get("foreign", {}))
+        skipped += info.get("skipped_by_sut", 0)
         for key, counts in info.get("per_sender", {}).items():
             deliveries[key] += counts["deliveries"]
             out_of_order[key] += counts.get("out_of_order", 0)
@@ -140,6 +142,8 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any]
         "lost": lost,
         "duplicates": duplicates,
         "foreign": dict(foreign),
+        # Of the lost: messages the SUT's own numbering shows it passed over (Kafka offsets).
+        "skipped_by_sut": skipped,
         "send_rate": rate_of(sends.per_second),
         "receive_rate": rate_of(receives.per_second),
         "latency_us": {
@@ -182,6 +186,7 @@ def _request_reply(senders: Peers, warm_up_end_us: int, answered: RateSeconds) -
     for directory, info in requesters:
         mine = info["request_reply"]
         counts.update({k: mine[k] for k in ("replies", "timed_out", "late", "duplicates")})
+        counts["skipped_by_sut"] += mine.get("skipped_by_sut", 0)
         counts["requests"] += info.get("sent", 0)
         foreign.update(mine.get("foreign", {}))
         waiting = mine["clients"] * mine["outstanding"]

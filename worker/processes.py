@@ -222,6 +222,7 @@ def _receiver_counters(run: ReceiverRun) -> dict[str, Any]:
         "duplicates_per_s": dict(s.duplicates_per_s),
         "per_sender": run.per_sender(),
         "clamped": run.latency.clamped,
+        "skipped_by_sut": run.skipped_by_sut(),
     }
 
 
@@ -375,6 +376,9 @@ class MultiProcessReceiver(ReceiverRun):
 
     def reconnects_ns(self) -> list[int]:
         return sorted(t for report in self._done.values() for t in report[6])
+
+    def skipped_by_sut(self) -> int:
+        return sum(c.get("skipped_by_sut", 0) for c in self._counters.values())
 
     def files(self) -> list[str]:
         children = sorted(name for report in self._done.values() for name in report[5])

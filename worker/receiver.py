@@ -85,6 +85,7 @@ class ReceiverRun(ReceivingAccount):
         self.last_interval: IntervalLatency | None = None  # what the last interval_report() closed
         self._drivers: list[Driver] = []
         self._closed_reconnects_ns: list[int] = []  # of drivers closed already
+        self._closed_skipped = 0  # skipped_by_sut of drivers closed already
         self._stop = asyncio.Event()
         self._driver_for = driver_for or functools.partial(driver_for_client, plan.urls, "receive_url")
         self._timer: PreciseTimer | None = None  # a replier's, for service times
@@ -177,6 +178,10 @@ class ReceiverRun(ReceivingAccount):
         """When its clients' libraries reconnected by themselves (wall clock, ns)."""
         return sorted(self._closed_reconnects_ns + [t for driver in self._drivers for t in driver.reconnects_ns])
 
+    def skipped_by_sut(self) -> int:
+        """Messages its clients never got because the SUT passed them over (Driver.skipped_by_sut)."""
+        return self._closed_skipped + sum(driver.skipped_by_sut for driver in self._drivers)
+
     async def run(self) -> None:
         """Receive until stopped, or until the duration passed and the queue ran dry."""
         started = time.monotonic()
@@ -221,6 +226,7 @@ class ReceiverRun(ReceivingAccount):
         for driver in self._drivers:
             self._closed_reconnects_ns += driver.reconnects_ns
             await driver.close()
+            self._closed_skipped += driver.skipped_by_sut
         self._drivers.clear()
         self.rate_file.close()
         self.latency.close()

@@ -94,6 +94,7 @@ class RequesterStats:
     thoughts: int = 0
     disconnects_ns: list[int] = field(default_factory=list)
     reconnects_ns: list[int] = field(default_factory=list)
+    skipped_by_sut: int = 0  # replies the SUT passed over (Driver.skipped_by_sut): they time out
 
 
 class RequesterRun:
@@ -160,6 +161,7 @@ class RequesterRun:
         finally:
             self.stats.reconnects_ns += driver.reconnects_ns
             await driver.close()
+            self.stats.skipped_by_sut += driver.skipped_by_sut
 
     async def _slot(self, client: int, driver: Driver, numbers: _Numbers, end_ns: int | None) -> None:
         """One of a client's `outstanding` turns: request, wait, think, again."""
@@ -327,6 +329,7 @@ class RequesterRun:
                 "late": s.late,
                 "duplicates": s.duplicates,
                 "foreign": dict(s.foreign),
+                "skipped_by_sut": s.skipped_by_sut,
             },
         }
 

@@ -122,6 +122,9 @@ class ReceivingAccount:
     def reconnects_ns(self) -> list[int]:
         raise NotImplementedError
 
+    def skipped_by_sut(self) -> int:
+        raise NotImplementedError
+
     def count(self) -> int:
         return self.stats.received
 
@@ -150,6 +153,7 @@ class ReceivingAccount:
             "per_sender": self.per_sender(),
             "duplicates_per_s": {str(s): n for s, n in sorted(self.stats.duplicates_per_s.items())},
             "reconnects_ns": self.reconnects_ns(),
+            "skipped_by_sut": self.skipped_by_sut(),
         }
 
     def counters(self) -> dict[str, Any]:

@@ -187,3 +187,40 @@ def test_a_kafka_topic_is_made_with_the_partitions_asked_for(tansu: str) -> None
     asyncio.run(scenario())
     admin = AdminClient({"bootstrap.servers": tansu.removeprefix("kafka://")})
     assert len(admin.list_topics(timeout=10).topics[topic].partitions) == 3
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(60)
+def test_partitioner_client_gives_each_client_a_partition_of_its_own(tansu: str) -> None:
+    """Client i produces to partition i mod 3: each client's messages are all on its partition."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: PLC0415
+
+    topic = f"pc-{uuid.uuid4().hex[:8]}"
+    url = f"{tansu}/{topic}?partitions=3&partitioner=client&acks=all"
+
+    async def scenario() -> None:
+        drivers = [_driver(url, client) for client in range(4)]
+        settled: list[SendError | None] = []
+        for driver in drivers:
+            driver.on_settled = lambda _token, error: settled.append(error)
+            await connect_within(driver, 20)
+        for client, driver in enumerate(drivers):
+            for sequence in range(5):
+                driver.publish(make_body(MessageHeader(1, client, sequence, 0, 0), 64, bytes(64)), sequence)
+        for driver in drivers:
+            await driver.close()
+        assert settled == [None] * 20
+
+    asyncio.run(scenario())
+    consumer = Consumer({"bootstrap.servers": tansu.removeprefix("kafka://"), "group.id": topic})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(3)])
+    partitions_of: dict[int, set[tuple[int, int]]] = {}
+    deadline = time.monotonic() + 20
+    while sum(map(len, partitions_of.values())) < 20 and time.monotonic() < deadline:
+        for message in consumer.consume(100, 0.5):
+            if message.error() is None:
+                header = read_header(message.value())
+                partitions_of.setdefault(header.sender_key, set()).add((message.partition(), header.sequence))
+    consumer.close()
+    assert {client: {p for p, _ in seen} for client, seen in partitions_of.items()} == {0: {0}, 1: {1}, 2: {2}, 3: {0}}
+    assert all(len(seen) == 5 for seen in partitions_of.values())

@@ -125,7 +125,7 @@ def check_results(daemons: Daemons, maestro: Maestro, test_id: str, idle_receive
         sent_total += len(rows)
         sent_by_key |= {key: client["sent"] for key, client in info["senders"].items()}
 
-    received_total = 0
+    received_total = skipped_total = 0
     bitsets: dict[str, list[bytes]] = {key: [] for key in sent_by_key}
     deliveries: dict[str, int] = dict.fromkeys(sent_by_key, 0)
     for name in ("r1", "r2"):
@@ -140,13 +140,21 @@ def check_results(daemons: Daemons, maestro: Maestro, test_id: str, idle_receive
         rows = [row for f in info["files"] if f.endswith(".csv.gz") for row in read_rate_file(directory / f)]
         assert len(rows) == info["received"]
         received_total += info["received"]
+        skipped_total += info["skipped_by_sut"]
         idle += _check_latency(directory, info["received"])
     assert idle == idle_receivers
-    # Every message sent arrived exactly once, spread over the two receivers.
-    assert received_total == sent_total == 2 * RATE_PER_CLIENT * CLIENTS * SECONDS
+    # Every message sent arrived exactly once, spread over the two receivers, but for any the
+    # broker's own numbering shows it passed over: tansu can skip one when two producers write a
+    # partition at once (worker.drivers.kafka), and the receivers count those. Elsewhere: none.
+    assert received_total + skipped_total == sent_total == 2 * RATE_PER_CLIENT * CLIENTS * SECONDS
+    assert skipped_total <= 2, f"the broker skipped {skipped_total}: more than its rare race explains"
+    lost = 0
     for key, sent in sent_by_key.items():
         merged = merge_bitsets(bitsets[key], deliveries[key])
-        assert (merged.lost(sent), merged.duplicates) == (0, 0), (key, "missing:", _missing(bitsets[key], sent))
+        assert merged.duplicates == 0, (key, merged)
+        assert merged.lost(sent) <= skipped_total, (key, "missing:", _missing(bitsets[key], sent))
+        lost += merged.lost(sent)
+    assert lost == skipped_total
     assert maestro.live_stats, "no live statistics reached the coordinator"
     assert all(isinstance(n, StatsReport) for n in maestro.live_stats)
 

@@ -121,9 +121,11 @@ def test_kafka_reply_topics_named_in_a_request_header(
     start(daemons, repliers=2)
     topic = f"maestro-rr-{uuid.uuid4().hex[:8]}"
     # tansu does not answer a waiting fetch when data arrives: a short fetch wait keeps its
-    # delay out of both legs.
+    # delay out of both legs. A partition per requesting client (partitioner=client): tansu can
+    # skip a message two producers wrote to one partition at once (worker.drivers.kafka), and
+    # so each client's requests, and so its reply topic, have one replier producing to them.
     test = RequestReplyTest(
-        request_url=f"{tansu}/{topic}?partitions=2&fetch_wait_max_ms=5",
+        request_url=f"{tansu}/{topic}?partitions=3&partitioner=client&fetch_wait_max_ms=5",
         reply_url=f"{tansu}/maestro-replies",
         clients=3,
         repliers=2,

@@ -96,6 +96,10 @@ class Driver(ABC):
         # When the client library reconnected by itself (wall clock, ns), for the report's fault
         # table; drivers whose library says so append here.
         self.reconnects_ns: list[int] = []
+        # Messages the SUT's own numbering shows this consumer never got: a Kafka partition's
+        # offsets its fetches passed over. Counted where the library's thread sees them; they
+        # are lost like any other, and this says the broker skipped them.
+        self.skipped_by_sut = 0
         self.on_settled: OnSettled = _unset
 
     def window(self) -> int:

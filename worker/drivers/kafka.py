@@ -9,6 +9,12 @@ A topic that does not exist yet is created on connect (`partitions`, default 1),
 receivers alike, so a receiver that subscribes first never waits out librdkafka's five-minute
 metadata refresh for it; the consumer also refreshes its metadata every second.
 
+A partition's offsets are contiguous in a plain topic, so a consumer that sees offset 165 right
+after 163 was passed over 164 by the broker's fetch: the driver counts such gaps
+(`skipped_by_sut`). tansu 0.6 does this: a produce advances the high watermark before it stores
+its batch, so with two producers on one partition a fetch can see the second's batch and not yet
+the first's. `partitioner=client` gives each client a partition of its own.
+
 Request/reply: each requesting client makes a reply topic of its own, `<reply_to>-<random>`
 (default base maestro-replies, one partition, read by assignment: no group to join), and names
 it in each request's `reply_to` header beside a `correlation_id` header. Repliers share the
@@ -77,6 +83,9 @@ class KafkaDriver(Driver):
         self._delivered: list[tuple[int, KafkaError | None]] = []  # filled inside poll()
         self._on_requests: OnRequests | None = None  # a replier's
         self._reply_topic = ""  # a requester's, once open_replies made it
+        self._partition: int | None = None  # partitioner=client: where this client produces
+        self._next_offset: dict[int, int] = {}  # by partition: the offset the next message should have
+        self._assigned = 0  # partitions this consumer has now
 
     def window(self) -> int:
         return int(self.endpoint.options.get("queue_max_messages", self.DEFAULT_WINDOW))
@@ -102,12 +111,14 @@ class KafkaDriver(Driver):
     async def connect(self) -> None:
         self._loop = asyncio.get_running_loop()
         await probe(self.endpoint)  # librdkafka would only say "transport failure", after its timeout
-        await asyncio.to_thread(self._ensure_topic)
+        partitions = await asyncio.to_thread(self._ensure_topic)
+        if self.endpoint.options.get("partitioner") == "client":
+            self._partition = self.client % (partitions or 1)
 
-    def _ensure_topic(self, topic: str = "", partitions: int | None = None) -> None:
+    def _ensure_topic(self, topic: str = "", partitions: int | None = None) -> int | None:
         """Create the topic (default: the URL's) unless it exists; a broker that refuses is told
         of in the log only (the topic may be created by others, and the consumer refreshes its
-        metadata), unless its partitions were asked for."""
+        metadata), unless its partitions were asked for. Returns its partition count, if known."""
         topic = topic or self.destination
         admin = AdminClient(self._common_config())
         try:
@@ -121,7 +132,7 @@ class KafkaDriver(Driver):
             raise ConnectError(f"{self.endpoint}: {cause} ({error.str()})", retry=not auth) from exc
         existing = known.get(topic)
         if existing is not None and existing.error is None:
-            return
+            return len(existing.partitions)
         asked = partitions is not None or "partitions" in self.endpoint.options
         count = partitions or self.endpoint.options.get("partitions", 1)
         try:
@@ -129,14 +140,17 @@ class KafkaDriver(Driver):
                 topic
             ].result(20)
             log.info("%s: created the topic %s with %d partition(s)", self.endpoint, topic, count)
+            return int(count)
         except KafkaException as exc:
             error = exc.args[0]
-            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                return
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:  # another client made it meanwhile
+                found = admin.list_topics(timeout=FIRST_CONNECT_S).topics.get(topic)
+                return len(found.partitions) if found is not None and found.partitions else None
             if asked:  # asked for by name: not having it is an error
                 why = f"{self.endpoint}: cannot create the topic {topic}: {error.str()}"
                 raise ConnectError(why, retry=error.retriable()) from exc
             log.warning("%s: the topic does not exist and could not be created: %s", self.endpoint, error.str())
+            return None
 
     def _producer_config(self) -> dict[str, Any]:
         o = self.endpoint.options
@@ -163,8 +177,12 @@ class KafkaDriver(Driver):
             producer = self._producer = Producer(self._producer_config())
             self._reports = LoopBatch(self._loop, self._settle)
             self._pollers.append(PollThread(f"kafka-producer-{self.client}", self._poll_producer))
+        on_delivery = functools.partial(self._on_delivery, token)
         try:
-            producer.produce(topic, body, headers=headers, on_delivery=functools.partial(self._on_delivery, token))
+            if self._partition is not None and topic == self.destination:
+                producer.produce(topic, body, partition=self._partition, headers=headers, on_delivery=on_delivery)
+            else:
+                producer.produce(topic, body, headers=headers, on_delivery=on_delivery)
         except BufferError as exc:  # the window keeps below the queue's bound: not expected
             raise SendError(f"{self.endpoint}: producer queue full", retry=False, kind="failed") from exc
         except KafkaException as exc:
@@ -218,13 +236,18 @@ class KafkaDriver(Driver):
         loop = asyncio.get_running_loop()
         assigned = asyncio.Event()
 
-        def on_assign(_consumer: Consumer, _partitions: list[Any]) -> None:
+        def on_assign(_consumer: Consumer, partitions: list[Any]) -> None:
+            # A partition starts again at its committed offset, which may be past what this
+            # consumer saw of it (another took it meanwhile): no gap to count there.
+            self._next_offset.clear()
+            self._assigned = len(partitions)
             self._rebalancing = False
             call_in_loop(loop, assigned.set)
             if self._on_messages is not None:
                 call_in_loop(loop, self._on_messages, [])
 
         def on_revoke(_consumer: Consumer, _partitions: list[Any]) -> None:
+            self._next_offset.clear()
             self._rebalancing = True
 
         consumer.subscribe([self.destination], on_assign=on_assign, on_revoke=on_revoke)
@@ -270,8 +293,38 @@ class KafkaDriver(Driver):
                     time.sleep(self._processing_delay_s)
             return
         batch = [(m.value(), arrived) for m in messages if m.error() is None]
+        self._count_gaps(messages)
         if batch:
             call_in_loop(self._loop, self._on_messages, batch)
+
+    def _count_gaps(self, messages: list[Message]) -> None:
+        """Offsets the broker's fetches passed over (`skipped_by_sut`), from a burst in the
+        consumer's thread: per burst when it is one partition's run without a hole (the usual),
+        per message otherwise."""
+        first, last = messages[0], messages[-1]
+        low, high, partition = first.offset(), last.offset(), first.partition()
+        if (
+            self._assigned == 1
+            and low is not None
+            and high is not None
+            and partition is not None
+            and high - low + 1 == len(messages)
+            and first.error() is None
+            and last.error() is None
+        ):
+            self._advance(partition, low, high)
+            return
+        for message in messages:
+            offset, partition = message.offset(), message.partition()
+            if message.error() is None and offset is not None and partition is not None:
+                self._advance(partition, offset, offset)
+
+    def _advance(self, partition: int, low: int, high: int) -> None:
+        expected = self._next_offset.get(partition)
+        if expected is not None and low > expected:
+            self.skipped_by_sut += low - expected
+        if expected is None or high >= expected:
+            self._next_offset[partition] = high + 1
 
     # --- request/reply: a reply topic per requesting client, named in a request header ---------
 
@@ -315,11 +368,9 @@ class KafkaDriver(Driver):
         if first is None:
             return
         arrived = time.time_ns()
-        batch = [
-            (m.value(), arrived, _reply_address(m))
-            for m in [first, *self._consumer.consume(_BATCH, 0)]
-            if not m.error()
-        ]
+        messages = [first, *self._consumer.consume(_BATCH, 0)]
+        batch = [(m.value(), arrived, _reply_address(m)) for m in messages if not m.error()]
+        self._count_gaps(messages)
         if batch:
             call_in_loop(self._loop, self._on_requests, batch)
 

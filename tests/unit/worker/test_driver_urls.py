@@ -125,3 +125,50 @@ def test_a_driver_without_request_reply_refuses_it_by_name(url: str, refusal: st
             asyncio.run(call())
     with pytest.raises(DriverError, match=refusal):
         driver.request(b"", 0, "1")
+
+
+class _Message:
+    """What `KafkaDriver._count_gaps` reads of a confluent-kafka Message."""
+
+    def __init__(self, partition: int, offset: int) -> None:
+        self._partition, self._offset = partition, offset
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def error(self) -> None:
+        return None
+
+
+def _bursts(driver: KafkaDriver, *bursts: list[tuple[int, int]]) -> int:
+    for burst in bursts:
+        driver._count_gaps([_Message(p, o) for p, o in burst])
+    return driver.skipped_by_sut
+
+
+@pytest.mark.parametrize("assigned", [1, 2])  # one partition: counted per burst; several: per message
+def test_kafka_offsets_a_fetch_passed_over_are_counted(assigned: int) -> None:
+    _, endpoint = parse_endpoint("kafka://h/t")
+    driver = KafkaDriver(endpoint)
+    driver._assigned = assigned
+    # 0-9 then 10-19: nothing skipped; 21-24 after 19: offset 20 was passed over.
+    assert _bursts(driver, [(0, o) for o in range(10)], [(0, o) for o in range(10, 20)]) == 0
+    assert _bursts(driver, [(0, o) for o in range(21, 25)]) == 1
+    # A hole inside one burst (163 then 165), and a redelivery from before (no gap, no count).
+    assert _bursts(driver, [(0, 25), (0, 26), (0, 28)]) == 2
+    assert _bursts(driver, [(0, 20), (0, 21)]) == 2
+    assert _bursts(driver, [(0, 29)]) == 2
+
+
+def test_kafka_offsets_are_followed_per_partition_and_forgotten_at_a_rebalance() -> None:
+    _, endpoint = parse_endpoint("kafka://h/t")
+    driver = KafkaDriver(endpoint)
+    driver._assigned = 2
+    assert _bursts(driver, [(0, 0), (1, 0), (0, 1), (1, 1)]) == 0
+    assert _bursts(driver, [(1, 3), (0, 2)]) == 1
+    # After a rebalance a partition starts at its committed offset, past what this consumer saw.
+    driver._next_offset.clear()
+    assert _bursts(driver, [(0, 50), (0, 51)]) == 1
