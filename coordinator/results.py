@@ -62,7 +62,9 @@ class TestResult:
                 f" {rr['timed_out']:,} timed out, {rr['late']:,} late; {rr['throughput_per_s']:,.1f} requests/s"
                 f"\n  response time p50 {response['p50'] / 1000:.3f} ms  p99 {response['p99'] / 1000:.3f} ms"
                 f"  (request leg p50 {rr['request_leg_us']['p50'] / 1000:.3f} ms, replier"
-                f" {rr['replier_us']['p50'] / 1000:.3f} ms, reply leg {rr['reply_leg_us']['p50'] / 1000:.3f} ms)"
+                f" {rr['replier_us']['p50'] / 1000:.3f} ms, reply leg {rr['reply_leg_us']['p50'] / 1000:.3f} ms"
+                + (f", legs ± {rr['legs_uncertainty_us'] / 1000:.3f} ms" if rr.get("legs_uncertainty_us") else "")
+                + ")"
                 f"\n  Little's law: {law['clients']:g} waiting ≈ throughput x time {law['throughput_x_time']:.2f}"
                 f" ({law['deviation_percent']:+.1f} %)"
             )

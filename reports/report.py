@@ -228,10 +228,13 @@ def _request_reply_section(rr: dict[str, Any] | None) -> str:
             ("reply leg", "reply_leg_us"),
         )
     ]
+    spread = rr.get("legs_uncertainty_us")
     return (
         "<h2>Request/reply</h2>"
         + table(counts, ["figure", "value"])
-        + "<p>Milliseconds; the legs corrected by the clocks measured for requester and replier.</p>"
+        + "<p>Milliseconds; the legs corrected by the clocks measured for requester and replier"
+        + (f", ± {spread / 1000:.3f} ms" if spread else " (one host, one clock)")
+        + ".</p>"
         + table(legs, ["time", "p50", "p90", "p99", "max", "mean"])
         + f"<p>Little's law: {law['clients']:g} clients waiting or thinking; throughput x (response + think as lived)"
         f" = {law['throughput_x_time']:.2f} ({law['deviation_percent']:+.1f} %).</p>"

@@ -157,7 +157,7 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any]
         "latency_clamped_by_correction": clamped,
         # Open: senders on a schedule. Closed: requesters waiting for replies (request/reply).
         "load_model": "closed" if any("request_reply" in info for _, info in senders) else "open",
-        **_request_reply(senders, warm_up_end_us, sends),
+        **_request_reply(senders, warm_up_end_us, sends, corrections),
     }
 
 
@@ -170,10 +170,15 @@ _REQUESTER_LOGS = {
 }
 
 
-def _request_reply(senders: Peers, warm_up_end_us: int, answered: RateSeconds) -> dict[str, Any]:
+def _request_reply(
+    senders: Peers, warm_up_end_us: int, answered: RateSeconds, corrections: dict[str, Correction]
+) -> dict[str, Any]:
     """A closed system's figures, merged over its requesters: counts, throughput (`answered`:
     their rate files, a row per request answered in time, by the reply's second), response time
-    and its legs after warm-up, and Little's law as a check on them all."""
+    and its legs after warm-up, and Little's law as a check on them all. The legs cross from a
+    requester's clock to a replier's and back: where the repliers run on other hosts they were
+    corrected by the measured offsets (worker.requester), and `corrections` (the one-way rule,
+    repliers being the receivers) gives their uncertainty."""
     requesters = [(d, p) for d, p in senders if "request_reply" in p]
     if not requesters:
         return {}
@@ -210,6 +215,8 @@ def _request_reply(senders: Peers, warm_up_end_us: int, answered: RateSeconds) -
             **counts,
             "foreign": dict(foreign),
             "throughput_per_s": throughput,
+            # ± on the request and reply legs: 0 where requester and replier share a clock.
+            "legs_uncertainty_us": round(max((c.uncertainty_us for c in corrections.values()), default=0.0), 1),
             "think_time_mean_s": think_s,
             "think_time_measured_s": lived_s,
             **{name: _percentiles(h) for name, h in totals.items()},

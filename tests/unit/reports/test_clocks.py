@@ -63,3 +63,19 @@ def test_the_summary_carries_the_corrected_latency_and_its_error_bar(tmp_path: P
     receivers = {p["name"]: p for p in s["peers"] if p["role"] == "receiver"}
     assert receivers["r1"]["latency_correction_us"] == 8000 and receivers["r1"]["latency_uncertainty_us"] == 500
     assert s["latency_clamped_by_correction"] == 0
+
+
+@pytest.mark.parametrize(("replier_host", "uncertainty_us"), [("b", 500), ("a", 0)])
+def test_a_closed_systems_legs_carry_the_clocks_uncertainty(
+    tmp_path: Path, replier_host: str, uncertainty_us: float
+) -> None:
+    # Requester on a, repliers on b: each leg crosses the two clocks and was corrected by their
+    # offsets, ± the two uncertainties (300 + 200). On one host: one clock, nothing to carry.
+    test = one_loss_one_duplicate(tmp_path)
+    info = json.loads((test / "sender" / "s1" / "peer.json").read_text())
+    info["request_reply"] = {"clients": 1, "outstanding": 1, "replies": 40, "timed_out": 0, "late": 0, "duplicates": 0}
+    (test / "sender" / "s1" / "peer.json").write_text(json.dumps(info))
+    peers = [_peer("s1", "sender", "a", 5000, 300)]
+    peers += [_peer(r, "receiver", replier_host, -3000, 200) for r in ("r1", "r2")]
+    (test / "test.json").write_text(json.dumps({"peers": peers}))
+    assert summarize(test)["request_reply"]["legs_uncertainty_us"] == uncertainty_us
