@@ -19,27 +19,22 @@ from coordinator.actions import Actions
 from coordinator.cast import Cast
 from coordinator.client import MaestroClient
 from coordinator.collection import collect
-from coordinator.definitions import FixedRateTest, to_dict
+from coordinator.definitions import FixedRateTest
+from coordinator.ending import Ending
 from coordinator.errors import MaestroError, PeerRequestError
 from coordinator.live import LiveFeed
 from coordinator.progress import Progress
 from coordinator.registry import PeerInfo
-from coordinator.results import TestResult, loss_verdict, now_iso, outages_between
+from coordinator.results import TestResult, loss_verdict, now_iso, outages_between, peer_record, phase_record
 from coordinator.storage import ResultStore
 from protocol.clock_correction import clock_corrections
 from protocol.notes import (
-    DrainComplete,
-    DrainRequest,
-    Note,
     SetRequest,
     StartAgent,
     StartInspector,
     StartTest,
     StartWorker,
     StatsReport,
-    StopAgent,
-    StopInspector,
-    StopWorker,
     TestFailed,
     TestSucceeded,
 )
@@ -81,6 +76,7 @@ class Phase:
         self.actions = Actions.of(self.maestro, self.cast.agents, list(self.test.actions))
         t = self.test
         self.live = LiveFeed(self.store, self.test_id, t.name, t.KIND, t.expected_seconds(), self.cast.everyone)
+        self.ending = Ending(self.maestro, self.cast, t.drain_timeout_s, self.fail, self.finished, self.notes)
 
     def fail(self, reason: str) -> None:
         if self.reason is None:
@@ -105,7 +101,7 @@ class Phase:
         finally:
             # Each step on its own: a failure in one must not keep the peers running or their files.
             if started:
-                self._guarded(self._stop_and_drain)
+                self._guarded(lambda: self.ending.stop_and_drain(self.started_senders))
                 self._guarded(lambda: self._ping("after"))
             self._guarded(self._collect)
             self.ended_iso = now_iso()
@@ -223,54 +219,6 @@ class Phase:
 
     # --- after --------------------------------------------------------------------------------
 
-    def _stop_and_drain(self) -> None:
-        m = self.maestro
-        # Senders never started (the start failed before them) have nothing to stop or wait for.
-        running_senders = [
-            p
-            for p in self.maestro.not_lost(self.cast.senders)
-            if p.peer_id in self.started_senders and p.peer_id not in self.finished
-        ]
-        if running_senders:
-            m.request_all(StopWorker(), running_senders)
-            self._await_finish(running_senders, timeout_s=30)
-        try:
-            self._drain()
-        finally:
-            # Last, so the inspectors saw the drain too.
-            self._quietly(StopInspector(), self.maestro.not_lost(self.cast.inspector_peers))
-            self._quietly(StopAgent(), self.maestro.not_lost(self.cast.agents))
-
-    def _drain(self) -> None:
-        m = self.maestro
-        drain_s = self.test.drain_timeout_s
-        draining = [p for p in self.maestro.not_lost(self.cast.receivers) if p.peer_id not in self.finished]
-        try:
-            m.request_all(DrainRequest(timeout_s=drain_s), draining)
-        except PeerRequestError as exc:  # one ended already (its failure is on record)
-            self.notes.append(str(exc))
-            draining = [p for p in draining if p.peer_id in exc.complied]
-        if not draining:
-            return
-        drained = m.wait_for((DrainComplete,), draining, timeout_s=drain_s + 15)
-        for peer_id, note in drained.items():
-            if isinstance(note, DrainComplete) and not note.success:
-                self.fail(f"{self.maestro.short_label(peer_id)} did not drain: {note.message}")
-        self._await_finish(draining, timeout_s=30)
-
-    def _await_finish(self, peers: list[PeerInfo], timeout_s: float) -> None:
-        done = self.maestro.wait_for((TestSucceeded, TestFailed), peers, timeout_s)
-        for peer_id, note in done.items():
-            self.finished.add(peer_id)
-            if isinstance(note, TestFailed):
-                self.fail(f"{self.maestro.short_label(peer_id)}: {note.message}")
-
-    def _quietly(self, note: Note, peers: list[PeerInfo]) -> None:
-        try:
-            self.maestro.request_all(note, peers)
-        except PeerRequestError as exc:
-            self.notes.append(str(exc))
-
     def _collect(self) -> None:
         collected = collect(self.maestro, self.cast.everyone, self.test_id, self.store.url)
         self.collection = collected.outcome
@@ -280,16 +228,7 @@ class Phase:
     # --- outcome ------------------------------------------------------------------------------
 
     def _record_of(self, p: PeerInfo) -> dict[str, Any]:
-        """A peer as test.json lists it, with its clock samples (protocol.clock_correction reads
-        them so)."""
-        return {
-            "name": p.name,
-            "host": p.host,
-            "role": p.role.value,
-            "peer_id": p.peer_id,
-            "version": p.version,
-            "clock": self.clocks.get(p.peer_id, {}),
-        }
+        return peer_record(p, self.clocks.get(p.peer_id, {}))
 
     def _finish(self) -> TestResult:
         self.actions.take_events()
@@ -301,27 +240,22 @@ class Phase:
         if verdict is not None:
             self.fail(verdict)
         outcome = "success" if self.reason is None else "failure"
-        record = {
-            "test_id": self.test_id,
-            "name": self.test.name,
-            "kind": "unbounded" if self.test.KIND == "fixed-rate" and not self.test.rate else self.test.KIND,
-            "definition": to_dict(self.test),
-            "target_rate": self.test.target_rate(),
-            "labels": self.test.labels,
-            "started": self.started_iso,
-            "ended": self.ended_iso,
-            "outcome": outcome,
-            "reason": self.reason,
-            "failed_at": self.failed_iso,
-            "peers": peers,
-            "collection": self.collection,
-            "events": self.actions.events,
-            "notes": self.notes,
-            "control_outages": outages_between(self.maestro.bus.outages, self.started_iso, self.ended_iso),
-            "summary": summary,
-        }
-        if self.phase_of is not None:
-            record["phase_of"] = self.phase_of
+        record = phase_record(
+            self.test,
+            self.test_id,
+            outcome,
+            self.reason,
+            started=self.started_iso,
+            ended=self.ended_iso,
+            failed_at=self.failed_iso,
+            peers=peers,
+            collection=self.collection,
+            events=self.actions.events,
+            notes=self.notes,
+            control_outages=outages_between(self.maestro.bus.outages, self.started_iso, self.ended_iso),
+            summary=summary,
+            **({"phase_of": self.phase_of} if self.phase_of is not None else {}),
+        )
         result = TestResult(self.test_id, outcome, self.reason, summary, record, self.store.url)
         self.store.store(result, [result])
         self.live.end(outcome, self.reason, summary)

@@ -7,9 +7,19 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from coordinator.definitions import TestDefinition, to_dict
+from coordinator.definitions import FixedRateTest, TestDefinition, to_dict
+from coordinator.registry import PeerInfo
 
-__all__ = ["TestResult", "loss_verdict", "new_test_id", "now_iso", "parent_record", "phase_row"]
+__all__ = [
+    "TestResult",
+    "loss_verdict",
+    "new_test_id",
+    "now_iso",
+    "parent_record",
+    "peer_record",
+    "phase_record",
+    "phase_row",
+]
 
 
 def new_test_id() -> str:
@@ -81,6 +91,35 @@ class TestResult:
             p99 = (row["latency_us"] or {}).get("p99", 0) / 1000
             text += f"\n  {point}: {row['outcome']}, {row['receive_rate'] or 0:,.1f} msg/s, p99 {p99:.3f} ms"
         return text
+
+
+def phase_record(test: FixedRateTest, test_id: str, outcome: str, reason: str | None, **facts: Any) -> dict[str, Any]:
+    """test.json of one phase: what ran and how it ended, then `facts` as the phase gathered them
+    (started, ended, failed_at, peers, collection, events, notes, control_outages, summary)."""
+    return {
+        "test_id": test_id,
+        "name": test.name,
+        "kind": "unbounded" if test.KIND == "fixed-rate" and not test.rate else test.KIND,
+        "definition": to_dict(test),
+        "target_rate": test.target_rate(),
+        "labels": test.labels,
+        "outcome": outcome,
+        "reason": reason,
+        **facts,
+    }
+
+
+def peer_record(p: PeerInfo, clock: dict[str, Any]) -> dict[str, Any]:
+    """A peer as test.json lists it, with its clock samples (protocol.clock_correction reads
+    them so)."""
+    return {
+        "name": p.name,
+        "host": p.host,
+        "role": p.role.value,
+        "peer_id": p.peer_id,
+        "version": p.version,
+        "clock": clock,
+    }
 
 
 def parent_record(test: TestDefinition, test_id: str, started: str, outcome: str, reason: str | None) -> dict[str, Any]:

@@ -105,6 +105,10 @@ def test_several_flows_with_their_own_senders() -> None:
         ({"send_url": "amqp://h/q", "rate": -1}, "rate must be >= 0"),
         ({"send_url": "amqp://h/q", "options": {"prefetsh": 1}}, "unknown option"),
         ({"send_url": "amqp://h/q", "duration": "100 messages"}, "give a time"),
+        # A SUT URL's scheme and query options, before any daemon is asked (#15 item 4).
+        ({"send_url": "nats://h/q"}, "the scheme must be one of amqp, "),
+        ({"send_url": "amqp://h/q?prefetsh=5"}, "unknown option 'prefetsh' for amqp://"),
+        ({"send_url": "amqp://h/q", "receive_url": "kafka://h/t?partitioner=hash"}, "expected one of library, client"),
     ],
 )
 def test_bad_definitions_are_refused_when_made(fields: dict[str, object], message: str) -> None:

@@ -1,0 +1,84 @@
+"""The end of a phase's load: the senders still running stopped, the receivers drained, the
+inspectors and agents stopped last (so they saw the drain too), and each peer's verdict taken.
+What goes wrong is told to the phase's `fail` and kept in its `notes`; the phase goes on to
+collect the files whatever happened here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from coordinator.cast import Cast
+from coordinator.client import MaestroClient
+from coordinator.errors import PeerRequestError
+from coordinator.registry import PeerInfo
+from protocol.notes import (
+    DrainComplete,
+    DrainRequest,
+    Note,
+    StopAgent,
+    StopInspector,
+    StopWorker,
+    TestFailed,
+    TestSucceeded,
+)
+
+__all__ = ["Ending"]
+
+# How long a peer may take to give its verdict once stopped or drained.
+_VERDICT_TIMEOUT_S = 30.0
+
+
+@dataclass
+class Ending:
+    maestro: MaestroClient
+    cast: Cast
+    drain_timeout_s: float
+    fail: Callable[[str], None]
+    finished: set[str]  # the phase's own: peers whose run ended (success or failure)
+    notes: list[str]  # the phase's own
+
+    def stop_and_drain(self, started_senders: set[str]) -> None:
+        # Senders never started (the start failed before them) have nothing to stop or wait for.
+        running = [
+            p
+            for p in self.maestro.not_lost(self.cast.senders)
+            if p.peer_id in started_senders and p.peer_id not in self.finished
+        ]
+        if running:
+            self.maestro.request_all(StopWorker(), running)
+            self.await_finish(running, _VERDICT_TIMEOUT_S)
+        try:
+            self._drain()
+        finally:
+            self._quietly(StopInspector(), self.maestro.not_lost(self.cast.inspector_peers))
+            self._quietly(StopAgent(), self.maestro.not_lost(self.cast.agents))
+
+    def await_finish(self, peers: list[PeerInfo], timeout_s: float) -> None:
+        done = self.maestro.wait_for((TestSucceeded, TestFailed), peers, timeout_s)
+        for peer_id, note in done.items():
+            self.finished.add(peer_id)
+            if isinstance(note, TestFailed):
+                self.fail(f"{self.maestro.short_label(peer_id)}: {note.message}")
+
+    def _drain(self) -> None:
+        m, drain_s = self.maestro, self.drain_timeout_s
+        draining = [p for p in m.not_lost(self.cast.receivers) if p.peer_id not in self.finished]
+        try:
+            m.request_all(DrainRequest(timeout_s=drain_s), draining)
+        except PeerRequestError as exc:  # one ended already (its failure is on record)
+            self.notes.append(str(exc))
+            draining = [p for p in draining if p.peer_id in exc.complied]
+        if not draining:
+            return
+        drained = m.wait_for((DrainComplete,), draining, timeout_s=drain_s + 15)
+        for peer_id, note in drained.items():
+            if isinstance(note, DrainComplete) and not note.success:
+                self.fail(f"{m.short_label(peer_id)} did not drain: {note.message}")
+        self.await_finish(draining, _VERDICT_TIMEOUT_S)
+
+    def _quietly(self, note: Note, peers: list[PeerInfo]) -> None:
+        try:
+            self.maestro.request_all(note, peers)
+        except PeerRequestError as exc:
+            self.notes.append(str(exc))
