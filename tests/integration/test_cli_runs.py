@@ -146,8 +146,14 @@ def test_maestro_serve_answers_help() -> None:
 def test_ctrl_c_stops_the_test_and_still_collects_the_files(tmp_path: Path) -> None:
     argv = [str(BIN / "maestro"), "test", "fixed-rate", "--local", "--send-url", queue_url(), "--rate", "20"]
     argv += ["--duration", "60s", "--quiet", "--no-report"]
+    # As a terminal's shell starts a foreground command: with Ctrl-C's signal at its default. A
+    # suite started in the background of a script (`.ci/run &`) has SIGINT ignored, and an
+    # ignored signal stays ignored across exec, so the coordinator would never see it.
+    foreground = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+    )
     proc = subprocess.Popen(
-        argv,
+        [sys.executable, "-c", foreground, *argv],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
