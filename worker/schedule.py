@@ -62,6 +62,31 @@ class Schedule:
         self._sent += 1
         return int(intended)
 
+    def take_due(self, now_ns: int, before_ns: int, most: int) -> list[int]:
+        """The intended times of the next messages already due at `now_ns` and intended before
+        `before_ns`, at most `most` of them; the schedule moves on past them. Unbounded: `most`
+        messages, all intended now (each sent as soon as the one before it)."""
+        if most <= 0:
+            return []
+        if self.unbounded:
+            self._sent += most
+            return [now_ns] * most
+        due: list[int] = []
+        if self.poisson:
+            while len(due) < most and self._next_ns <= now_ns and self._next_ns < before_ns:
+                due.append(int(self._next_ns))
+                self._next_ns += self._rng.expovariate(self.rate_per_s) * 1e9
+            self._sent += len(due)
+            return due
+        interval, start = self.interval_ns, self.start_ns
+        while len(due) < most:
+            intended = start + self._sent * interval
+            if intended > now_ns or intended >= before_ns:
+                break
+            due.append(int(intended))
+            self._sent += 1
+        return due
+
     @property
     def scheduled(self) -> int:
         return self._sent

@@ -64,8 +64,13 @@ _LONG_WAIT_NS = 50_000_000
 # A client that never has to wait (unbounded rate, a send that does not suspend) still gives
 # the event loop a turn this often, or the daemon stops answering notes until the run ends.
 _YIELD_EVERY_NS = 2_000_000
+# Messages already due when a client wakes go out together, this many at most between two
+# looks at the stop, the window and the loop: a burst's per-message work is the header, the call
+# and two column appends.
+_MOST_PER_BURST = 256
 # How long the end of a run waits for the SUT to settle what is still in flight.
 _SETTLE_TIMEOUT_S = 30.0
+_NEVER = 2**63 - 1
 _SETTLE_AFTER_STOP_S = 1.0
 
 
@@ -292,12 +297,12 @@ class SenderRun(SendingAccount):
     async def _send_loop(self, client: int, driver: Driver, flight: _Flight, started: int) -> None:
         plan = self.plan
         limit = plan.messages_for(client)
-        end_ns = None if plan.duration.seconds is None else started + int(plan.duration.seconds * 1e9)
+        end_ns = _NEVER if plan.duration.seconds is None else started + int(plan.duration.seconds * 1e9)
         steps = plan.steps()
         step = 0
 
         def step_start(i: int) -> int:
-            return started + int(steps[i].at_s * 1e9)
+            return started + int(steps[i].at_s * 1e9) if i < len(steps) else _NEVER
 
         schedule = Schedule(steps[0].rate_per_s, started, poisson=plan.poisson, seed=client)
         sequence = 0
@@ -318,7 +323,7 @@ class SenderRun(SendingAccount):
                 step += 1
                 schedule = Schedule(steps[step].rate_per_s, step_start(step), plan.poisson, seed=client + 7919 * step)
                 continue
-            if end_ns is not None and intended >= end_ns:
+            if intended >= end_ns:
                 break
             if plan.precise_timing:
                 if intended - now > _WAKE_EARLY_NS:
@@ -340,46 +345,81 @@ class SenderRun(SendingAccount):
                 # The window is the only brake: the wait shows as this message's schedule lag.
                 await self._wait_for_room(flight)
                 last_turn = time.perf_counter_ns()
-            if not self._hand_over(client, driver, flight, sequence, intended) and not await self._ride_out(
-                client, driver, flight, sequence, intended
-            ):
+            # This message, and those after it that are due already (a late or unbounded client),
+            # within the window's room, the count, this step of the profile and the duration.
+            most = min(_MOST_PER_BURST, flight.window - flight.in_flight, _NEVER if limit is None else limit - sequence)
+            due = [intended, *schedule.take_due(time.perf_counter_ns(), min(end_ns, step_start(step + 1)), most - 1)]
+            sent = await self._send_due(client, driver, flight, sequence, due)
+            if sent is None:
                 return
-            sequence += 1
+            sequence += sent
 
-    def _hand_over(self, client: int, driver: Driver, flight: _Flight, sequence: int, intended_mono: int) -> bool:
-        """Hand one message to the driver: the hot path, no coroutine. False if the connection
-        was down (counted; nothing spent), for `_ride_out` to try again."""
-        tb = self.timebase
-        size = self.plan.size
-        size_bytes = size.min_bytes if size.fixed else self._size_rng.randint(size.min_bytes, size.max_bytes)
-        tail = self._tails.get(size_bytes)
-        if tail is None:
-            tail = self._tails[size_bytes] = self._filler[: max(0, size_bytes - HEADER_BYTES)]
-        intended_wall = tb.wall0_ns + (intended_mono - tb.mono0_ns)
-        sent_mono = time.perf_counter_ns()
-        sent_wall = tb.wall0_ns + (sent_mono - tb.mono0_ns)
-        stats = self.stats
+    async def _send_due(
+        self, client: int, driver: Driver, flight: _Flight, sequence: int, due: list[int]
+    ) -> int | None:
+        """Hand over the messages `due` (intended monotonic ns), numbered from `sequence`, riding
+        out an outage on the way; how many went, or None if the run was stopped during one."""
+        sent = 0
+        while due:
+            handed = self._hand_over(client, driver, flight, sequence + sent, due)
+            sent += handed
+            if handed == len(due):
+                break
+            # The connection was down at due[handed]: ride it out with that message, then the rest.
+            if not await self._ride_out(client, driver, flight, sequence + sent, due[handed]):
+                return None
+            sent += 1
+            due = due[handed + 1 :]
+        return sent
+
+    def _hand_over(self, client: int, driver: Driver, flight: _Flight, sequence: int, intended: list[int]) -> int:
+        """Hand messages to the driver, numbered from `sequence`, at their `intended` times
+        (monotonic ns): the hot path, no coroutine. Returns how many went; fewer than asked if the
+        connection was down (counted; that one's number not spent), for `_ride_out` to try again."""
+        tb, size, stats = self.timebase, self.plan.size, self.stats
+        to_wall = tb.wall0_ns - tb.mono0_ns
+        publish, clock, test_key, key = driver.publish, time.perf_counter_ns, self.test_key, self.keys[client]
+        tail = self._tail(size.min_bytes) if size.fixed else b""
+        lags, etas, atas = stats.lag_samples_us, array("q"), array("q")
+        handed = 0
         try:
-            if not driver.publish(
-                pack_header(self.test_key, self.keys[client], sequence, intended_wall, sent_wall) + tail, sequence
-            ):
-                flight.in_flight += 1
-        except SendError as exc:  # refused outright: the sequence number is spent all the same
-            stats.errors[exc.kind] += 1
+            for intended_mono in intended:
+                if not size.fixed:
+                    tail = self._tail(self._size_rng.randint(size.min_bytes, size.max_bytes))
+                sent_mono = clock()
+                intended_wall, sent_wall = intended_mono + to_wall, sent_mono + to_wall
+                try:
+                    if not publish(
+                        pack_header(test_key, key, sequence + handed, intended_wall, sent_wall) + tail,
+                        sequence + handed,
+                    ):
+                        flight.in_flight += 1
+                except SendError as exc:  # refused outright: the sequence number is spent all the same
+                    stats.errors[exc.kind] += 1
+                if not stats.first_send_mono_ns:
+                    stats.first_send_mono_ns = sent_mono
+                lags.append((sent_mono - intended_mono) // 1000)
+                etas.append(intended_wall // 1000)
+                atas.append(sent_wall // 1000)
+                handed += 1
         except DisconnectedError as exc:
             stats.errors["disconnected"] += 1
             self._down_reason = str(exc)
             if client not in self._down_clients:  # one per outage a client rides out, not per message
                 self._down_clients.add(client)
                 stats.disconnects_ns.append(time.time_ns())
-            return False
-        if not stats.sent:
-            stats.first_send_mono_ns = sent_mono
-        stats.sent += 1
-        stats.sent_per_client[client] += 1
-        stats.lag_samples_us.append((sent_mono - intended_mono) // 1000)
-        self.rate_file.write(intended_wall // 1000, sent_wall // 1000)
-        return True
+        if handed:
+            stats.sent += handed
+            stats.sent_per_client[client] += handed
+            self.rate_file.write_many(etas, atas)
+        return handed
+
+    def _tail(self, size_bytes: int) -> bytes:
+        """The filler after the header for a message of `size_bytes`."""
+        tail = self._tails.get(size_bytes)
+        if tail is None:
+            tail = self._tails[size_bytes] = self._filler[: max(0, size_bytes - HEADER_BYTES)]
+        return tail
 
     async def _ride_out(self, client: int, driver: Driver, flight: _Flight, sequence: int, intended_mono: int) -> bool:
         """The connection was down: try the same message again with backoff until it goes, the
@@ -392,7 +432,7 @@ class SenderRun(SendingAccount):
             await self._sleep_or_stop(backoff_s(attempt))
             if self._stop.is_set():
                 return False
-            if self._hand_over(client, driver, flight, sequence, intended_mono):
+            if self._hand_over(client, driver, flight, sequence, [intended_mono]):
                 self._down_clients.discard(client)
                 return True
             if time.monotonic() - down_since > self.plan.reconnect_budget_s:

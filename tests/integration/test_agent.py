@@ -201,8 +201,11 @@ def test_a_scheduled_restart_and_an_added_delay_show_in_the_report_with_their_ef
     assert set(faults) == {"latency sut-proxy", "restart sut"}
     delay, restart = faults["latency sut-proxy"], faults["restart sut"]
     assert 2.5 <= delay["end_s"] - delay["start_s"] <= 4.0
-    # 20 ms more on the way from the sender to the broker, and gone after.
-    assert 15 <= delay["p99_during_ms"] - delay["p99_before_ms"] <= 30, delay
+    # 20 ms more on the way from the sender to the broker, and gone after. Against the quieter of
+    # the windows around it: on a busy machine the first 2 s of a test (the window before) can
+    # have a p99 of several ms on their own (7.4 ms in one CI run).
+    assert delay["p99_during_ms"] >= 20, delay
+    assert 15 <= delay["p99_during_ms"] - min(delay["p99_before_ms"], delay["p99_after_ms"]) <= 30, delay
     assert delay["p99_after_ms"] < delay["p99_before_ms"] + 10
     assert delay["outage_s"] == 0.0 and delay["lost"] == 0
     # The restart: arrivals stop, then come back; what was lost is counted.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import itertools
+from array import array
 from collections import Counter
 from pathlib import Path
 
@@ -69,6 +70,33 @@ def test_a_late_sender_gets_intended_times_in_the_past() -> None:
     ]
 
 
+def test_the_messages_due_already_are_taken_together_and_no_more() -> None:
+    schedule = Schedule(rate_per_s=1000, start_ns=0)
+    assert schedule.next_intended(now_ns=5_000_000) == 0
+    # Woken 5 ms late: 1..5 ms are due; 6 ms is not yet.
+    assert schedule.take_due(5_000_000, before_ns=2**62, most=100) == [
+        1_000_000,
+        2_000_000,
+        3_000_000,
+        4_000_000,
+        5_000_000,
+    ]
+    assert schedule.next_intended(now_ns=5_000_000) == 6_000_000
+    # Never past `most`, nor into the next step of a profile (or the end): before_ns.
+    assert schedule.take_due(20_000_000, before_ns=2**62, most=2) == [7_000_000, 8_000_000]
+    assert schedule.take_due(20_000_000, before_ns=11_000_000, most=100) == [9_000_000, 10_000_000]
+    assert schedule.take_due(20_000_000, before_ns=2**62, most=0) == []
+    assert schedule.scheduled == 11
+
+
+def test_due_poisson_arrivals_are_the_ones_next_intended_would_give() -> None:
+    one, other = Schedule(rate_per_s=1000, start_ns=0, poisson=True, seed=5), Schedule(1000, 0, True, seed=5)
+    expected = [other.next_intended(now_ns=0) for _ in range(40)]
+    due = [one.next_intended(now_ns=0), *one.take_due(expected[29] + 1, before_ns=2**62, most=100)]
+    assert due == expected[:30]
+    assert one.next_intended(now_ns=0) == expected[30]
+
+
 def test_unbounded_schedule_is_now() -> None:
     schedule = Schedule(rate_per_s=0, start_ns=0)
     assert schedule.next_intended(now_ns=123) == 123
@@ -129,6 +157,23 @@ def test_rate_file_round_trip_with_rotation(tmp_path: Path) -> None:
     # Row 1000 sits at base with ata 56 µs later (50 + 1000 % 7); row 1001 is 1000 µs on, and its
     # ata 50 µs after its eta (1001 % 7 == 0), so 1000 - 6 = 994 µs after row 1000's ata.
     assert text[1:4] == ["eta,ata", "0,56", "1000,994"]
+
+
+def test_rows_written_a_burst_at_a_time_are_the_same_bytes(tmp_path: Path) -> None:
+    rows = [(1_700_000_000_000_000 + i * 1000, 1_700_000_000_000_000 + i * 1000 + 50 + i % 7) for i in range(2500)]
+    (tmp_path / "one").mkdir()
+    (tmp_path / "many").mkdir()
+    one = RateFileWriter(tmp_path / "one", "s", {}, rows_per_file=1000)
+    many = RateFileWriter(tmp_path / "many", "s", {}, rows_per_file=1000)
+    for eta, ata in rows:
+        one.write(eta, ata)
+    for start in range(0, 2500, 333):  # bursts across the rotations at 1000 and 2000
+        burst = rows[start : start + 333]
+        many.write_many(array("q", [e for e, _ in burst]), array("q", [a for _, a in burst]))
+    one.close()
+    many.close()
+    assert [gzip.decompress(p.read_bytes()) for p in one.paths] == [gzip.decompress(p.read_bytes()) for p in many.paths]
+    assert (tmp_path / "one" / "s-seconds.json").read_text() == (tmp_path / "many" / "s-seconds.json").read_text()
 
 
 def test_a_rate_file_cut_by_a_crash_reads_up_to_its_last_flush(tmp_path: Path) -> None:
