@@ -100,14 +100,18 @@ class RateFileWriter:
         if len(self._eta) >= _ROWS_PER_WRITE:
             self.flush()
 
-    def write_many(self, eta_us: array[int], ata_us: array[int]) -> None:
-        """Rows taken a burst at a time: one extend per column."""
+    def write_many(self, eta_us: array[int] | np.ndarray, ata_us: array[int] | np.ndarray) -> None:
+        """Rows taken a burst at a time (int64 columns): one extend per column."""
         if self._file is None or self._rows_in_file + len(eta_us) > self.rows_per_file:
-            for eta, ata in zip(eta_us, ata_us, strict=True):  # a rotation falls inside: row by row
+            for eta, ata in zip(eta_us.tolist(), ata_us.tolist(), strict=True):  # a rotation inside: row by row
                 self.write(eta, ata)
             return
-        self._eta.extend(eta_us)
-        self._ata.extend(ata_us)
+        if isinstance(eta_us, np.ndarray):
+            self._eta.frombytes(eta_us.astype(np.int64, copy=False).tobytes())
+            self._ata.frombytes(np.asarray(ata_us).astype(np.int64, copy=False).tobytes())
+        else:
+            self._eta.extend(eta_us)
+            self._ata.extend(ata_us)
         self._rows_in_file += len(eta_us)
         self.rows += len(eta_us)
         if len(self._eta) >= _ROWS_PER_WRITE:

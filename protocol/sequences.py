@@ -12,6 +12,8 @@ import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+
 __all__ = [
     "MergedCounts",
     "SequenceCounts",
@@ -63,6 +65,31 @@ class SequenceTracker:
         else:
             self._highest = sequence
         return True
+
+    def record_many(self, sequences: np.ndarray) -> np.ndarray:
+        """Record a burst of arrivals (int64, in the order they came) at once: the same counts
+        and bits as `record` one by one. Returns, per arrival, whether it was the first."""
+        if not len(sequences):
+            return np.zeros(0, dtype=bool)
+        need = int(sequences.max()) // 8 + 1
+        if need > len(self._seen):
+            self._seen.extend(bytes(max(need - len(self._seen), len(self._seen))))
+        bits = np.frombuffer(self._seen, dtype=np.uint8)  # a view: writes go to the bitset
+        byte, mask = sequences >> 3, np.left_shift(1, sequences & 7).astype(np.uint8)
+        first = np.zeros(len(sequences), dtype=bool)
+        first[np.unique(sequences, return_index=True)[1]] = True  # first in this burst...
+        first &= (bits[byte] & mask) == 0  # ...and never seen before it
+        np.bitwise_or.at(bits, byte[first], mask[first])
+        del bits  # the bytearray may grow next time: no view of it may be left
+        arrived = sequences[first]
+        if len(arrived):
+            # Out of order: below the highest sequence seen before it, as `record` counts.
+            before = np.maximum.accumulate(np.concatenate(([self._highest], arrived)))[:-1]
+            self._out_of_order += int((arrived < before).sum())
+            self._highest = max(self._highest, int(arrived.max()))
+        self._received += len(arrived)
+        self._duplicates += len(sequences) - len(arrived)
+        return first
 
     def counts(self) -> SequenceCounts:
         return SequenceCounts(self._received, self._duplicates, self._out_of_order, self._highest)

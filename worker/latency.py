@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
+import numpy as np
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogWriter
 
@@ -89,6 +90,13 @@ class LatencyRecorder:
     def record(self, corrected_us: int, service_us: int) -> None:
         self.corrected_us.append(corrected_us)
         self.service_us.append(service_us)
+        if len(self.corrected_us) >= _FLUSH_AT:
+            self.flush()
+
+    def record_many(self, corrected_us: np.ndarray, service_us: np.ndarray) -> None:
+        """A burst's samples (int64 columns) at once."""
+        self.corrected_us.frombytes(corrected_us.astype(np.int64, copy=False).tobytes())
+        self.service_us.frombytes(service_us.astype(np.int64, copy=False).tobytes())
         if len(self.corrected_us) >= _FLUSH_AT:
             self.flush()
 

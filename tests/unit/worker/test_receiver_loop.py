@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from pathlib import Path
 
 from support.memory_driver import MemoryDriver
@@ -65,3 +66,52 @@ def test_a_burst_is_counted_timed_and_written_exactly(tmp_path: Path) -> None:
     assert len(rows) == 7 and rows[0] == (T0 // 1000, (T0 + 3_000_000) // 1000)
     bitsets = json.loads((tmp_path / "receiver-sequences.json").read_text())
     assert load_bitset(bitsets[f"{key_of('b'):016x}"])[0] == 0b101
+
+
+def _receiver(directory: Path) -> ReceiverRun:
+    directory.mkdir()
+    return ReceiverRun(
+        ReceiverPlan(test_id="t-1", urls=["memory://x/q"], parallel_count=1),
+        RateFileWriter(directory, "receiver", {}),
+        LatencyRecorder(directory),
+        driver_for=lambda _client: MemoryDriver(),
+    )
+
+
+def test_a_large_burst_read_in_columns_gives_what_message_by_message_gives(tmp_path: Path) -> None:
+    """The column path (bursts of 32 and more) against the one-by-one path (bursts of one), on
+    the same arrivals: three senders out of order with duplicates, others' and foreign bodies."""
+    rng = random.Random(7)
+    arrivals = []
+    for _ in range(3000):
+        sender, sequence = rng.choice("abc"), rng.randint(0, 1200)
+        intended = T0 + sequence * 1_000_000
+        kind = rng.random()
+        body = (
+            b"short"
+            if kind < 0.01
+            else b"X" * 60
+            if kind < 0.02
+            else _body("t-2" if kind < 0.03 else "t-1", sender, sequence, intended, intended + 500_000)
+        )
+        arrivals.append((body, intended + rng.randint(1_000_000, 3_000_000_000)))
+    one, columns = _receiver(tmp_path / "one"), _receiver(tmp_path / "columns")
+    try:
+        for message in arrivals:
+            one._on_messages([message])
+        for start in range(0, len(arrivals), 500):
+            columns._on_columns(arrivals[start : start + 500])
+        assert columns.stats.received == one.stats.received > 2000
+        assert columns.stats.foreign == one.stats.foreign and set(one.stats.foreign) == {"no_header", "other_test"}
+        assert columns.stats.duplicates_per_s == one.stats.duplicates_per_s
+        assert columns.per_sender() == one.per_sender()
+        assert {k: t.bitset.rstrip(b"\0") for k, t in columns.trackers.items()} == {
+            k: t.bitset.rstrip(b"\0") for k, t in one.trackers.items()
+        }
+        assert columns.latency.corrected_us == one.latency.corrected_us
+        assert columns.latency.service_us == one.latency.service_us
+        assert (columns.rate_file._eta, columns.rate_file._ata) == (one.rate_file._eta, one.rate_file._ata)
+    finally:
+        for run in (one, columns):
+            run.rate_file.close()
+            run.latency.close()
