@@ -62,15 +62,16 @@ class Schedule:
         self._sent += 1
         return int(intended)
 
-    def take_due(self, now_ns: int, before_ns: int, most: int) -> list[int]:
-        """The intended times of the next messages already due at `now_ns` and intended before
-        `before_ns`, at most `most` of them; the schedule moves on past them. Unbounded: `most`
-        messages, all intended now (each sent as soon as the one before it)."""
+    def take_due(self, now_ns: int, before_ns: int, most: int, early_ns: int = 0) -> list[int]:
+        """The intended times of the next messages due by `now_ns` (or within `early_ns` after
+        it) and intended before `before_ns`, at most `most` of them; the schedule moves on past
+        them. Unbounded: `most` messages, all intended now (each sent as soon as the one before)."""
         if most <= 0:
             return []
         if self.unbounded:
             self._sent += most
             return [now_ns] * most
+        now_ns += early_ns
         due: list[int] = []
         if self.poisson:
             while len(due) < most and self._next_ns <= now_ns and self._next_ns < before_ns:

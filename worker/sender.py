@@ -345,10 +345,12 @@ class SenderRun(SendingAccount):
                 # The window is the only brake: the wait shows as this message's schedule lag.
                 await self._wait_for_room(flight)
                 last_turn = time.perf_counter_ns()
-            # This message, and those after it that are due already (a late or unbounded client),
-            # within the window's room, the count, this step of the profile and the duration.
+            # This message, and those after it that are due already or in less than a wake-up's
+            # worth (a late, fast or unbounded client), within the window's room, the count, this
+            # step of the profile and the duration.
             most = min(_MOST_PER_BURST, flight.window - flight.in_flight, _NEVER if limit is None else limit - sequence)
-            due = [intended, *schedule.take_due(time.perf_counter_ns(), min(end_ns, step_start(step + 1)), most - 1)]
+            more = schedule.take_due(time.perf_counter_ns(), min(end_ns, step_start(step + 1)), most - 1, _MIN_SLEEP_NS)
+            due = [intended, *more]
             sent = await self._send_due(client, driver, flight, sequence, due)
             if sent is None:
                 return
