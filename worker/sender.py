@@ -70,8 +70,9 @@ _YIELD_EVERY_NS = 2_000_000
 _MOST_PER_BURST = 256
 # How long the end of a run waits for the SUT to settle what is still in flight.
 _SETTLE_TIMEOUT_S = 30.0
-_NEVER = 2**63 - 1
 _SETTLE_AFTER_STOP_S = 1.0
+# A time no run reaches: the end of a run without a duration, the next step of the last one.
+_NEVER = 2**63 - 1
 
 
 def interval_report(stats: SenderStats, lag: HdrHistogram) -> dict[str, Any]:
