@@ -67,20 +67,22 @@ class SendingAccount:
         return False
 
     def verdict(self, conditions: FailConditions, watch: Watch, now: float) -> str | None:
-        """The rate achieved since warm-up against the schedule's (all clients together)."""
+        """The rate achieved since the first look after warm-up against the schedule's over the
+        same span (all clients together). The span starts at that look, not at the warm-up's end:
+        the count is taken there, and a look comes up to a stats interval late, which counted
+        against the rate read a sender on schedule as 80 % of it at its first verdict."""
         count = self.count()
         if watch.count_at_warm_up is None:
-            watch.count_at_warm_up = count
+            watch.count_at_warm_up, watch.warm_up_looked_at = count, now
             return None
-        warm_up_s = watch.options_warm_up_s
-        seconds = now - (watch.origin + warm_up_s)
+        seconds = now - watch.warm_up_looked_at
         if seconds < RATE_JUDGED_AFTER_S:
             return None
-        expected_total = self.plan.expected_sent(now - watch.origin)
-        expected_warm = self.plan.expected_sent(warm_up_s)
-        if expected_total is None or expected_warm is None:
+        expected_now = self.plan.expected_sent(now - watch.origin)
+        expected_then = self.plan.expected_sent(watch.warm_up_looked_at - watch.origin)
+        if expected_now is None or expected_then is None:
             return None  # unbounded: no target to fall short of
-        return conditions.rate(count - watch.count_at_warm_up, seconds, (expected_total - expected_warm) / seconds)
+        return conditions.rate(count - watch.count_at_warm_up, seconds, (expected_now - expected_then) / seconds)
 
     def account(self) -> dict[str, Any]:
         lag: HdrHistogram = self.stats.lag_us
@@ -170,6 +172,7 @@ class Watch:
     last_count: int = 0
     last_progress: float = 0.0
     count_at_warm_up: int | None = None
+    warm_up_looked_at: float = 0.0  # when count_at_warm_up was taken (monotonic)
 
     def check(self, run: Run, now: float) -> str | None:
         count = run.count()

@@ -5,7 +5,8 @@ import pytest
 from protocol.fail import FailConditions
 from protocol.hdr import new_histogram
 from protocol.options import Duration, MessageSize, ProfileStep, parse_profile
-from worker.sender import SenderPlan
+from worker.run import SendingAccount, Watch
+from worker.sender import SenderPlan, SenderStats
 
 
 def _interval(values_us: list[int]):  # type: ignore[no-untyped-def]
@@ -61,3 +62,35 @@ def test_a_profile_is_parsed_and_its_schedule_counted() -> None:
     assert plan.expected_sent(1) == 20
     assert plan.expected_sent(3) == 40 + 100
     assert plan.expected_sent(5) is None  # the last step is unbounded: no target
+
+
+class _OnSchedule(SendingAccount):
+    """A sender that keeps its schedule to the message: 100 msg/s from the origin at 0."""
+
+    def __init__(self, plan: SenderPlan) -> None:
+        self.plan = plan
+        self.stats = SenderStats()
+
+    def at(self, now: float) -> _OnSchedule:
+        self.stats.sent = int(100 * now)
+        return self
+
+
+@pytest.mark.parametrize(("warm_up_s", "first_look"), [(0.0, 0.97), (2.0, 2.99)])
+def test_a_sender_on_schedule_meets_the_rate_bound_however_late_the_first_look(
+    warm_up_s: float, first_look: float
+) -> None:
+    # The watch looks once a stats interval, so its first look after warm-up comes up to a second
+    # late. Judged from the warm-up's end with the count of that first look, a sender on schedule
+    # read 80 % of its rate at its first verdict (5 s in), and a 90 % bound failed it.
+    plan = SenderPlan("t", "p", ["mqtt://h/t"], 100, 1, Duration(seconds=60), MessageSize(1, 1), warm_up_s=warm_up_s)
+    run = _OnSchedule(plan)
+    watch = Watch(FailConditions(min_rate_ratio=0.9), origin=0.0, options_warm_up_s=warm_up_s)
+    looks = [first_look + k for k in range(12)]
+    assert [watch.check(run.at(now), now) for now in looks] == [None] * 12
+    # One that fell behind (80 of its 100 a second since the first look) is still caught.
+    behind = Watch(FailConditions(min_rate_ratio=0.9), origin=0.0, options_warm_up_s=warm_up_s)
+    behind.check(run.at(first_look), first_look)
+    run.stats.sent += 400  # 5 s later: 400 more where 500 were due
+    reason = behind.check(run, first_look + 5)
+    assert reason is not None and reason.startswith("rate 80.0 msg/s is 80.0% of the target 100 msg/s"), reason
