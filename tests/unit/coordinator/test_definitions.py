@@ -9,7 +9,7 @@ from coordinator import Fail, FixedRateTest, Flow, IncrementalTest, RequestReply
 from coordinator.cli import build_parser
 from coordinator.commands import test_from_args as definition_from_args
 from coordinator.declared import load_test_file
-from coordinator.definitions import DefinitionError, SweepTest
+from coordinator.definitions import DefinitionError, RepeatedTest, SweepTest
 from coordinator.junit import junit_xml
 from coordinator.results import TestResult, loss_verdict
 
@@ -187,3 +187,18 @@ def test_requests_that_time_out_fail_a_test_as_lost_messages_do() -> None:
     assert loss_verdict(figures, 0.0) == "3 of 100 requests timed out (3.000%; bound 0.000%)"
     assert loss_verdict(figures, 0.05) is None
     assert loss_verdict({"sent": 100, "lost": 0}, 0.0) is None
+
+
+def test_the_incremental_and_repeated_executors_take_a_closed_system_as_their_base() -> None:
+    base = RequestReplyTest(request_url="amqp://h/requests", clients=1, think_time="10ms", duration="5s")
+    incremental = IncrementalTest(
+        base, initial_rate=1, ceiling_rate=1, rate_step=1, initial_parallel=1, ceiling_parallel=8, parallel_step=3
+    )
+    steps = [base.with_load(rate, parallel) for rate, parallel in incremental.steps()]
+    # Each step is a request/reply phase with more clients; a closed system has no rate to raise.
+    assert all(isinstance(step, RequestReplyTest) for step in steps)
+    options = [step.sender_options(step.all_flows()[0], "t") for step in steps]
+    assert [o["parallel_count"] for o in options] == [1, 4, 7]
+    assert all(o["request_reply"] and o["think_time"] == "10ms" for o in options)
+    repeated = RepeatedTest(base=base, times=3)
+    assert repeated.base is base and repeated.KIND == "repeated"
