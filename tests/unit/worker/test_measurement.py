@@ -5,10 +5,12 @@ from __future__ import annotations
 import gzip
 import hashlib
 import itertools
+import random
 from array import array
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hdrh.log import HistogramLogReader
 
@@ -357,3 +359,21 @@ def test_rate_seconds_agrees_with_the_rows_one_by_one(tmp_path: Path) -> None:
             max(a for _, a in rows),
             len(rows),
         )
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_a_burst_recorded_at_once_counts_as_one_by_one(seed: int) -> None:
+    """record_many over bursts against record over the same arrivals: duplicates (within a burst
+    and across), gaps and disorder give the same firsts, counts and bits."""
+    rng = random.Random(seed)
+    arrivals = [rng.randint(0, rng.choice([10, 100, 5000])) for _ in range(rng.randint(0, 3000))]
+    one, many = SequenceTracker(), SequenceTracker()
+    firsts: list[bool] = []
+    start = 0
+    while start < len(arrivals):
+        burst = arrivals[start : start + rng.randint(1, 300)]
+        firsts += many.record_many(np.array(burst, dtype=np.int64)).tolist()
+        start += len(burst)
+    assert firsts == [one.record(sequence) for sequence in arrivals]
+    assert many.counts() == one.counts()
+    assert many.bitset.rstrip(b"\0") == one.bitset.rstrip(b"\0")  # a burst grows the bitset at once
