@@ -53,13 +53,8 @@ class Schedule:
         if self.unbounded:
             self._sent += 1
             return now_ns
-        if self.poisson:
-            intended = self._next_ns
-            self._next_ns += self._rng.expovariate(self.rate_per_s) * 1e9
-        else:
-            # From the start time, not by adding intervals, so rounding never drifts.
-            intended = self.start_ns + self._sent * self.interval_ns
-        self._sent += 1
+        intended = self._upcoming()
+        self._advance()
         return int(intended)
 
     def take_due(self, now_ns: int, before_ns: int, most: int, early_ns: int = 0) -> list[int]:
@@ -71,22 +66,23 @@ class Schedule:
         if self.unbounded:
             self._sent += most
             return [now_ns] * most
-        now_ns += early_ns
         due: list[int] = []
-        if self.poisson:
-            while len(due) < most and self._next_ns <= now_ns and self._next_ns < before_ns:
-                due.append(int(self._next_ns))
-                self._next_ns += self._rng.expovariate(self.rate_per_s) * 1e9
-            self._sent += len(due)
-            return due
-        interval, start = self.interval_ns, self.start_ns
-        while len(due) < most:
-            intended = start + self._sent * interval
-            if intended > now_ns or intended >= before_ns:
-                break
+        while len(due) < most and (intended := self._upcoming()) <= now_ns + early_ns and intended < before_ns:
             due.append(int(intended))
-            self._sent += 1
+            self._advance()
         return due
+
+    def _upcoming(self) -> float:
+        """The next message's intended time, the schedule not moved."""
+        if self.poisson:
+            return self._next_ns
+        # From the start time, not by adding intervals, so rounding never drifts.
+        return self.start_ns + self._sent * self.interval_ns
+
+    def _advance(self) -> None:
+        if self.poisson:
+            self._next_ns += self._rng.expovariate(self.rate_per_s) * 1e9
+        self._sent += 1
 
     @property
     def scheduled(self) -> int:
