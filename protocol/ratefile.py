@@ -106,12 +106,8 @@ class RateFileWriter:
             for eta, ata in zip(eta_us.tolist(), ata_us.tolist(), strict=True):  # a rotation inside: row by row
                 self.write(eta, ata)
             return
-        if isinstance(eta_us, np.ndarray):
-            self._eta.frombytes(eta_us.astype(np.int64, copy=False).tobytes())
-            self._ata.frombytes(np.asarray(ata_us).astype(np.int64, copy=False).tobytes())
-        else:
-            self._eta.extend(eta_us)
-            self._ata.extend(ata_us)
+        self._eta.frombytes(np.asarray(eta_us, dtype=np.int64).tobytes())
+        self._ata.frombytes(np.asarray(ata_us, dtype=np.int64).tobytes())
         self._rows_in_file += len(eta_us)
         self.rows += len(eta_us)
         if len(self._eta) >= _ROWS_PER_WRITE:

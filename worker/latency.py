@@ -95,8 +95,8 @@ class LatencyRecorder:
 
     def record_many(self, corrected_us: np.ndarray, service_us: np.ndarray) -> None:
         """A burst's samples (int64 columns) at once."""
-        self.corrected_us.frombytes(corrected_us.astype(np.int64, copy=False).tobytes())
-        self.service_us.frombytes(service_us.astype(np.int64, copy=False).tobytes())
+        self.corrected_us.frombytes(np.asarray(corrected_us, dtype=np.int64).tobytes())
+        self.service_us.frombytes(np.asarray(service_us, dtype=np.int64).tobytes())
         if len(self.corrected_us) >= _FLUSH_AT:
             self.flush()
 
