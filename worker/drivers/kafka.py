@@ -57,6 +57,7 @@ __all__ = ["KafkaDriver"]
 _POLL_S = 0.05
 _BATCH = 1000  # messages one consume() call may return
 _ASSIGN_TIMEOUT_S = 30.0
+_ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA, produce()'s default: its partitioner picks
 
 log = logging.getLogger(__name__)
 # Delivery reports that mean "no answer in time": the message may or may not have landed.
@@ -83,7 +84,7 @@ class KafkaDriver(Driver):
         self._delivered: list[tuple[int, KafkaError | None]] = []  # filled inside poll()
         self._on_requests: OnRequests | None = None  # a replier's
         self._reply_topic = ""  # a requester's, once open_replies made it
-        self._partition: int | None = None  # partitioner=client: where this client produces
+        self._partition = _ANY_PARTITION  # partitioner=client: where this client produces
         self._next_offset: dict[int, int] = {}  # by partition: the offset the next message should have
         self._assigned = 0  # partitions this consumer has now
 
@@ -177,12 +178,15 @@ class KafkaDriver(Driver):
             producer = self._producer = Producer(self._producer_config())
             self._reports = LoopBatch(self._loop, self._settle)
             self._pollers.append(PollThread(f"kafka-producer-{self.client}", self._poll_producer))
-        on_delivery = functools.partial(self._on_delivery, token)
+        partition = self._partition if topic == self.destination else _ANY_PARTITION  # replies: any
         try:
-            if self._partition is not None and topic == self.destination:
-                producer.produce(topic, body, partition=self._partition, headers=headers, on_delivery=on_delivery)
-            else:
-                producer.produce(topic, body, headers=headers, on_delivery=on_delivery)
+            producer.produce(
+                topic,
+                body,
+                partition=partition,
+                headers=headers,
+                on_delivery=functools.partial(self._on_delivery, token),
+            )
         except BufferError as exc:  # the window keeps below the queue's bound: not expected
             raise SendError(f"{self.endpoint}: producer queue full", retry=False, kind="failed") from exc
         except KafkaException as exc:
@@ -247,7 +251,6 @@ class KafkaDriver(Driver):
                 call_in_loop(loop, self._on_messages, [])
 
         def on_revoke(_consumer: Consumer, _partitions: list[Any]) -> None:
-            self._next_offset.clear()
             self._rebalancing = True
 
         consumer.subscribe([self.destination], on_assign=on_assign, on_revoke=on_revoke)
@@ -271,6 +274,7 @@ class KafkaDriver(Driver):
             # message here is from a partition a rebalance assigned since: counted, not dropped.
             message = self._consumer.poll(_POLL_S)
             if message is not None and message.error() is None:
+                self._count_gaps([message])
                 call_in_loop(self._loop, self._on_messages, [(message.value(), time.time_ns())])
                 self._consumer.pause(self._consumer.assignment())
             return
@@ -286,6 +290,7 @@ class KafkaDriver(Driver):
             return
         arrived = time.time_ns()
         messages = [first, *self._consumer.consume(_BATCH, 0)]
+        self._count_gaps(messages)
         if self._processing_delay_s:
             for message in messages:  # a slow consumer: each message takes its time before the next
                 if message.error() is None:
@@ -293,7 +298,6 @@ class KafkaDriver(Driver):
                     time.sleep(self._processing_delay_s)
             return
         batch = [(m.value(), arrived) for m in messages if m.error() is None]
-        self._count_gaps(messages)
         if batch:
             call_in_loop(self._loop, self._on_messages, batch)
 
