@@ -178,6 +178,13 @@ class _Flight:
     in_flight: int = 0
     room: asyncio.Event = field(default_factory=asyncio.Event)
     closed: bool = False  # the driver is closed: whatever it still settles was counted already
+    # A full window reopens once a sixteenth of it has settled, not at each settlement: the
+    # sender then hands over a burst per wake-up instead of one message per settlement (an AMQP
+    # 0-9-1 stream without confirms spent a wake-up of the sender per message that way).
+    low_water: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.low_water = self.window - max(1, self.window // 16)
 
 
 class SenderRun(SendingAccount):
@@ -276,7 +283,7 @@ class SenderRun(SendingAccount):
         flight.in_flight -= 1
         if error is not None:
             self.stats.errors[error.kind] += 1
-        if flight.in_flight < flight.window:
+        if flight.in_flight <= flight.low_water:
             flight.room.set()
 
     async def _settle(self, flight: _Flight, timeout_s: float) -> None:
@@ -290,7 +297,7 @@ class SenderRun(SendingAccount):
                 await asyncio.wait_for(flight.room.wait(), 0.05)
 
     async def _wait_for_room(self, flight: _Flight) -> None:
-        while flight.in_flight >= flight.window and not self._stop.is_set():
+        while flight.in_flight > flight.low_water and not self._stop.is_set():
             flight.room.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(flight.room.wait(), 0.1)

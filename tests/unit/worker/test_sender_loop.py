@@ -81,6 +81,32 @@ def test_the_window_bounds_what_is_in_flight_and_the_wait_is_lag_not_failure(tmp
     assert run.stats.lag_us.get_max_value() >= 150_000
 
 
+def test_a_full_window_reopens_once_a_sixteenth_of_it_settled(tmp_path: Path) -> None:
+    # Window 32: full at 32 in flight, open again at 30 (32 - 32 // 16), and then the sender
+    # fills it up to the window in one go.
+    driver = MemoryDriver(confirm_delay_s=None)
+    run = _run(_plan(confirm_window=32, duration=Duration(messages=40)), tmp_path, {0: driver})
+
+    async def scenario() -> None:
+        task = asyncio.create_task(run.run())
+        await asyncio.sleep(0.2)
+        assert len(driver.tokens) == 32
+        driver.release(1)
+        await asyncio.sleep(0.2)
+        assert len(driver.tokens) == 32  # 31 in flight: above the low-water mark, still waiting
+        driver.release(1)
+        await asyncio.sleep(0.2)
+        assert len(driver.tokens) == 34  # 30 in flight: reopened, and filled to the window
+        driver.release(100)
+        await asyncio.sleep(0.2)
+        driver.release(100)
+        await task
+
+    asyncio.run(scenario())
+    assert driver.max_in_flight == 32
+    assert run.stats.sent == 40 and not run.stats.errors and run.failure is None
+
+
 def test_a_slow_acknowledgement_does_not_slow_the_schedule(tmp_path: Path) -> None:
     # 100 msg/s for 0.3 s with every confirm taking 0.5 s. A send that waited for its confirm
     # (a closed loop) would send the 30th message ~15 s late; the open model sends each on time.
