@@ -18,6 +18,8 @@ __all__ = [
     "DIGITS",
     "HIGHEST_US",
     "LOWEST_US",
+    "bucket_indexes",
+    "histogram_of",
     "new_histogram",
     "read_intervals",
     "read_total",
@@ -34,6 +36,9 @@ def new_histogram() -> HdrHistogram:
     return HdrHistogram(LOWEST_US, HIGHEST_US, DIGITS)
 
 
+_SHAPE = new_histogram()  # the bucket arithmetic's constants, for indexes computed without a histogram
+
+
 def record_values(histogram: HdrHistogram, values: np.ndarray) -> None:
     """Record many values at once: hdrh's own bucket arithmetic, vectorised.
 
@@ -45,11 +50,7 @@ def record_values(histogram: HdrHistogram, values: np.ndarray) -> None:
         return
     h = histogram
     values = values.astype(np.int64, copy=False)
-    # 64 - clz(v | mask) is the bit length, which frexp's exponent gives exactly below 2**53.
-    _, bit_length = np.frexp((values | h.sub_bucket_mask).astype(np.float64))
-    bucket = bit_length.astype(np.int64) - h.unit_magnitude - (h.sub_bucket_half_count_magnitude + 1)
-    sub_bucket = values >> (bucket + h.unit_magnitude)
-    index = ((bucket + 1) << h.sub_bucket_half_count_magnitude) + sub_bucket - h.sub_bucket_half_count
+    index = bucket_indexes(values, h)
     counts = np.ctypeslib.as_array(h.counts)
     if len(index) > 4096:
         counts += np.bincount(index, minlength=h.counts_len).astype(counts.dtype)
@@ -58,6 +59,29 @@ def record_values(histogram: HdrHistogram, values: np.ndarray) -> None:
     h.total_count += len(values)
     h.min_value = min(h.min_value, int(values.min()))
     h.max_value = max(h.max_value, int(values.max()))
+
+
+def bucket_indexes(values: np.ndarray, histogram: HdrHistogram | None = None) -> np.ndarray:
+    """Each value's index in the histogram's counts array (int64 values within its range)."""
+    h = histogram or _SHAPE
+    # 64 - clz(v | mask) is the bit length, which frexp's exponent gives exactly below 2**53.
+    _, bit_length = np.frexp((values | h.sub_bucket_mask).astype(np.float64))
+    bucket = bit_length.astype(np.int64) - h.unit_magnitude - (h.sub_bucket_half_count_magnitude + 1)
+    sub_bucket = values >> (bucket + h.unit_magnitude)
+    index: np.ndarray = ((bucket + 1) << h.sub_bucket_half_count_magnitude) + sub_bucket - h.sub_bucket_half_count
+    return index
+
+
+def histogram_of(indexes: np.ndarray, counts: np.ndarray) -> HdrHistogram:
+    """A histogram from counts at `bucket_indexes` (the cells Spark adds up across files)."""
+    h = new_histogram()
+    if not len(indexes):
+        return h
+    np.add.at(np.ctypeslib.as_array(h.counts), indexes, counts)
+    h.total_count = int(counts.sum())
+    h.min_value = h.get_value_from_index(int(indexes.min()))
+    h.max_value = h.get_value_from_index(int(indexes.max()))
+    return h
 
 
 def record_samples(histogram: HdrHistogram, samples: array[int]) -> int:

@@ -21,7 +21,7 @@ from reports.faults import fault_effects, read_traffic, windows_from_events
 from reports.inspector_panels import inspector_panels
 from reports.page import ERRORS_JS, PLOTLY_JS, STYLE, SUMMARY_KEYS, cell, figure, summary_json, table
 from reports.price import price_performance
-from reports.series import inspector_tables, latency_series, rate_series
+from reports.series import inspector_tables, latency_series, report_series
 from reports.series_report import build_series_report
 from reports.summary import generator_bound, inspector_shortfalls, read_peers, read_test_json, summarize
 
@@ -109,8 +109,10 @@ def build_report(
         base_record = read_test_json(baseline)
         base = summary_json(summarize(baseline, record=base_record), base_record)
         summary["baseline"] = compare(summary, base, thresholds or Thresholds())
-    rates, rows = rate_series(spark, peers)
-    latency = latency_series(test_dir, clock_corrections(record))
+    corrections = clock_corrections(record)
+    series = report_series(spark, peers, corrections)
+    rates, rows = series.rates, series.rows
+    latency = {"corrected": series.corrected, "service": latency_series(test_dir, corrections, "service")}
     out = test_dir / "report"
     out.mkdir(exist_ok=True)
     shutil.copyfile(PLOTLY_JS, out / "plotly.min.js")

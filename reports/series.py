@@ -1,5 +1,16 @@
-"""The time series of a test: messages per second per peer (Spark, over the rotated rate files in
-parallel), latency percentiles per second (from the HDR interval logs), inspector columns.
+"""The time series of a test: messages per second per peer and the corrected latency's
+percentiles per second (Spark, over the rotated rate files in parallel), the service latency's
+percentiles per second (from the HDR interval logs: the rate files do not hold the send time),
+inspector columns.
+
+Spark reads the rate files with the DataFrame API: each task decodes its share of the files to
+columns with numpy and counts them into cells, (role, peer, second, bucket, count), handed to
+Spark as Arrow record batches (`mapInArrow`). A cell counts either arrivals (`bucket` -1) or a
+receiver's messages whose latency (arrival minus intended send, moved by the receiver's clock
+correction) falls in one bucket of the HDR histogram's counts array. Spark adds the cells up
+(`groupBy().sum()`): the rates per peer and second, and the latency buckets per second across
+receivers, from which the percentiles are read exactly as from an HDR histogram of the same
+messages. No Python runs per row on this path.
 
 Spark runs local[*] by default; `--master` points it at a cluster, whose executors must then
 see the results folder at the same path (a shared filesystem).
@@ -12,15 +23,19 @@ import logging
 import os
 import sys
 from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from protocol.hdr import new_histogram, read_intervals
-from protocol.ratefile import arrivals_per_second
+import numpy as np
+
+from protocol.hdr import HIGHEST_US, LOWEST_US, bucket_indexes, histogram_of, new_histogram, read_intervals
+from protocol.ratefile import rate_columns
 from reports.clocks import Correction, shifted
 from reports.summary import Peers
 
-__all__ = ["inspector_tables", "latency_series", "rate_series", "spark_session"]
+__all__ = ["Series", "figures_of", "inspector_tables", "latency_series", "report_series", "spark_session"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +60,9 @@ def spark_session(master: str | None = None, jvm_log: Path | None = None) -> Any
         .set("spark.ui.enabled", "false")
         .set("spark.ui.showConsoleProgress", "false")
         .set("spark.driver.memory", "1g")
+        # The aggregations' results are a few thousand cells: Spark's default of 200 shuffle
+        # partitions would be 200 tasks of nearly nothing each.
+        .set("spark.sql.shuffle.partitions", "4")
     )
     if jvm_log is not None and SparkContext._active_spark_context is None:
         jvm_log.parent.mkdir(parents=True, exist_ok=True)
@@ -56,10 +74,19 @@ def spark_session(master: str | None = None, jvm_log: Path | None = None) -> Any
     return spark
 
 
-def _count_file(item: tuple[str, str, str]) -> tuple[str, str, dict[int, int]]:
-    """Runs on an executor: one rate file -> (role, peer, messages by second), counted in C."""
-    role, peer, path = item
-    return role, peer, dict(arrivals_per_second(Path(path).read_bytes(), path))
+_FILES = "role string, peer string, path string, shift_us long"
+_CELLS = "role string, peer string, second long, bucket long, count long"
+_ARRIVALS = -1  # the bucket of a cell that counts arrivals, not latencies
+_COUNTS_LEN = new_histogram().counts_len  # buckets of one second's histogram
+
+LatencySeries = dict[int, dict[str, float]]
+
+
+@dataclass
+class Series:
+    rates: dict[tuple[str, str], dict[int, int]]  # messages per second by (role, peer)
+    rows: int  # rate-file rows read
+    corrected: LatencySeries  # per second (of arrival), all receivers: percentiles, max, count (µs)
 
 
 def rate_files(peers: Peers) -> list[tuple[str, str, str]]:
@@ -73,48 +100,128 @@ def rate_files(peers: Peers) -> list[tuple[str, str, str]]:
     ]
 
 
-def rate_series(spark: Any, peers: Peers) -> tuple[dict[tuple[str, str], dict[int, int]], int]:
-    """Messages per second by (role, peer), and the rows read."""
-    files = rate_files(peers)
+def _file_cells(role: str, peer: str, path: str, shift_us: int) -> Any:
+    """One rate file's cells, as an Arrow record batch (runs on an executor)."""
+    import pyarrow as pa  # noqa: PLC0415 - Spark's Python workers import it anyway
+
+    eta, ata = rate_columns(Path(path).read_bytes(), path)
+    seconds_parts, bucket_parts, count_parts = [], [], []
+    if len(ata):
+        seconds = ata // 1_000_000
+        first = int(seconds.min())
+        offsets = seconds - first
+        per_second = np.bincount(offsets)
+        present = np.flatnonzero(per_second)
+        seconds_parts.append(present + first)
+        bucket_parts.append(np.full(len(present), _ARRIVALS, np.int64))
+        count_parts.append(per_second[present])
+        if role == "receiver":
+            latency = np.clip(ata - eta + shift_us, LOWEST_US, HIGHEST_US)
+            span = _COUNTS_LEN
+            keys, counts = np.unique(offsets * span + bucket_indexes(latency), return_counts=True)
+            seconds_parts.append(keys // span + first)
+            bucket_parts.append(keys % span)
+            count_parts.append(counts)
+    seconds_column = np.concatenate(seconds_parts) if seconds_parts else np.empty(0, np.int64)
+    rows = len(seconds_column)
+    # Latency cells carry no peer: every receiver's count of a second and bucket adds up in the
+    # one aggregation, into the merged distribution the report draws.
+    arrivals = len(seconds_parts[0]) if seconds_parts else 0
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([role] * rows, pa.string()),
+            pa.array([peer] * arrivals + [""] * (rows - arrivals), pa.string()),
+            pa.array(seconds_column, pa.int64()),
+            pa.array(np.concatenate(bucket_parts) if bucket_parts else np.empty(0, np.int64), pa.int64()),
+            pa.array(np.concatenate(count_parts) if count_parts else np.empty(0, np.int64), pa.int64()),
+        ],
+        names=["role", "peer", "second", "bucket", "count"],
+    )
+
+
+
+def _cells(batches: Iterator[Any]) -> Iterator[Any]:
+    for batch in batches:
+        columns = batch.to_pydict()
+        for role, peer, path, shift_us in zip(
+            columns["role"], columns["peer"], columns["path"], columns["shift_us"], strict=True
+        ):
+            yield _file_cells(role, peer, path, shift_us)
+
+
+def report_series(spark: Any, peers: Peers, corrections: dict[str, Correction] | None = None) -> Series:
+    """The rates per peer and second, and the corrected latency per second, from Spark."""
+    import pyarrow.compute as pc  # noqa: PLC0415
+    from pyspark.sql import functions as F  # noqa: PLC0415, N812 - pyspark's own convention
+
+    corrections = corrections or {}
+    files = [
+        (role, peer, path, round(corrections[peer].shift_us) if peer in corrections else 0)
+        for role, peer, path in rate_files(peers)
+    ]
     if not files:
-        return {}, 0
+        return Series({}, 0, {})
     # Two tasks per core, each a share of the files (a task per file spent more on the task than
-    # on the file), and no shuffle: each file's counts are a few hundred seconds, merged here.
+    # on the file); a file's cells are a few thousand rows, so the sums that follow are small.
     context = spark.sparkContext
     tasks = min(len(files), 2 * context.defaultParallelism)
-    per_file = context.parallelize(files, numSlices=tasks).map(_count_file).collect()
+    listing = spark.createDataFrame(context.parallelize(files, numSlices=tasks), _FILES)
+    cells = (
+        listing.mapInArrow(_cells, _CELLS)
+        .groupBy("role", "peer", "second", "bucket")
+        .agg(F.sum("count").alias("count"))
+        .toArrow()
+    )
+    arrivals = pc.equal(cells.column("bucket"), _ARRIVALS)
     rates: dict[tuple[str, str], dict[int, int]] = defaultdict(dict)
     rows = 0
-    for role, peer, counts in per_file:
-        series = rates[(role, peer)]
-        for second, count in counts.items():
-            series[second] = series.get(second, 0) + count
-            rows += count
-    return dict(rates), rows
+    for role, peer, second, count in zip(
+        *(cells.filter(arrivals).column(name).to_pylist() for name in ("role", "peer", "second", "count")),
+        strict=True,
+    ):
+        rates[(role, peer)][second] = count
+        rows += count
+    return Series(dict(rates), rows, _percentiles(cells.filter(pc.invert(arrivals))))
 
 
-def latency_series(test_dir: Path, corrections: dict[str, Correction]) -> dict[str, dict[int, dict[str, float]]]:
-    """Per second, all receivers merged: percentiles of the corrected and the service latency
-    (µs), with the clock corrections across hosts that the summary applies."""
-    out: dict[str, dict[int, dict[str, float]]] = {}
-    for kind, name in (("corrected", "receiver-latency.hlog"), ("service", "receiver-service-latency.hlog")):
-        merged: dict[int, Any] = {}
-        for path in sorted(test_dir.glob(f"receiver/*/{name}")):
-            correction = corrections.get(path.parent.name)
-            for interval in read_intervals(path):
-                second = interval.get_start_time_stamp() // 1000
-                moved, _ = shifted(interval, correction.shift_us if correction else 0.0)
-                merged.setdefault(second, new_histogram()).add(moved)
-        out[kind] = {
-            second: {
-                **{f"p{p:g}": float(h.get_value_at_percentile(p)) for p in PERCENTILES},
-                "max": float(h.get_max_value()),
-                "count": float(h.get_total_count()),
-            }
-            for second, h in sorted(merged.items())
-            if h.get_total_count()
-        }
+def _percentiles(buckets: Any) -> LatencySeries:
+    """Per second: the percentiles of the HDR histogram that the buckets' counts make (one cell
+    per second and bucket, all receivers added up by Spark)."""
+    seconds = buckets.column("second").to_numpy()
+    indexes = buckets.column("bucket").to_numpy()
+    counts = buckets.column("count").to_numpy()
+    if not len(seconds):
+        return {}
+    order = np.argsort(seconds, kind="stable")
+    seconds, indexes, counts = seconds[order], indexes[order], counts[order]
+    starts = np.flatnonzero(np.r_[True, seconds[1:] != seconds[:-1]])
+    out: LatencySeries = {}
+    for start, end in zip(starts, [*starts[1:], len(seconds)], strict=True):
+        out[int(seconds[start])] = figures_of(histogram_of(indexes[start:end], counts[start:end]))
     return out
+
+
+def figures_of(h: Any) -> dict[str, float]:
+    return {
+        **{f"p{p:g}": float(h.get_value_at_percentile(p)) for p in PERCENTILES},
+        "max": float(h.get_max_value()),
+        "count": float(h.get_total_count()),
+    }
+
+
+def latency_series(test_dir: Path, corrections: dict[str, Correction], kind: str = "corrected") -> LatencySeries:
+    """Per second (of each interval's start), all receivers merged: the percentiles of `kind`
+    (`corrected` or `service`) latency (µs) in the HDR interval logs, with the clock corrections
+    across hosts that the summary applies. The report draws the service latency from here."""
+    name = {"corrected": "receiver-latency.hlog", "service": "receiver-service-latency.hlog"}[kind]
+    merged: dict[int, Any] = {}
+    for path in sorted(test_dir.glob(f"receiver/*/{name}")):
+        correction = corrections.get(path.parent.name)
+        for interval in read_intervals(path):
+            second = interval.get_start_time_stamp() // 1000
+            moved, _ = shifted(interval, correction.shift_us if correction else 0.0)
+            merged.setdefault(second, new_histogram()).add(moved)
+    return {second: figures_of(h) for second, h in sorted(merged.items()) if h.get_total_count()}
 
 
 def inspector_tables(test_dir: Path) -> dict[str, list[dict[str, str]]]:

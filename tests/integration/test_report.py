@@ -13,13 +13,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from support.browser import artifacts_dir, chromium
 from support.synthetic import T0_US, one_loss_one_duplicate
 
 from coordinator.local import LocalCluster
+from protocol.clock_correction import Correction
+from protocol.hdr import new_histogram, read_total, record_values
 from reports.report import SUMMARY_KEYS, build_index, build_report
-from reports.series import rate_series, spark_session
+from reports.series import figures_of, report_series, spark_session
 from reports.summary import read_peers
 
 
@@ -67,11 +70,51 @@ def test_the_report_of_a_known_folder(spark: Any, tmp_path: Path) -> None:
 
 def test_per_second_rates_from_spark_are_exact(spark: Any, tmp_path: Path) -> None:
     test = one_loss_one_duplicate(tmp_path)
-    rates, rows = rate_series(spark, read_peers(test))
+    series = report_series(spark, read_peers(test))
+    rates, rows = series.rates, series.rows
     t0 = T0_US // 1_000_000
     # Sends at T0 + 0.25 s + i x 0.1 s, i < 40 (ata 10 µs later): 8, 10, 10, 10 and 2 per second.
     assert rates[("sender", "s1")] == {t0: 8, t0 + 1: 10, t0 + 2: 10, t0 + 3: 10, t0 + 4: 2}
     assert rows == 40 + 40  # 40 sent, 20 + 20 received rows
+
+
+def test_corrected_latency_per_second_from_spark_is_the_messages_own_and_agrees_with_the_hdr_logs(
+    spark: Any, tmp_path: Path
+) -> None:
+    test = one_loss_one_duplicate(tmp_path)
+    # The fixture's receivers: r1 got sequences 0-19, r2 19-38, with latencies 1,000 µs + 25,000 µs
+    # x i in that order; each arrived at its intended time (T0 + 0.25 s + 0.1 s x seq) plus it.
+    r1, r2 = (
+        [(seq, 1000 + 25_000 * i) for i, seq in enumerate(range(20))],
+        [(seq, 1000 + 25_000 * (20 + i)) for i, seq in enumerate(range(19, 39))],
+    )
+
+    def expected(shift_r1: int) -> dict[int, dict[str, float]]:
+        by_second: dict[int, list[int]] = {}
+        for messages, shift in ((r1, shift_r1), (r2, 0)):
+            for seq, latency in messages:
+                arrival = T0_US + 250_000 + seq * 100_000 + latency
+                by_second.setdefault(arrival // 1_000_000, []).append(max(1, latency + shift))
+        out = {}
+        for second, values in sorted(by_second.items()):
+            h = new_histogram()
+            record_values(h, np.array(values, dtype=np.int64))
+            out[second] = figures_of(h)
+        return out
+
+    series = report_series(spark, read_peers(test))
+    assert series.corrected == expected(0)
+    assert sum(f["count"] for f in series.corrected.values()) == 40  # every delivery, the duplicate too
+    # Those messages are the ones the receivers' own HDR logs hold: the same distribution.
+    logged, truth = new_histogram(), new_histogram()
+    for name in ("r1", "r2"):
+        logged.add(read_total(test / "receiver" / name / "receiver-latency.hlog"))
+    record_values(truth, np.array([latency for _, latency in r1 + r2], dtype=np.int64))
+    assert figures_of(truth) == figures_of(logged)
+    # A receiver on a clock 2 ms behind its senders: its latencies move by the correction.
+    moved = report_series(spark, read_peers(test), {"r1": Correction(-2_000.0, 100.0)})
+    assert moved.corrected == expected(-2_000)
+    assert moved.rates == series.rates  # arrivals are counted by the receiver's own clock, as written
 
 
 def test_maestro_report_cli_writes_reports_and_the_index(tmp_path: Path) -> None:

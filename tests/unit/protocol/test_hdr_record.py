@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from protocol.hdr import HIGHEST_US, LOWEST_US, new_histogram, record_values
+from protocol.hdr import HIGHEST_US, LOWEST_US, bucket_indexes, histogram_of, new_histogram, record_values
 
 
 @pytest.mark.parametrize("n", [1, 17, 5000, 50_000])
@@ -35,3 +35,22 @@ def test_recording_nothing_changes_nothing() -> None:
     histogram = new_histogram()
     record_values(histogram, np.array([], dtype=np.int64))
     assert histogram.get_total_count() == 0
+
+
+def test_a_histogram_from_bucket_counts_is_the_histogram_of_the_values() -> None:
+    # What the reporter does across files: each file's values counted by bucket index, the counts
+    # added up, one histogram made from them; the same figures as recording every value.
+    rng = np.random.default_rng(7)
+    values = np.concatenate([rng.integers(1, 5_000, 3_000), rng.lognormal(9, 2, 3_000).astype(np.int64) + 1])
+    values = np.clip(values, LOWEST_US, HIGHEST_US)
+    direct = new_histogram()
+    record_values(direct, values)
+    halves = [np.unique(bucket_indexes(part), return_counts=True) for part in np.array_split(values, 2)]
+    indexes = np.concatenate([i for i, _ in halves])
+    counts = np.concatenate([c for _, c in halves])
+    rebuilt = histogram_of(indexes, counts)
+    assert rebuilt.get_total_count() == direct.get_total_count() == len(values)
+    assert (rebuilt.get_min_value(), rebuilt.get_max_value()) == (direct.get_min_value(), direct.get_max_value())
+    for p in (0.0, 1.0, 50.0, 90.0, 99.0, 99.9, 100.0):
+        assert rebuilt.get_value_at_percentile(p) == direct.get_value_at_percentile(p)
+    assert histogram_of(np.empty(0, np.int64), np.empty(0, np.int64)).get_total_count() == 0
