@@ -139,7 +139,6 @@ def _file_cells(role: str, peer: str, path: str, shift_us: int) -> Any:
     )
 
 
-
 def _cells(batches: Iterator[Any]) -> Iterator[Any]:
     for batch in batches:
         columns = batch.to_pydict()
