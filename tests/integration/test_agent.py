@@ -336,7 +336,8 @@ def test_a_service_found_by_its_command_line_is_paused_resumed_and_killed(tmp_pa
         target = ServiceTarget(Service(ServiceConfig("broker", match=marker), tmp_path))
         assert target.service.pid() == procs[0].pid
         change = asyncio.run(target.apply("pause", {}))
-        assert _state(procs[0].pid) == "T" and change is not None and change.restore == "resume"
+        assert change is not None and change.restore == "resume"
+        _wait_for_state(procs[0].pid, "T")  # the kernel stops it when it next runs: a moment later when busy
         asyncio.run(target.apply("resume", {}))
         assert _state(procs[0].pid) in ("S", "R")
         procs.append(subprocess.Popen(sleeper))
@@ -352,6 +353,13 @@ def test_a_service_found_by_its_command_line_is_paused_resumed_and_killed(tmp_pa
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+def _wait_for_state(pid: int, state: str) -> None:
+    deadline = time.monotonic() + 2
+    while (now := _state(pid)) != state:
+        assert time.monotonic() < deadline, f"process {pid} is in state {now!r}, not {state!r}"
+        time.sleep(0.005)
 
 
 def _wait_for_cmdline(pid: int, text: str) -> None:
