@@ -105,35 +105,28 @@ def _file_cells(role: str, peer: str, path: str, shift_us: int) -> Any:
     import pyarrow as pa  # noqa: PLC0415 - Spark's Python workers import it anyway
 
     eta, ata = rate_columns(Path(path).read_bytes(), path)
-    seconds_parts, bucket_parts, count_parts = [], [], []
-    if len(ata):
-        seconds = ata // 1_000_000
-        first = int(seconds.min())
-        offsets = seconds - first
-        per_second = np.bincount(offsets)
-        present = np.flatnonzero(per_second)
-        seconds_parts.append(present + first)
-        bucket_parts.append(np.full(len(present), _ARRIVALS, np.int64))
-        count_parts.append(per_second[present])
-        if role == "receiver":
-            latency = np.clip(ata - eta + shift_us, LOWEST_US, HIGHEST_US)
-            span = _COUNTS_LEN
-            keys, counts = np.unique(offsets * span + bucket_indexes(latency), return_counts=True)
-            seconds_parts.append(keys // span + first)
-            bucket_parts.append(keys % span)
-            count_parts.append(counts)
-    seconds_column = np.concatenate(seconds_parts) if seconds_parts else np.empty(0, np.int64)
-    rows = len(seconds_column)
-    # Latency cells carry no peer: every receiver's count of a second and bucket adds up in the
-    # one aggregation, into the merged distribution the report draws.
-    arrivals = len(seconds_parts[0]) if seconds_parts else 0
+    seconds = ata // 1_000_000
+    first = int(seconds.min()) if len(seconds) else 0
+    offsets = seconds - first
+    per_second = np.bincount(offsets)
+    present = np.flatnonzero(per_second)
+    columns = [(present + first, np.full(len(present), _ARRIVALS, np.int64), per_second[present])]
+    peers = [peer] * len(present)
+    if role == "receiver" and len(ata):
+        latency = np.clip(ata - eta + shift_us, LOWEST_US, HIGHEST_US)
+        keys, counts = np.unique(offsets * _COUNTS_LEN + bucket_indexes(latency), return_counts=True)
+        columns.append((keys // _COUNTS_LEN + first, keys % _COUNTS_LEN, counts))
+        # Latency cells carry no peer: every receiver's count of a second and bucket adds up in
+        # the one aggregation, into the merged distribution the report draws.
+        peers += [""] * len(keys)
+    second_column, bucket_column, count_column = (np.concatenate(parts) for parts in zip(*columns, strict=True))
     return pa.RecordBatch.from_arrays(
         [
-            pa.array([role] * rows, pa.string()),
-            pa.array([peer] * arrivals + [""] * (rows - arrivals), pa.string()),
-            pa.array(seconds_column, pa.int64()),
-            pa.array(np.concatenate(bucket_parts) if bucket_parts else np.empty(0, np.int64), pa.int64()),
-            pa.array(np.concatenate(count_parts) if count_parts else np.empty(0, np.int64), pa.int64()),
+            pa.array([role] * len(peers), pa.string()),
+            pa.array(peers, pa.string()),
+            pa.array(second_column, pa.int64()),
+            pa.array(bucket_column, pa.int64()),
+            pa.array(count_column, pa.int64()),
         ],
         names=["role", "peer", "second", "bucket", "count"],
     )
