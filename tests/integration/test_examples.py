@@ -18,10 +18,18 @@ from support.processes import BIN
 pytestmark = [pytest.mark.rabbitmq, pytest.mark.embedded_broker, pytest.mark.usefixtures("rabbitmq")]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+# Runs at a fraction of a rate it measures first: a test beside it skews the two differently.
+MEASURING = {"table_6_4_fixed_rate"}
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES.glob("*.py")))
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(stem, marks=[pytest.mark.quiet] if stem in MEASURING else [])
+        for stem in sorted(p.stem for p in EXAMPLES.glob("*.py"))
+    ],
+)
 def test_an_example_runs_its_tests_to_success(name: str, tmp_path: Path) -> None:
     run = subprocess.run(
         [str(BIN / "maestro"), "run", str(EXAMPLES / f"{name}.py")],

@@ -75,6 +75,7 @@ CASES = {
 }
 
 
+@pytest.mark.quiet
 @pytest.mark.timeout(240)
 @pytest.mark.usefixtures("mosquitto_url", "rabbitmq")
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -96,6 +97,7 @@ def test_a_confirmed_send_through_20_ms_more_keeps_its_rate_and_adds_20_ms(
     assert abs(rise - _DELAY_MS) <= 0.05 * _DELAY_MS, f"p50 {base:.2f} ms -> {delayed:.2f} ms"
 
 
+@pytest.mark.quiet
 @pytest.mark.timeout(240)
 @pytest.mark.usefixtures("mosquitto_url")
 def test_kafka_acks_all_through_20_ms_more_keeps_its_rate(

@@ -179,6 +179,7 @@ def test_a_reply_address_and_a_correlation_per_request(
     assert_held_for(rr, 2000, 1000)
 
 
+@pytest.mark.quiet
 @pytest.mark.timeout(120)
 def test_littles_law_holds_for_4_clients_thinking_10_ms(daemons: Daemons, data_server: tuple[str, Path]) -> None:
     url, _ = data_server
@@ -232,6 +233,7 @@ def test_a_reply_url_on_another_broker_is_refused() -> None:
         RequestReplyTest(request_url=requests_url(), think_time="soon")
 
 
+@pytest.mark.quiet
 @pytest.mark.timeout(420)
 def test_a_sweep_over_1_2_4_8_clients_draws_the_closed_systems_curves(
     daemons: Daemons, data_server: tuple[str, Path], tmp_path: Path
