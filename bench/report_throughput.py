@@ -10,6 +10,8 @@ fails.
 The Spark session's start is timed on its own: it is paid once per `maestro report` run. So is
 the first job's warm-up (the JVM compiles the aggregation, the Python workers load pyarrow), so
 the series is timed twice: cold (the first test of a run) and warm (each test after it).
+The fault table of a ten-second fault in the middle is timed after them: two more passes over
+the files, read once as a sender's and once as a receiver's.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import pandas as pd
 from _procfs import descendants, status_kb
 
 from protocol.ratefile import RateFileWriter
+from reports.faults import PeerEvents, Window, fault_effects, spark_gather
 from reports.series import report_series, spark_session
 from reports.summary import read_peers, summarize
 
@@ -44,6 +47,18 @@ def generate(test_dir: Path, records: int, files: int) -> None:
     writer.close()
     info = {"name": "s1", "role": "sender", "files": writer.names()}
     (peer_dir / "peer.json").write_text(json.dumps(info))
+
+
+def _fault_table(spark: object, test_dir: Path, records: int) -> None:
+    ((directory, info),) = read_peers(test_dir)
+    peers = [(directory, info), (directory, info | {"role": "receiver"})]
+    middle = T0_US + records * 100 // 2  # µs: one record every 100 µs
+    window = Window("a1", "stop", "broker", middle, middle + 10_000_000)
+    started = time.perf_counter()
+    (row,) = fault_effects([window], spark_gather(spark, peers), PeerEvents())
+    took = time.perf_counter() - started
+    assert row["lost"] == 0 and row["rate_before_per_s"] == 10_000.0, row
+    print(f"  fault table (2 passes, both roles): {4 * records / took / 1e6:.2f} M records/s ({took:.1f} s)")
 
 
 def pandas_baseline(test_dir: Path) -> int:
@@ -133,6 +148,7 @@ def main() -> None:
                     assert rows == args.records // args.files * args.files
                     rate = rows / spark_s[master] / 1e6
                     print(f"spark {master}, {when}: {rate:.2f} M records/s ({spark_s[master]:.1f} s)", flush=True)
+                _fault_table(spark, test_dir, rows)
                 _print_peaks(master)
             finally:
                 spark.stop()

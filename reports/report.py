@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 
 from reports.baseline import Thresholds, compare
 from reports.clocks import clock_corrections
-from reports.faults import fault_effects, read_traffic, windows_from_events
+from reports.faults import fault_effects, peer_events, spark_gather, windows_from_events
 from reports.inspector_panels import inspector_panels
 from reports.page import ERRORS_JS, PLOTLY_JS, STYLE, SUMMARY_KEYS, cell, figure, summary_json, table
 from reports.price import price_performance
@@ -132,8 +132,8 @@ def build_report(
     ]
     verdict = _baseline_section(summary.get("baseline"))
     windows = windows_from_events(record.get("events", []))
-    # Every rate file again, in this process: only for a test that had faults to measure.
-    faults = fault_effects(windows, read_traffic(peers)) if windows else []
+    # Two more Spark passes over the rate files: only for a test that had faults to measure.
+    faults = fault_effects(windows, spark_gather(spark, peers), peer_events(peers)) if windows else []
     if faults:
         (out / "faults.json").write_text(json.dumps(faults, indent=2))
     charts = [_rate_chart(rates, record.get("events", []), record.get("control_outages", []))]

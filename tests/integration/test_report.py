@@ -21,6 +21,8 @@ from support.synthetic import T0_US, one_loss_one_duplicate
 from coordinator.local import LocalCluster
 from protocol.clock_correction import Correction
 from protocol.hdr import new_histogram, read_total, record_values
+from protocol.ratefile import RateFileWriter
+from reports.faults import PeerEvents, Window, fault_effects, gather_in_memory, spark_gather
 from reports.report import SUMMARY_KEYS, build_index, build_report
 from reports.series import figures_of, report_series, spark_session
 from reports.summary import read_peers
@@ -76,6 +78,38 @@ def test_per_second_rates_from_spark_are_exact(spark: Any, tmp_path: Path) -> No
     # Sends at T0 + 0.25 s + i x 0.1 s, i < 40 (ata 10 µs later): 8, 10, 10, 10 and 2 per second.
     assert rates[("sender", "s1")] == {t0: 8, t0 + 1: 10, t0 + 2: 10, t0 + 3: 10, t0 + 4: 2}
     assert rows == 40 + 40  # 40 sent, 20 + 20 received rows
+
+
+def test_fault_effects_from_spark_over_rate_files_are_the_hand_worked_ones(spark: Any, tmp_path: Path) -> None:
+    """tests/unit/reports/test_faults.py's scenario written to real rate files (rotated every 300
+    rows) and read by Spark's tasks: 100 msg/s, everything intended in [5.0 s, 7.5 s) lost."""
+    s = 1_000_000
+    intended = T0_US + np.arange(2000) * 10_000
+    arrived = intended[(intended < T0_US + 5 * s) | (intended >= T0_US + 7.5 * s)]
+    columns = [("sender", intended, intended), ("receiver", arrived, arrived + 1000)]
+    peers = []
+    for role, eta, ata in columns:
+        directory = tmp_path / role
+        writer = RateFileWriter(directory, role, {}, rows_per_file=300)
+        writer.write_many(eta, ata)
+        writer.close()
+        peers.append((directory, {"role": role, "name": role, "files": writer.names()}))
+    windows = [
+        Window("a1", "stop", "broker", T0_US + 5 * s, T0_US + 7 * s),
+        Window("a1", "latency", "proxy", T0_US + 12 * s, T0_US + 14 * s),
+    ]
+    events = PeerEvents()
+    rows = fault_effects(windows, spark_gather(spark, peers), events)
+    assert rows == fault_effects(windows, gather_in_memory(columns), events)
+    stop, quiet = rows
+    assert (stop["outage_from_s"], stop["outage_s"], stop["lost"]) == (4.991, 2.51, 250)
+    assert (stop["rate_before_per_s"], stop["back_to_95_percent_s"], stop["first_consume_after_s"]) == (
+        100.0,
+        0.5,
+        0.501,
+    )
+    assert (stop["p99_before_ms"], stop["p99_during_ms"], stop["p99_after_ms"]) == (1.0, None, 1.0)
+    assert (quiet["outage_s"], quiet["lost"], quiet["back_to_95_percent_s"]) == (0.0, 0, 0.0)
 
 
 def test_corrected_latency_per_second_from_spark_is_the_messages_own_and_agrees_with_the_hdr_logs(
