@@ -43,6 +43,7 @@ import numpy as np
 
 from protocol.hdr import HIGHEST_US, LOWEST_US, bucket_indexes, histogram_of
 from protocol.ratefile import rate_columns
+from reports.series import file_listing
 from reports.summary import Peers
 
 __all__ = [
@@ -250,10 +251,7 @@ def spark_gather(spark: Any, peers: Peers) -> Gather:
 
         if not files:
             return _merged([])
-        context = spark.sparkContext
-        listing = spark.createDataFrame(
-            context.parallelize(files, numSlices=min(len(files), 2 * context.defaultParallelism)), _LISTING
-        )
+        listing = file_listing(spark, files, _LISTING)
         table = (
             listing.mapInArrow(_FileCells(per_file), _CELL_SCHEMA)
             .groupBy("window", "kind", "key")
