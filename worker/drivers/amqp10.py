@@ -78,8 +78,19 @@ class Amqp10Driver(Driver):
         container.timeout = 0.05
         container.start()
         self._container = container
-        self._poller = PollThread(f"proton-{self.client}", container.process)
+        self._poller = PollThread(f"proton-{self.client}", self._process)
         await self._wait(opened, "no connection")
+
+    def _process(self) -> bool:
+        """One round of proton's container (wait for the socket, read, dispatch every event),
+        then what the round produced crosses to the loop at once."""
+        handler = self._handler
+        assert self._container is not None and handler is not None
+        going = self._container.process()
+        for batch in (handler.verdicts, handler.messages, handler.replies, handler.requests):
+            if batch is not None:
+                batch.release()
+        return bool(going)
 
     @property
     def container(self) -> Container:
@@ -278,7 +289,7 @@ class _Handler(MessagingHandler):
             if correlation is not None:
                 message.reply_to, message.correlation_id = self.driver.reply_address, correlation
             count += self._send(link, message, token, sent)
-        self.verdicts.put_many(sent)
+        self.verdicts.hold_many(sent)
         if count:
             self._wrote()
 
@@ -317,7 +328,7 @@ class _Handler(MessagingHandler):
                 continue
             count += self._send(link, Message(body=body, correlation_id=correlation), token, sent)
         self.reply_outbox = waiting
-        self.verdicts.put_many(sent)
+        self.verdicts.hold_many(sent)
         if count:
             self._wrote()
 
@@ -333,17 +344,17 @@ class _Handler(MessagingHandler):
     def _settle(self, delivery: Delivery, error: SendError | None) -> None:
         token = self.unsettled.pop(delivery.tag, None)
         if token is not None:
-            self.verdicts.put((token, error))
+            self.verdicts.hold((token, error))
 
     def on_message(self, event: Any) -> None:
         message = event.message
         body = bytes(message.body) if message.body is not None else b""
         if self.replies is not None and event.receiver == self.reply_link:
-            self.replies.put((body, time.time_ns()))
+            self.replies.hold((body, time.time_ns()))
         elif self.requests is not None:
-            self.requests.put((body, time.time_ns(), (message.reply_to or "", message.correlation_id)))
+            self.requests.hold((body, time.time_ns(), (message.reply_to or "", message.correlation_id)))
         elif self.messages is not None:
-            self.messages.put((body, time.time_ns()))
+            self.messages.hold((body, time.time_ns()))
         if self.processing_delay_s:
             time.sleep(self.processing_delay_s)  # a slow consumer: the credit comes back after it
         # Keep the credit window full: one credit back for each message taken, unless paused.
