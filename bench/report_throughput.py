@@ -57,7 +57,8 @@ def _fault_table(spark: object, test_dir: Path, records: int) -> None:
     started = time.perf_counter()
     (row,) = fault_effects([window], spark_gather(spark, peers), PeerEvents())
     took = time.perf_counter() - started
-    assert row["lost"] == 0 and row["rate_before_per_s"] == 10_000.0, row
+    # 10,000 msg/s before the fault (over a little less than its ten seconds in --smoke's 20 s).
+    assert row["lost"] == 0 and round(row["rate_before_per_s"]) == 10_000, row
     print(f"  fault table (2 passes, both roles): {4 * records / took / 1e6:.2f} M records/s ({took:.1f} s)")
 
 
