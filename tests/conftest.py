@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import gc
 import os
 import shutil
@@ -14,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.machine_lock import the_machine
 
 _BASETEMP: list[Path] = []  # the session's tmp_path root, once a test asked for a tmp_path
 # The tests run in pytest-xdist workers (pyproject's addopts): each worker looks for the processes
@@ -44,23 +44,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if folder is None or not hasattr(item.config, "workerinput"):
         yield
         return
-    with _the_machine(Path(folder), alone=item.get_closest_marker("quiet") is not None):
+    with the_machine(Path(folder), alone=item.get_closest_marker("quiet") is not None):
         yield
-
-
-@contextlib.contextmanager
-def _the_machine(folder: Path, alone: bool) -> Iterator[None]:
-    """A readers-writer lock over flock(2). Everyone passes the turnstile on the way in; a quiet
-    test keeps it shut while it waits for the room and while it runs, so the other worker's next
-    tests cannot keep it waiting for ever."""
-    with (folder / "turnstile").open("a") as turnstile, (folder / "room").open("a") as room:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(room, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        finally:
-            if not alone:
-                fcntl.flock(turnstile, fcntl.LOCK_UN)
-        yield  # closing the files lets both go
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
