@@ -43,7 +43,7 @@ import numpy as np
 
 from protocol.hdr import HIGHEST_US, LOWEST_US, bucket_indexes, histogram_of
 from protocol.ratefile import rate_columns
-from reports.series import file_listing
+from reports.series import file_listing, rate_files
 from reports.summary import Peers
 
 __all__ = [
@@ -148,9 +148,10 @@ class _Near:
     def __call__(self, role: str, eta: np.ndarray, ata: np.ndarray) -> Cells:
         if not len(ata):
             return _cells([])
-        parts = [_one(_NO_WINDOW, START, int(ata.min()))]
+        first = int(ata.min())
+        parts = [_one(_NO_WINDOW, START, first)]
         if role == "receiver":
-            parts.append(_one(_NO_WINDOW, FIRST_ARRIVAL, int(ata.min())))
+            parts.append(_one(_NO_WINDOW, FIRST_ARRIVAL, first))
             for w, (t0, t1) in enumerate(self.windows):
                 lo, hi = t0 - BEFORE_US, t1 + OUTAGE_SLACK_US
                 parts.append(_tally(w, NEAR, ata[(ata >= lo) & (ata <= hi)]))
@@ -238,13 +239,7 @@ _CELL_SCHEMA = "window long, kind long, key long, value long"
 
 def spark_gather(spark: Any, peers: Peers) -> Gather:
     """A Gather over the test's rate files: each Spark task reads a share of them."""
-    files = [
-        (str(info.get("role", "")), str(directory / name))
-        for directory, info in peers
-        if info.get("role") in ("sender", "receiver")
-        for name in info.get("files", [])
-        if name.endswith(".csv.gz")
-    ]
+    files = [(role, path) for role, _, path in rate_files(peers)]
 
     def gather(per_file: PerFile) -> Cells:
         from pyspark.sql import functions as F  # noqa: PLC0415, N812 - pyspark's own convention

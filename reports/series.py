@@ -41,6 +41,7 @@ __all__ = [
     "file_listing",
     "inspector_tables",
     "latency_series",
+    "rate_files",
     "report_series",
     "spark_session",
 ]
