@@ -152,9 +152,9 @@ class ReceiverRun(ReceivingAccount):
             return
         self.stats.replied += 1
 
-    def _reply_settled(self, _token: int, error: SendError | None) -> None:
+    def _reply_settled(self, count: int, error: SendError | None) -> None:
         if error is not None:
-            self.stats.reply_errors[error.kind] += 1
+            self.stats.reply_errors[error.kind] += count
 
     def _on_messages(self, batch: list[tuple[bytes, int]]) -> None:
         """A burst of messages from one client: the hot path. A large burst (Kafka's consume,

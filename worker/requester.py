@@ -222,9 +222,9 @@ class RequesterRun:
             return True
         return False
 
-    def _settled(self, _token: int, error: SendError | None) -> None:
+    def _settled(self, count: int, error: SendError | None) -> None:
         if error is not None:
-            self.stats.errors[error.kind] += 1
+            self.stats.errors[error.kind] += count
 
     # --- the replies (the hot path) -----------------------------------------------------------
 

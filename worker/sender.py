@@ -22,10 +22,11 @@ import random
 import time
 from array import array
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from protocol.concurrency import PreciseTimer
@@ -68,6 +69,8 @@ _YIELD_EVERY_NS = 2_000_000
 # looks at the stop, the window and the loop: a burst's per-message work is the header, the call
 # and two column appends.
 _MOST_PER_BURST = 256
+# From this many messages in a burst, their lags and rate rows are made with numpy.
+_COLUMNS_FROM = 16
 # How long the end of a run waits for the SUT to settle what is still in flight.
 _SETTLE_TIMEOUT_S = 30.0
 _SETTLE_AFTER_STOP_S = 1.0
@@ -277,12 +280,12 @@ class SenderRun(SendingAccount):
                 self.stats.errors["unconfirmed"] += flight.in_flight
                 flight.in_flight = 0
 
-    def _settled(self, flight: _Flight, _token: int, error: SendError | None) -> None:
+    def _settled(self, flight: _Flight, count: int, error: SendError | None) -> None:
         if flight.closed:
             return
-        flight.in_flight -= 1
+        flight.in_flight -= count
         if error is not None:
-            self.stats.errors[error.kind] += 1
+            self.stats.errors[error.kind] += count
         if flight.in_flight <= flight.low_water:
             flight.room.set()
 
@@ -386,43 +389,61 @@ class SenderRun(SendingAccount):
         """Hand messages to the driver, numbered from `sequence`, at their `intended` times
         (monotonic ns): the hot path, no coroutine. Returns how many went; fewer than asked if the
         connection was down (counted; that one's number not spent), for `_ride_out` to try again."""
-        tb, size, stats = self.timebase, self.plan.size, self.stats
-        to_wall = tb.wall0_ns - tb.mono0_ns
-        publish, clock, test_key, key = driver.publish, time.perf_counter_ns, self.test_key, self.keys[client]
-        tail = self._tail(size.min_bytes) if size.fixed else b""
-        lags, etas, atas = stats.lag_samples_us, array("q"), array("q")
-        handed = 0
-        try:
-            for intended_mono in intended:
-                if not size.fixed:
-                    tail = self._tail(self._size_rng.randint(size.min_bytes, size.max_bytes))
-                sent_mono = clock()
-                intended_wall, sent_wall = intended_mono + to_wall, sent_mono + to_wall
-                try:
-                    if not publish(
-                        pack_header(test_key, key, sequence + handed, intended_wall, sent_wall) + tail,
-                        sequence + handed,
-                    ):
-                        flight.in_flight += 1
-                except SendError as exc:  # refused outright: the sequence number is spent all the same
-                    stats.errors[exc.kind] += 1
-                if not stats.first_send_mono_ns:
-                    stats.first_send_mono_ns = sent_mono
-                lags.append((sent_mono - intended_mono) // 1000)
-                etas.append(intended_wall // 1000)
-                atas.append(sent_wall // 1000)
-                handed += 1
-        except DisconnectedError as exc:
+        stats = self.stats
+        sent_mono: array[int] = array("q")
+        done = driver.publish_many(self._bodies(client, sequence, intended, sent_mono), sequence)
+        handed = done.handed
+        if done.down is not None:
+            # The message that met the closed connection was built and stamped (the last of
+            # `sent_mono`): it goes again later, stamped anew.
             stats.errors["disconnected"] += 1
-            self._down_reason = str(exc)
+            self._down_reason = str(done.down)
             if client not in self._down_clients:  # one per outage a client rides out, not per message
                 self._down_clients.add(client)
                 stats.disconnects_ns.append(time.time_ns())
         if handed:
+            refused = done.refused.total()
+            flight.in_flight += handed - refused
+            stats.errors.update(done.refused)
+            if not stats.first_send_mono_ns:
+                stats.first_send_mono_ns = sent_mono[0]
             stats.sent += handed
             stats.sent_per_client[client] += handed
-            self.rate_file.write_many(etas, atas)
+            self._keep(intended[:handed], sent_mono[:handed])
         return handed
+
+    def _keep(self, intended_mono: list[int], sent_mono: array[int]) -> None:
+        """Handed-over messages' schedule lags and rate rows (intended and sent, wall µs), a
+        column at a time once a burst is large enough to pay for numpy's calls."""
+        to_wall = self.timebase.wall0_ns - self.timebase.mono0_ns
+        lags = self.stats.lag_samples_us
+        if len(sent_mono) < _COLUMNS_FROM:
+            etas, atas = array("q"), array("q")
+            for intended, sent in zip(intended_mono, sent_mono, strict=True):
+                lags.append((sent - intended) // 1000)
+                etas.append((intended + to_wall) // 1000)
+                atas.append((sent + to_wall) // 1000)
+            self.rate_file.write_many(etas, atas)
+            return
+        intended_ns = np.array(intended_mono, dtype=np.int64)
+        sent_ns = np.frombuffer(sent_mono, dtype=np.int64)
+        lags.frombytes(((sent_ns - intended_ns) // 1000).tobytes())
+        self.rate_file.write_many((intended_ns + to_wall) // 1000, (sent_ns + to_wall) // 1000)
+
+    def _bodies(self, client: int, sequence: int, intended: list[int], sent_mono: array[int]) -> Iterator[bytes]:
+        """The messages due at `intended` (monotonic ns), numbered from `sequence`, each built
+        and stamped as the driver takes it; the stamps (monotonic ns) kept in `sent_mono`."""
+        tb, size = self.timebase, self.plan.size
+        to_wall = tb.wall0_ns - tb.mono0_ns
+        clock, stamp, test_key, key = time.perf_counter_ns, sent_mono.append, self.test_key, self.keys[client]
+        tail = self._tail(size.min_bytes) if size.fixed else b""
+        for due in intended:
+            if not size.fixed:
+                tail = self._tail(self._size_rng.randint(size.min_bytes, size.max_bytes))
+            sent = clock()
+            stamp(sent)
+            yield pack_header(test_key, key, sequence, due + to_wall, sent + to_wall) + tail
+            sequence += 1
 
     def _tail(self, size_bytes: int) -> bytes:
         """The filler after the header for a message of `size_bytes`."""

@@ -1,9 +1,11 @@
 """The driver contract, the same for all four drivers, against the real brokers.
 
 - a round trip: every message published is settled exactly once, as taken, and arrives whole,
-  stamped no earlier than it was sent;
+  stamped no earlier than it was sent; half go one at a time (`publish`), half as bursts
+  (`publish_many`, which Kafka hands to librdkafka in one call);
 - `publish` never waits for the SUT: a burst handed over without giving the event loop a turn
-  is all in flight at once, and settles afterwards;
+  is all in flight at once, and settles afterwards (a settlement may count several messages,
+  so "exactly once" is: the counts add up to the messages sent, and no more come);
 - bursts cross from the library's thread in few hand-overs, not one per message.
 
 Qpid Dispatch and Artemis cannot run here: AMQP 1.0 is checked against RabbitMQ's plugin, and
@@ -22,10 +24,13 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from coordinator.local import LocalCluster
 from worker.drivers import parse_endpoint
 from worker.drivers.base import FIRST_CONNECT_S, ConnectError, Driver, SendError, connect_within
 from worker.payload import MessageHeader, key_of, make_body, read_header
@@ -81,21 +86,27 @@ def test_round_trip_and_publish_never_waits(url: str) -> None:
         await connect_within(receiver, 20)
         await receiver.receive(on_messages)
         await connect_within(sender, 20)
-        sender.on_settled = lambda token, error: settled.append((token, error))
+        sender.on_settled = lambda count, error: settled.append((count, error))
         await sender.start_sending()
         try:
             test_key, sender_key = key_of("contract"), key_of("s")
             first_sent = time.time_ns()
-            in_flight = 0
-            for sequence in range(N):  # no await: the loop gets no turn until all are handed over
+
+            def body(sequence: int) -> bytes:
                 now = time.time_ns()
-                body = make_body(MessageHeader(test_key, sender_key, sequence, now, now), 128, bytes(128))
-                if not sender.publish(body, sequence):
-                    in_flight += 1
+                return make_body(MessageHeader(test_key, sender_key, sequence, now, now), 128, bytes(128))
+
+            # No await: the loop gets no turn until all are handed over.
+            for sequence in range(N // 2):
+                sender.publish(body(sequence), sequence)
+            for first in range(N // 2, N, 50):
+                done = sender.publish_many((body(s) for s in range(first, first + 50)), first)
+                assert (done.handed, done.refused.total(), done.down) == (50, 0, None)
             settled_during_burst = len(settled)
             deadline = time.monotonic() + 30
-            while (len(settled) < in_flight or len(received) < N) and time.monotonic() < deadline:  # noqa: ASYNC110
+            while (sum(c for c, _ in settled) < N or len(received) < N) and time.monotonic() < deadline:  # noqa: ASYNC110
                 await asyncio.sleep(0.02)
+            await asyncio.sleep(0.2)  # a settlement too many would come now
             return settled_during_burst, first_sent
         finally:
             await sender.close()
@@ -104,8 +115,8 @@ def test_round_trip_and_publish_never_waits(url: str) -> None:
     settled_during_burst, first_sent = asyncio.run(scenario())
     # Nothing can settle while the loop had no turn: every publish returned without waiting.
     assert settled_during_burst == 0
-    assert sorted(token for token, _ in settled) == list(range(N))  # each exactly once
-    assert all(error is None for _, error in settled)
+    assert sum(count for count, _ in settled) == N  # each exactly once
+    assert all(error is None and count > 0 for count, error in settled)
     headers = [read_header(body) for body, _ in received]
     assert sorted(h.sequence for h in headers) == list(range(N))
     assert all(len(body) == 128 for body, _ in received)
@@ -204,7 +215,7 @@ def test_partitioner_client_gives_each_client_a_partition_of_its_own(tansu: str)
         drivers = [_driver(url, client) for client in range(4)]
         settled: list[SendError | None] = []
         for driver in drivers:
-            driver.on_settled = lambda _token, error: settled.append(error)
+            driver.on_settled = lambda count, error: settled.extend([error] * count)
             await connect_within(driver, 20)
         for client, driver in enumerate(drivers):
             for sequence in range(5):
@@ -226,3 +237,41 @@ def test_partitioner_client_gives_each_client_a_partition_of_its_own(tansu: str)
     consumer.close()
     assert {client: {p for p, _ in seen} for client, seen in partitions_of.items()} == {0: {0}, 1: {1}, 2: {2}, 3: {0}}
     assert all(len(seen) == 5 for seen in partitions_of.values())
+
+
+@pytest.mark.timeout(90)
+def test_kafka_settles_deliveries_by_count_and_failures_one_by_one_with_their_kind(tmp_path: Path) -> None:
+    """librdkafka reports only failures; deliveries are counted from its queue. 300 messages
+    delivered, then the broker gone and 200 more, whose 1 s delivery timeout runs out: the
+    first settle as taken and the rest one by one as timed out, each exactly once."""
+    topic = f"dr-{uuid.uuid4().hex[:8]}"
+    settled: list[tuple[int, SendError | None]] = []
+
+    async def settle(total: int) -> None:
+        deadline = time.monotonic() + 30
+        while sum(count for count, _ in settled) < total and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+
+    async def scenario(local: LocalCluster) -> None:
+        driver = _driver(f"{local.tansu()}/{topic}?acks=all&delivery_timeout_ms=1000")
+        driver.on_settled = lambda count, error: settled.append((count, error))
+        await connect_within(driver, 20)
+        try:
+            delivered = driver.publish_many((bytes(64) for _ in range(300)), 0)
+            await settle(300)
+            local.close()  # the broker goes
+            timed_out = driver.publish_many((bytes(64) for _ in range(200)), 300)
+            await settle(500)
+            for done in (delivered, timed_out):
+                assert (done.refused.total(), done.down) == (0, None)
+            await asyncio.sleep(0.2)  # a settlement too many would come now
+        finally:
+            await driver.close()
+
+    with LocalCluster(tmp_path, broker_url="unused") as local:
+        asyncio.run(scenario(local))
+    kinds: Counter[str] = Counter()
+    for count, error in settled:
+        kinds["taken" if error is None else error.kind] += count
+    assert kinds == {"taken": 300, "timed_out": 200}, kinds
+    assert all(count == 1 for count, error in settled if error is not None)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import secrets
 import time
 from collections import deque
@@ -91,8 +90,8 @@ class AmqpDriver(Driver):
         self._reply_to = ""  # a requester's reply address, once open_replies made it
         self._processing_delay_s = 0.0
         self._publishing: set[asyncio.Task[Any]] = set()  # held until done: the loop keeps weak references
-        # Without confirms: (exchange, message, routing key, token) for the writer, in order.
-        self._outbox: deque[tuple[AbstractExchange, aio_pika.Message, str, int]] = deque()
+        # Without confirms: (exchange, message, routing key) for the writer, in order.
+        self._outbox: deque[tuple[AbstractExchange, aio_pika.Message, str]] = deque()
         self._outbox_filled = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
 
@@ -152,18 +151,17 @@ class AmqpDriver(Driver):
     def _reconnected(self, *_: Any) -> None:
         self.reconnects_ns.append(time.time_ns())
 
-    def publish(self, body: bytes, token: int) -> bool:
+    def publish(self, body: bytes, token: int) -> None:
         assert self._exchange is not None
-        self._publish(self._exchange, aio_pika.Message(body, delivery_mode=self.delivery_mode), self.routing_key, token)
-        return False
+        self._publish(self._exchange, aio_pika.Message(body, delivery_mode=self.delivery_mode), self.routing_key)
 
-    def _publish(self, exchange: AbstractExchange, message: aio_pika.Message, routing_key: str, token: int) -> None:
+    def _publish(self, exchange: AbstractExchange, message: aio_pika.Message, routing_key: str) -> None:
         channel = self._channel
         assert channel is not None
         if channel.is_closed:
             raise DisconnectedError(f"{self.endpoint}: channel closed", retry=True)
         if not self.confirms:
-            self._outbox.append((exchange, message, routing_key, token))
+            self._outbox.append((exchange, message, routing_key))
             self._outbox_filled.set()
             if self._writer is None:
                 self._writer = asyncio.ensure_future(self._write_in_turn())
@@ -177,7 +175,7 @@ class AmqpDriver(Driver):
             )
         )
         self._publishing.add(task)
-        task.add_done_callback(functools.partial(self._published, token))
+        task.add_done_callback(self._published)
 
     async def _write_in_turn(self) -> None:
         outbox = self._outbox
@@ -185,15 +183,15 @@ class AmqpDriver(Driver):
             await self._outbox_filled.wait()
             self._outbox_filled.clear()
             while outbox:
-                exchange, message, routing_key, token = outbox[0]
+                exchange, message, routing_key = outbox[0]
                 try:  # a cancel (close) leaves this one in the outbox, settled there with the rest
                     await exchange.publish(message, routing_key=routing_key, mandatory=False)
                 except Exception as exc:
                     outbox.popleft()
-                    self.on_settled(token, self._verdict_of(exc))
+                    self.on_settled(1, self._verdict_of(exc))
                     continue
                 outbox.popleft()
-                self.on_settled(token, None)
+                self.on_settled(1, None)
 
     async def open_replies(self, on_replies: OnMessages) -> None:
         channel = self._channel
@@ -214,13 +212,12 @@ class AmqpDriver(Driver):
         # with its requester's connection would be late by then anyway.
         await queue.consume(deliver, no_ack=True)
 
-    def request(self, body: bytes, token: int, correlation: str) -> bool:
+    def request(self, body: bytes, token: int, correlation: str) -> None:
         assert self._exchange is not None and self._reply_to, "open_replies() first"
         message = aio_pika.Message(
             body, delivery_mode=self.delivery_mode, reply_to=self._reply_to, correlation_id=correlation
         )
-        self._publish(self._exchange, message, self.routing_key, token)
-        return False
+        self._publish(self._exchange, message, self.routing_key)
 
     async def serve(self, on_requests: OnRequests) -> None:
         assert self._queue is not None
@@ -230,15 +227,15 @@ class AmqpDriver(Driver):
     def reply(self, address: Any, body: bytes, token: int) -> None:
         reply_to, correlation = address
         if not reply_to:
-            self.on_settled(token, SendError(f"{self.endpoint}: a request without reply_to", retry=False))
+            self.on_settled(1, SendError(f"{self.endpoint}: a request without reply_to", retry=False))
             return
         assert self._channel is not None
         message = aio_pika.Message(body, delivery_mode=self.delivery_mode, correlation_id=correlation)
-        self._publish(self._channel.default_exchange, message, reply_to, token)
+        self._publish(self._channel.default_exchange, message, reply_to)
 
-    def _published(self, token: int, task: asyncio.Task[Any]) -> None:
+    def _published(self, task: asyncio.Task[Any]) -> None:
         self._publishing.discard(task)
-        self.on_settled(token, self._verdict(task))
+        self.on_settled(1, self._verdict(task))
 
     def _verdict(self, task: asyncio.Task[Any]) -> SendError | None:
         if task.cancelled():
@@ -304,7 +301,8 @@ class AmqpDriver(Driver):
                 await self._writer
             self._writer = None
         while self._outbox:
-            self.on_settled(self._outbox.popleft()[3], self._closed_before_settled())
+            self._outbox.popleft()
+            self.on_settled(1, self._closed_before_settled())
         if self._connection is not None:
             await self._connection.close()
             self._connection = None

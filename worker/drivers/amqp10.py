@@ -117,10 +117,10 @@ class Amqp10Driver(Driver):
     async def start_sending(self) -> None:
         await self._open_link("sender")
 
-    def publish(self, body: bytes, token: int) -> bool:
-        return self._send(body, token, None)
+    def publish(self, body: bytes, token: int) -> None:
+        self._send(body, token, None)
 
-    def _send(self, body: bytes, token: int, correlation: str | None) -> bool:
+    def _send(self, body: bytes, token: int, correlation: str | None) -> None:
         handler = self._handler
         assert handler is not None
         if not handler.link_up:
@@ -130,12 +130,16 @@ class Amqp10Driver(Driver):
             handler.flush_pending = True
             # With the link as its context, the engine knows which connection has work to write.
             self._injector.trigger(ApplicationEvent("flush", link=handler.link))
-        return False
 
     def _settle(self, verdicts: list[tuple[int, SendError | None]]) -> None:
-        settled = self.on_settled
-        for token, error in verdicts:
-            settled(token, error)
+        settled, taken = self.on_settled, 0
+        for _token, error in verdicts:
+            if error is None:
+                taken += 1
+            else:
+                settled(1, error)
+        if taken:
+            settled(taken, None)
 
     async def receive(self, on_messages: OnMessages, processing_delay_s: float = 0.0) -> None:
         assert self._handler is not None and self._loop is not None
@@ -152,9 +156,9 @@ class Amqp10Driver(Driver):
         self._handler.replies = LoopBatch(self._loop, on_replies)
         await self._open_link("replies")
 
-    def request(self, body: bytes, token: int, correlation: str) -> bool:
+    def request(self, body: bytes, token: int, correlation: str) -> None:
         assert self.reply_address, "open_replies() first"
-        return self._send(body, token, correlation)
+        self._send(body, token, correlation)
 
     async def serve(self, on_requests: OnRequests) -> None:
         assert self._handler is not None and self._loop is not None
@@ -164,7 +168,7 @@ class Amqp10Driver(Driver):
     def reply(self, address: Any, body: bytes, token: int) -> None:
         reply_to, correlation = address
         if not reply_to:
-            self.on_settled(token, SendError(f"{self.endpoint}: a request without reply_to", retry=False))
+            self.on_settled(1, SendError(f"{self.endpoint}: a request without reply_to", retry=False))
             return
         handler = self._handler
         assert handler is not None

@@ -1,10 +1,11 @@
 """The driver contract: connect, publish, receive with a callback, close, and the options it knows.
 
 Sending is pipelined, as OpenMessaging Benchmark's `sendAsync`: `publish` hands one message to
-the client library and returns at once; the SUT's verdict (confirm, PUBACK, delivery report,
-disposition) comes back later through `on_settled(token, error)` on the event loop. Nothing in a
-driver waits for an acknowledgement, so a confirmed send never turns the open model into a
-closed loop; the worker bounds what is in flight with a window per client.
+the client library and returns at once (`publish_many`, a burst of them); the SUT's verdict
+(confirm, PUBACK, delivery report, disposition) comes back later through `on_settled(count,
+error)` on the event loop. Nothing in a driver waits for an acknowledgement, so a confirmed send
+never turns the open model into a closed loop; the worker bounds what is in flight with a window
+per client.
 
 Rate, timestamps, sequence numbers and files live above this, in the worker, written once. A
 driver translates its client library's errors into the three below, each saying whether a
@@ -19,7 +20,9 @@ import errno
 import socket
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from protocol.options import OptionError
@@ -32,6 +35,7 @@ __all__ = [
     "Driver",
     "DriverError",
     "Endpoint",
+    "Handover",
     "OnMessages",
     "OnRequests",
     "OnSettled",
@@ -47,12 +51,26 @@ __all__ = [
 # so the hop to the loop never shows as latency. An empty burst is news without messages: the
 # client is busy (a Kafka rebalance), which a drain must not take for an idle queue.
 OnMessages = Callable[[list[tuple[bytes, int]]], None]
-# Called on the event loop once the SUT settled a message: the publish token, and None when it
-# took the message or the reason (a SendError naming its kind) when it did not.
+# Called on the event loop once the SUT settled messages: how many, and None when it took them or
+# the reason (a SendError naming its kind) when it did not. Only the count matters above the
+# driver (the window, the error counters), so a library that tells its acknowledgements by
+# number (librdkafka's queue length, paho's written QoS 0 messages) settles many in one call.
 OnSettled = Callable[[int, "SendError | None"], None]
 # A replier's burst: each request's body, its arrival (wall ns), and where its reply goes in the
 # driver's own terms (reply-to and correlation), handed back to `Driver.reply` as it came.
 OnRequests = Callable[[list[tuple[bytes, int, Any]]], None]
+
+
+@dataclass
+class Handover:
+    """What `publish_many` did with a burst: `handed` messages taken by the library or refused
+    outright (their numbers are spent), `refused` of those by error kind (not to be settled),
+    and, when it stopped early, the `down` connection: the message after the handed ones, and
+    those after it, were not sent."""
+
+    handed: int = 0
+    refused: Counter[str] = field(default_factory=Counter)
+    down: DisconnectedError | None = None
 
 
 class DriverError(Exception):
@@ -77,7 +95,7 @@ class DisconnectedError(DriverError):
     pass
 
 
-def _unset(token: int, error: SendError | None) -> None:
+def _unset(count: int, error: SendError | None) -> None:
     raise RuntimeError("a driver settled a message before the worker set on_settled")
 
 
@@ -124,16 +142,36 @@ class Driver(ABC):
         """Whatever sending needs beyond the connection (an AMQP 1.0 sender link), before the first publish."""
 
     @abstractmethod
-    def publish(self, body: bytes, token: int) -> bool:
+    def publish(self, body: bytes, token: int) -> None:
         """Hand one message to the client library; never waits for the SUT.
 
-        Returns True when the message is settled already (nothing to confirm: MQTT QoS 0),
-        False when `on_settled(token, error)` follows on the event loop (every other case: an
-        AMQP 0-9-1 publish without confirms settles once written, Kafka's once reported).
-        Raises DisconnectedError when the connection is down now (nothing was sent: the caller
-        may hand the same message over again later), and SendError when the library refused it
-        outright.
+        `on_settled` follows on the event loop, never inside this call (an AMQP 0-9-1 publish
+        without confirms settles once written, MQTT QoS 0 once paho wrote it, Kafka's once
+        reported). `token` is the caller's number for the message. Raises DisconnectedError
+        when the connection is down now (nothing was sent: the caller may hand the same message
+        over again later), and SendError when the library refused it outright (nothing to
+        settle).
         """
+
+    def publish_many(self, bodies: Iterable[bytes], first_token: int) -> Handover:
+        """`publish` for each of `bodies` in turn, numbered from `first_token`, stopping where the
+        connection is down. A driver whose library takes a burst in one call (Kafka's
+        `produce_batch`) overrides this: the per-message call is most of a fast library's cost.
+        `bodies` is consumed lazily, so each message is built just before it is handed over."""
+        done = Handover()
+        token = first_token
+        publish = self.publish
+        for body in bodies:
+            try:
+                publish(body, token)
+            except SendError as exc:  # refused outright: its number is spent all the same
+                done.refused[exc.kind] += 1
+            except DisconnectedError as exc:
+                done.down = exc
+                break
+            token += 1
+        done.handed = token - first_token
+        return done
 
     @abstractmethod
     async def receive(self, on_messages: OnMessages, processing_delay_s: float = 0.0) -> None:
@@ -151,7 +189,7 @@ class Driver(ABC):
         """A requester's: make this client's reply address and consume what arrives there."""
         raise self._no_request_reply()
 
-    def request(self, body: bytes, token: int, correlation: str) -> bool:
+    def request(self, body: bytes, token: int, correlation: str) -> None:
         """`publish` of a request that names this client's reply address and `correlation`."""
         raise self._no_request_reply()
 
@@ -161,7 +199,7 @@ class Driver(ABC):
 
     def reply(self, address: Any, body: bytes, token: int) -> None:
         """Publish `body` to a request's reply address with its correlation; it settles through
-        `on_settled(token, error)` like a publish."""
+        `on_settled(count, error)` like a publish."""
         raise self._no_request_reply()
 
     async def pause(self) -> None:

@@ -72,9 +72,9 @@ class MqttDriver(Driver):
         self.qos: int = endpoint.options.get("qos", 1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._connected: asyncio.Event | None = None
-        self._pending: dict[int, int] = {}  # paho's message id -> the publish token (QoS 1/2)
+        self._pending: set[int] = set()  # QoS 1/2: paho's message ids not yet acknowledged
         # QoS 0: what paho was handed and has not yet written, in the order it writes.
-        self._unwritten: collections.deque[tuple[mqtt.MQTTMessageInfo, int]] = collections.deque()
+        self._unwritten: collections.deque[mqtt.MQTTMessageInfo] = collections.deque()
         self._written_poll: asyncio.TimerHandle | None = None
         self._acks: LoopBatch[int] | None = None
         self._messages: LoopBatch[tuple[bytes, int]] | None = None
@@ -143,10 +143,10 @@ class MqttDriver(Driver):
             why = connect_cause(self._connect_error)
             raise ConnectError(f"{self.endpoint}: no connection: {why}", retry=why != "authentication failed")
 
-    def publish(self, body: bytes, token: int) -> bool:
-        return self._publish(self.destination, body, token)
+    def publish(self, body: bytes, token: int) -> None:
+        self._publish(self.destination, body, token)
 
-    def _publish(self, topic: str, body: bytes, token: int, properties: Properties | None = None) -> bool:
+    def _publish(self, topic: str, body: bytes, token: int, properties: Properties | None = None) -> None:
         if self._connected is None or not self._connected.is_set():
             raise DisconnectedError(f"{self.endpoint}: not connected", retry=True)
         info = self._client.publish(topic, body, qos=self.qos, properties=properties)
@@ -158,14 +158,13 @@ class MqttDriver(Driver):
         if info.rc not in (mqtt.MQTT_ERR_SUCCESS, mqtt.MQTT_ERR_NO_CONN):
             raise SendError(f"{self.endpoint}: {mqtt.error_string(info.rc)}", retry=False)
         if self.qos == 0:
-            self._unwritten.append((info, token))
+            self._unwritten.append(info)
             if self._written_poll is None:
                 assert self._loop is not None
                 self._written_poll = self._loop.call_later(_WRITTEN_POLL_S, self._settle_written)
-            return False
+            return
         # The acknowledgement reaches the loop through call_soon_threadsafe: after this line.
-        self._pending[info.mid] = token
-        return False
+        self._pending.add(info.mid)
 
     async def receive(self, on_messages: OnMessages, processing_delay_s: float = 0.0) -> None:
         assert self._loop is not None
@@ -195,13 +194,13 @@ class MqttDriver(Driver):
         self._replies = LoopBatch(self._loop, on_replies)
         self._client.subscribe(self._reply_topic, qos=self.qos)
 
-    def request(self, body: bytes, token: int, correlation: str) -> bool:
+    def request(self, body: bytes, token: int, correlation: str) -> None:
         self._need_v5()
         assert self._reply_topic, "open_replies() first"
         properties = Properties(PacketTypes.PUBLISH)
         properties.ResponseTopic = self._reply_topic
         properties.CorrelationData = correlation.encode()
-        return self._publish(self.destination, body, token, properties)
+        self._publish(self.destination, body, token, properties)
 
     async def serve(self, on_requests: OnRequests) -> None:
         self._need_v5()
@@ -214,7 +213,7 @@ class MqttDriver(Driver):
     def reply(self, address: Any, body: bytes, token: int) -> None:
         topic, correlation = address
         if not topic:
-            self.on_settled(token, SendError(f"{self.endpoint}: a request without a response topic", retry=False))
+            self.on_settled(1, SendError(f"{self.endpoint}: a request without a response topic", retry=False))
             return
         properties = Properties(PacketTypes.PUBLISH)
         if correlation is not None:
@@ -263,19 +262,22 @@ class MqttDriver(Driver):
         if self._written_poll is not None:
             self._written_poll.cancel()
             self._written_poll = None
-        pending, self._pending = self._pending, {}
-        tokens = [*pending.values(), *(token for _, token in self._unwritten)]
+        unsettled = len(self._pending) + len(self._unwritten)
+        self._pending = set()
         self._unwritten.clear()
-        for token in tokens:
-            self.on_settled(token, SendError(why, retry=False, kind="unconfirmed"))
+        if unsettled:
+            self.on_settled(unsettled, SendError(why, retry=False, kind="unconfirmed"))
 
     def _settle_written(self) -> None:
         """QoS 0: settle the messages paho has written, oldest first; look again soon while any
         are left."""
         self._written_poll = None
-        unwritten, settled = self._unwritten, self.on_settled
-        while unwritten and unwritten[0][0].is_published():
-            settled(unwritten.popleft()[1], None)
+        unwritten, written = self._unwritten, 0
+        while unwritten and unwritten[0].is_published():
+            unwritten.popleft()
+            written += 1
+        if written:
+            self.on_settled(written, None)
         if unwritten and self._loop is not None:
             self._written_poll = self._loop.call_later(_WRITTEN_POLL_S, self._settle_written)
 
@@ -284,11 +286,11 @@ class MqttDriver(Driver):
             self._acks.put(mid)
 
     def _confirmed(self, mids: list[int]) -> None:
-        pending, settled = self._pending, self.on_settled
-        for mid in mids:
-            token = pending.pop(mid, None)
-            if token is not None:
-                settled(token, None)
+        pending = self._pending
+        before = len(pending)
+        pending.difference_update(mids)  # an acknowledgement after _lost failed its message: not ours
+        if len(pending) < before:
+            self.on_settled(before - len(pending), None)
 
     def _on_message_thread(self, _c: mqtt.Client, _u: Any, message: mqtt.MQTTMessage) -> None:
         if self._replies is not None and message.topic == self._reply_topic:
