@@ -52,11 +52,20 @@ class LoopBatch(Generic[_T]):
     pipe write); at tens of thousands of acknowledgements or messages a second that is the
     whole budget. A burst crosses once: the first item schedules the hand-over, the rest ride
     along until the loop takes them.
+
+    `linger_s` holds a hand-over back that long after its first item, for items whose time was
+    stamped where they were put (a receiver's arrivals, acknowledgements the window waits on):
+    a library that hands over one message per network read (paho reads one packet per select)
+    otherwise woke the loop for nearly every message, and the two threads spent the receive
+    passing the GIL back and forth. Not for what a client waits on to go on (replies).
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, handle: Callable[[list[_T]], None]) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, handle: Callable[[list[_T]], None], linger_s: float = 0.0
+    ) -> None:
         self._loop = loop
         self._handle = handle
+        self._linger_s = linger_s
         self._items: list[_T] = []
         self._lock = threading.Lock()
         self._scheduled = False
@@ -89,7 +98,10 @@ class LoopBatch(Generic[_T]):
             if self._scheduled:
                 return
             self._scheduled = True
-        call_in_loop(self._loop, self._flush)
+        call_in_loop(self._loop, self._flush_later if self._linger_s else self._flush)
+
+    def _flush_later(self) -> None:
+        self._loop.call_later(self._linger_s, self._flush)
 
     def _flush(self) -> None:
         with self._lock:

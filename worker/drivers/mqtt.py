@@ -59,6 +59,9 @@ _CONNECT_TIMEOUT_S = 15.0
 # How often the loop looks for QoS 0 messages paho has written since: the window reopens this
 # late at most.
 _WRITTEN_POLL_S = 0.001
+# How long a hand-over of messages or acknowledgements gathers more (LoopBatch): paho hands them
+# over one per network read.
+_LINGER_S = 0.001
 
 
 class MqttDriver(Driver):
@@ -118,7 +121,7 @@ class MqttDriver(Driver):
     async def connect(self) -> None:
         await probe(self.endpoint)  # paho's connect_async retries a refused address in silence
         self._loop = asyncio.get_running_loop()
-        self._acks = LoopBatch(self._loop, self._confirmed)
+        self._acks = LoopBatch(self._loop, self._confirmed, linger_s=_LINGER_S)
         self._messages = None  # set by receive()
         self._connected = asyncio.Event()
         try:
@@ -169,7 +172,7 @@ class MqttDriver(Driver):
     async def receive(self, on_messages: OnMessages, processing_delay_s: float = 0.0) -> None:
         assert self._loop is not None
         self._processing_delay_s = processing_delay_s
-        self._messages = LoopBatch(self._loop, on_messages)
+        self._messages = LoopBatch(self._loop, on_messages, linger_s=_LINGER_S)
         self._receiving = True
         self._client.subscribe(self._subscription, qos=self.qos)
 
