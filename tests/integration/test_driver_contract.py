@@ -241,9 +241,10 @@ def test_partitioner_client_gives_each_client_a_partition_of_its_own(tansu: str)
 
 @pytest.mark.timeout(90)
 def test_kafka_settles_deliveries_by_count_and_failures_one_by_one_with_their_kind(tmp_path: Path) -> None:
-    """librdkafka reports only failures; deliveries are counted from its queue. 300 messages
-    delivered, then the broker gone and 200 more, whose 1 s delivery timeout runs out: the
-    first settle as taken and the rest one by one as timed out, each exactly once."""
+    """librdkafka reports only failures; deliveries are counted from its queue. 302 messages
+    delivered (and one too large, refused at hand-over), then the broker gone and 200 more,
+    whose 1 s delivery timeout runs out: the first settle as taken and the rest one by one as
+    timed out, each exactly once."""
     topic = f"dr-{uuid.uuid4().hex[:8]}"
     settled: list[tuple[int, SendError | None]] = []
 
@@ -258,12 +259,15 @@ def test_kafka_settles_deliveries_by_count_and_failures_one_by_one_with_their_ki
         await connect_within(driver, 20)
         try:
             delivered = driver.publish_many((bytes(64) for _ in range(300)), 0)
-            await settle(300)
+            # Over librdkafka's message.max.bytes: refused at hand-over, never in flight.
+            refused = driver.publish_many(iter([bytes(64), bytes(2_000_000), bytes(64)]), 300)
+            assert (refused.handed, refused.refused, refused.down) == (3, {"failed": 1}, None)
+            await settle(302)
             local.close()  # the broker goes
-            timed_out = driver.publish_many((bytes(64) for _ in range(200)), 300)
-            await settle(500)
+            timed_out = driver.publish_many((bytes(64) for _ in range(200)), 303)
+            await settle(502)
             for done in (delivered, timed_out):
-                assert (done.refused.total(), done.down) == (0, None)
+                assert (done.handed - done.refused.total(), done.down) == (done.handed, None)
             await asyncio.sleep(0.2)  # a settlement too many would come now
         finally:
             await driver.close()
@@ -273,5 +277,5 @@ def test_kafka_settles_deliveries_by_count_and_failures_one_by_one_with_their_ki
     kinds: Counter[str] = Counter()
     for count, error in settled:
         kinds["taken" if error is None else error.kind] += count
-    assert kinds == {"taken": 300, "timed_out": 200}, kinds
+    assert kinds == {"taken": 302, "timed_out": 200}, kinds
     assert all(count == 1 for count, error in settled if error is not None)

@@ -199,6 +199,10 @@ class KafkaDriver(Driver):
             return done
         if queued < len(messages):  # the rest carry their reason (queue full: the window prevents it)
             done.refused["failed"] = len(messages) - queued
+            why = next((m["_error"] for m in messages if "_error" in m), "no reason given")
+            log.warning(
+                "%s: %d of a burst of %d refused: %s", self.endpoint, len(messages) - queued, len(messages), why
+            )
         self._queued += queued
         self._watch_deliveries()
         return done
