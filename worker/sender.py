@@ -66,8 +66,8 @@ _LONG_WAIT_NS = 50_000_000
 # the event loop a turn this often, or the daemon stops answering notes until the run ends.
 _YIELD_EVERY_NS = 2_000_000
 # Messages already due when a client wakes go out together, this many at most between two
-# looks at the stop, the window and the loop: a burst's per-message work is the header, the call
-# and two column appends.
+# looks at the stop, the window and the loop: a burst's per-message work is the header, the
+# stamp and the library's call (one call for the burst where the driver takes it whole).
 _MOST_PER_BURST = 256
 # From this many messages in a burst, their lags and rate rows are made with numpy.
 _COLUMNS_FROM = 16
