@@ -433,6 +433,23 @@ async def receive_part(s: Sizes, kafka: str) -> None:
     row(f"kafka (tansu), {kn} messages", raw, worker)
 
 
+async def lag_row(url: str, s: Sizes, target: int, precise: bool = False) -> None:
+    """One schedule-lag row: `target` msg/s for `s.seconds` through `url`, with the process's CPU."""
+    count = int(target * s.seconds)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    run, rows = await worker_send(url, count, s.size, target, precise)
+    cpu_percent = 100 * (time.process_time() - cpu0) / (time.perf_counter() - wall0)
+    lag = run.stats.lag_us
+    sent = sorted(ata for _, ata in rows)
+    achieved = (count - 1) / ((sent[-1] - sent[0]) / 1e6)  # count - 1 gaps, first send to last
+    p50, p99 = lag.get_value_at_percentile(50), lag.get_value_at_percentile(99)
+    print(
+        f"{'precise' if precise else 'sleep':>8} {target:>9} {achieved / target:>16.4f} {cpu_percent:>6.0f} "
+        f"{p50:>11} {p99:>11} {lag.get_max_value():>11}",
+        flush=True,
+    )
+
+
 async def lag_part(s: Sizes, kafka: str) -> None:
     topic = f"bench/{uuid.uuid4().hex[:6]}"
     print(f"\n3. schedule lag, MQTT qos0, one client, {s.seconds:g} s per rate (the last: 80 % of unbounded)")
@@ -444,43 +461,20 @@ async def lag_part(s: Sizes, kafka: str) -> None:
     # long as each rate below runs. A short burst reads high: paho takes QoS 0 messages into its
     # own queue faster than its thread writes them out, and that queue's growth slows a longer
     # run (67 k/s over 20,000 messages, 39 k/s over 300,000 on this machine).
-    probe = await worker_send_rate(f"mqtt://127.0.0.1:1883/{topic}?qos=0", s.messages, s.size)
-    top = await worker_send_rate(f"mqtt://127.0.0.1:1883/{topic}?qos=0", int(probe * s.seconds), s.size)
+    url = f"mqtt://127.0.0.1:1883/{topic}?qos=0"
+    probe = await worker_send_rate(url, s.messages, s.size)
+    top = await worker_send_rate(url, int(probe * s.seconds), s.size)
     eighty = int(0.8 * top) // 100 * 100
     print(f"  unbounded: {probe:,.0f}/s over {s.messages:,} messages, {top:,.0f}/s over {s.seconds:g} s")
     for precise in (False, True):
         for target in (100, 1000, 5000, eighty):
-            count = int(target * s.seconds)
-            cpu0, wall0 = time.process_time(), time.perf_counter()
-            run, rows = await worker_send(f"mqtt://127.0.0.1:1883/{topic}?qos=0", count, s.size, target, precise)
-            cpu_percent = 100 * (time.process_time() - cpu0) / (time.perf_counter() - wall0)
-            lag = run.stats.lag_us
-            sent = sorted(ata for _, ata in rows)
-            achieved = (count - 1) / ((sent[-1] - sent[0]) / 1e6)  # count - 1 gaps, first send to last
-            p50, p99 = lag.get_value_at_percentile(50), lag.get_value_at_percentile(99)
-            print(
-                f"{'precise' if precise else 'sleep':>8} {target:>9} {achieved / target:>16.4f} {cpu_percent:>6.0f} "
-                f"{p50:>11} {p99:>11} {lag.get_max_value():>11}",
-                flush=True,
-            )
+            await lag_row(url, s, target, precise)
     # The same at 80 % with a library whose network threads are C, not Python: paho's thread
     # above takes the GIL for every packet it writes, and the sender's loop waits for it.
     url = f"{kafka}/bench-lag-{uuid.uuid4().hex[:6]}?acks=1&linger_ms=5"
     top = await worker_send_rate(url, int(probe * s.seconds * 10), s.size)
-    target = int(0.8 * top) // 100 * 100
-    count = int(target * s.seconds)
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    run, rows = await worker_send(url, count, s.size, target)
-    cpu_percent = 100 * (time.process_time() - cpu0) / (time.perf_counter() - wall0)
-    lag, sent = run.stats.lag_us, sorted(ata for _, ata in rows)
-    achieved = (count - 1) / ((sent[-1] - sent[0]) / 1e6)
-    p50, p99 = lag.get_value_at_percentile(50), lag.get_value_at_percentile(99)
     print(f"  kafka acks=1 (tansu), unbounded: {top:,.0f}/s")
-    print(
-        f"{'sleep':>8} {target:>9} {achieved / target:>16.4f} {cpu_percent:>6.0f} "
-        f"{p50:>11} {p99:>11} {lag.get_max_value():>11}",
-        flush=True,
-    )
+    await lag_row(url, s, int(0.8 * top) // 100 * 100)
 
 
 async def processes_part(s: Sizes, kafka: str) -> None:
