@@ -212,7 +212,8 @@ class ReceiverRun(ReceivingAccount):
         stats = self.stats
         bodies, arrivals = zip(*batch, strict=True)
         lengths = list(map(len, bodies))
-        if min(lengths) < HEADER_BYTES:
+        shortest = min(lengths)
+        if shortest < HEADER_BYTES:
             whole = [message for message in batch if len(message[0]) >= HEADER_BYTES]
             stats.foreign["no_header"] += len(batch) - len(whole)
             if not whole:
@@ -220,7 +221,8 @@ class ReceiverRun(ReceivingAccount):
             batch = whole
             bodies, arrivals = zip(*batch, strict=True)
             lengths = list(map(len, bodies))
-        if min(lengths) == max(lengths):  # one size, as a fixed-size sender's: headers read in place
+            shortest = min(lengths)
+        if shortest == max(lengths):  # one size, as a fixed-size sender's: headers read in place
             heads = np.frombuffer(b"".join(bodies), dtype=_headers_every(lengths[0]))
         else:
             heads = np.frombuffer(b"".join([body[:HEADER_BYTES] for body in bodies]), dtype=_HEADER_DTYPE)
