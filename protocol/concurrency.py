@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
-__all__ = ["BackgroundLoop", "LoopBatch", "PollThread", "PreciseTimer", "call_in_loop", "run_blocking"]
+__all__ = ["BackgroundLoop", "LoopBatch", "LoopPoll", "PollThread", "PreciseTimer", "call_in_loop", "run_blocking"]
 
 _T = TypeVar("_T")
 
@@ -109,6 +109,32 @@ class LoopBatch(Generic[_T]):
             self._scheduled = False
         if items:
             self._handle(items)
+
+
+class LoopPoll:
+    """`poll()` on the loop every `interval_s` for as long as it returns True, for a library that
+    tells what it settled only when asked (paho's written QoS 0 messages, librdkafka's queue
+    length), not by a callback per message. `start()` arms it when idle; `stop()` disarms it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, interval_s: float, poll: Callable[[], bool]) -> None:
+        self._loop = loop
+        self._interval_s = interval_s
+        self._poll = poll
+        self._handle: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        if self._handle is None:
+            self._handle = self._loop.call_later(self._interval_s, self._run)
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _run(self) -> None:
+        self._handle = None
+        if self._poll():
+            self.start()
 
 
 class BackgroundLoop:

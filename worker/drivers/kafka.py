@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from protocol.concurrency import PollThread, call_in_loop
+from protocol.concurrency import LoopPoll, PollThread, call_in_loop
 from protocol.schemes import schemes_of
 from protocol.sut_url import DRIVER_OPTIONS
 from worker.drivers.base import (
@@ -95,7 +95,7 @@ class KafkaDriver(Driver):
         self._queued = 0
         self._settled = 0
         self._failures: list[KafkaError] = []
-        self._delivery_poll: asyncio.TimerHandle | None = None
+        self._deliveries: LoopPoll | None = None  # made by connect(): settles what was delivered
         self._on_requests: OnRequests | None = None  # a replier's
         self._reply_topic = ""  # a requester's, once open_replies made it
         self._partition = _ANY_PARTITION  # partitioner=client: where this client produces
@@ -125,6 +125,7 @@ class KafkaDriver(Driver):
 
     async def connect(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._deliveries = LoopPoll(self._loop, _DELIVERY_POLL_S, self._settle_deliveries)
         await probe(self.endpoint)  # librdkafka would only say "transport failure", after its timeout
         partitions = await asyncio.to_thread(self._ensure_topic)
         if self.endpoint.options.get("partitioner") == "client":
@@ -224,19 +225,18 @@ class KafkaDriver(Driver):
         self._watch_deliveries()
 
     def _watch_deliveries(self) -> None:
-        if self._delivery_poll is None and self._loop is not None:
-            self._delivery_poll = self._loop.call_later(_DELIVERY_POLL_S, self._settle_deliveries)
+        if self._deliveries is not None:
+            self._deliveries.start()
 
     def _on_failed(self, error: KafkaError, _message: Message) -> None:
         self._failures.append(error)  # inside poll() or flush(), on the thread that called it
 
-    def _settle_deliveries(self) -> None:
+    def _settle_deliveries(self) -> bool:
         """On the loop: settle the failures reported and, by count, the messages that left
-        librdkafka's queue without one; look again soon while any are in flight."""
-        self._delivery_poll = None
+        librdkafka's queue without one; whether any are still in flight."""
         producer = self._producer
         if producer is None:
-            return
+            return False
         producer.poll(0)  # serves the reports: failures reach _on_failed, deliveries only leave the queue
         failures, self._failures = self._failures, []
         for error in failures:
@@ -249,8 +249,7 @@ class KafkaDriver(Driver):
         if delivered > 0:
             self._settled += delivered
             self.on_settled(delivered, None)
-        if self._settled < self._queued:
-            self._watch_deliveries()
+        return self._settled < self._queued
 
     def _consumer_config(self, group: str) -> dict[str, Any]:
         o = self.endpoint.options
@@ -442,15 +441,12 @@ class KafkaDriver(Driver):
         for poller in self._pollers:
             await asyncio.to_thread(poller.stop)
         if self._producer is not None:
-            if self._delivery_poll is not None:
-                self._delivery_poll.cancel()
+            if self._deliveries is not None:
+                self._deliveries.stop()
             await asyncio.to_thread(self._producer.flush, 10)
             # What flush() settled (its failure reports came on its thread); what is still queued
             # after it is told as unconfirmed by the sender, which counts what never settled.
             self._settle_deliveries()
-            if self._delivery_poll is not None:
-                self._delivery_poll.cancel()
-                self._delivery_poll = None
             self._producer = None  # librdkafka's client goes with the last reference (no close())
         if self._consumer is not None:
             await asyncio.to_thread(self._consumer.close)

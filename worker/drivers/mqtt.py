@@ -37,7 +37,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from protocol.bus import no_delay
-from protocol.concurrency import LoopBatch, call_in_loop
+from protocol.concurrency import LoopBatch, LoopPoll, call_in_loop
 from protocol.schemes import schemes_of
 from protocol.sut_url import DRIVER_OPTIONS
 from worker.drivers.base import (
@@ -78,7 +78,7 @@ class MqttDriver(Driver):
         self._pending: set[int] = set()  # QoS 1/2: paho's message ids not yet acknowledged
         # QoS 0: what paho was handed and has not yet written, in the order it writes.
         self._unwritten: collections.deque[mqtt.MQTTMessageInfo] = collections.deque()
-        self._written_poll: asyncio.TimerHandle | None = None
+        self._written: LoopPoll | None = None  # made by connect(): settles what paho wrote
         self._acks: LoopBatch[int] | None = None
         self._messages: LoopBatch[tuple[bytes, int]] | None = None
         self._receiving = False
@@ -122,6 +122,8 @@ class MqttDriver(Driver):
         await probe(self.endpoint)  # paho's connect_async retries a refused address in silence
         self._loop = asyncio.get_running_loop()
         self._acks = LoopBatch(self._loop, self._confirmed, linger_s=_LINGER_S)
+        if self._written is None:  # connect() again after a refusal: the one poll stays
+            self._written = LoopPoll(self._loop, _WRITTEN_POLL_S, self._settle_written)
         self._messages = None  # set by receive()
         self._connected = asyncio.Event()
         try:
@@ -162,9 +164,8 @@ class MqttDriver(Driver):
             raise SendError(f"{self.endpoint}: {mqtt.error_string(info.rc)}", retry=False)
         if self.qos == 0:
             self._unwritten.append(info)
-            if self._written_poll is None:
-                assert self._loop is not None
-                self._written_poll = self._loop.call_later(_WRITTEN_POLL_S, self._settle_written)
+            assert self._written is not None
+            self._written.start()
             return
         # The acknowledgement reaches the loop through call_soon_threadsafe: after this line.
         self._pending.add(info.mid)
@@ -262,27 +263,23 @@ class MqttDriver(Driver):
 
     def _fail_pending(self, why: str) -> None:
         self._settle_written()
-        if self._written_poll is not None:
-            self._written_poll.cancel()
-            self._written_poll = None
+        if self._written is not None:
+            self._written.stop()
         unsettled = len(self._pending) + len(self._unwritten)
         self._pending = set()
         self._unwritten.clear()
         if unsettled:
             self.on_settled(unsettled, SendError(why, retry=False, kind="unconfirmed"))
 
-    def _settle_written(self) -> None:
-        """QoS 0: settle the messages paho has written, oldest first; look again soon while any
-        are left."""
-        self._written_poll = None
+    def _settle_written(self) -> bool:
+        """QoS 0: settle the messages paho has written, oldest first; whether any are left."""
         unwritten, written = self._unwritten, 0
         while unwritten and unwritten[0].is_published():
             unwritten.popleft()
             written += 1
         if written:
             self.on_settled(written, None)
-        if unwritten and self._loop is not None:
-            self._written_poll = self._loop.call_later(_WRITTEN_POLL_S, self._settle_written)
+        return bool(unwritten)
 
     def _on_publish(self, _c: mqtt.Client, _u: Any, mid: int, _reason: Any, _p: Any) -> None:
         if self._acks is not None:  # acknowledged (QoS 1: PUBACK, 2: PUBCOMP)

@@ -1,12 +1,13 @@
 """LoopBatch: items from a library's thread reach the loop a burst at a time; held ones only at
-the end of the thread's round, in one hand-over; a lingering batch gathers for its linger first."""
+the end of the thread's round, in one hand-over; a lingering batch gathers for its linger first. LoopPoll: a poll on the
+loop, repeated while it says something is left."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 
-from protocol.concurrency import LoopBatch
+from protocol.concurrency import LoopBatch, LoopPoll
 
 
 def test_held_items_cross_only_at_release_and_in_one_hand_over() -> None:
@@ -78,3 +79,28 @@ def test_a_lingering_batch_gathers_what_comes_within_its_linger_into_one_hand_ov
         assert handed[0][0] - first >= 0.2
 
     asyncio.run(scenario())
+
+
+def test_a_loop_poll_polls_while_it_is_asked_to_and_once_at_a_time() -> None:
+    polls: list[int] = []
+
+    async def scenario() -> None:
+        left = [3]
+
+        def poll() -> bool:
+            polls.append(left[0])
+            left[0] -= 1
+            return left[0] > 0
+
+        loop_poll = LoopPoll(asyncio.get_running_loop(), 0.01, poll)
+        loop_poll.start()
+        loop_poll.start()  # armed already: still one poll at a time
+        await asyncio.sleep(0.2)
+        assert polls == [3, 2, 1]  # until poll() said nothing is left
+        left[0] = 5
+        loop_poll.start()
+        loop_poll.stop()
+        await asyncio.sleep(0.05)
+
+    asyncio.run(scenario())
+    assert polls == [3, 2, 1]  # stopped before its next poll
