@@ -1,6 +1,6 @@
 """LoopBatch: items from a library's thread reach the loop a burst at a time; held ones only at
-the end of the thread's round, in one hand-over; a lingering batch gathers for its linger first. LoopPoll: a poll on the
-loop, repeated while it says something is left."""
+the end of the thread's round, in one hand-over; a lingering batch gathers for its linger first.
+LoopPoll: a poll on the loop, repeated while it says something is left."""
 
 from __future__ import annotations
 
