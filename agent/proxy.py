@@ -25,7 +25,7 @@ import struct
 import time
 from dataclasses import dataclass, field
 
-from protocol.concurrency import PreciseTimer
+from protocol.precise_timer import PreciseTimer
 
 __all__ = ["FaultProxy", "Faults"]
 

@@ -4,24 +4,31 @@ paho-mqtt, python-qpid-proton and confluent-kafka each run their own thread; the
 hand work to an asyncio loop through `call_in_loop`, or, where it comes per message, through a
 `LoopBatch` that crosses once per burst; blocking calls (systemctl, iptables) go off the
 loop through `run_blocking`. Sync code that needs an asyncio service
-(the embedded broker) runs it on a `BackgroundLoop`. No other module starts threads.
+(the embedded broker) runs it on a `BackgroundLoop`; work that releases the GIL (compressing a
+rate file) runs beside its caller, in order, on a `SerialThread`. No other module starts threads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import functools
-import heapq
-import itertools
 import logging
 import threading
-import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
-__all__ = ["BackgroundLoop", "LoopBatch", "LoopPoll", "PollThread", "PreciseTimer", "call_in_loop", "run_blocking"]
+__all__ = [
+    "BackgroundLoop",
+    "LoopBatch",
+    "LoopPoll",
+    "PollThread",
+    "SerialThread",
+    "call_in_loop",
+    "run_blocking",
+]
 
 _T = TypeVar("_T")
 
@@ -52,20 +59,11 @@ class LoopBatch(Generic[_T]):
     pipe write); at tens of thousands of acknowledgements or messages a second that is the
     whole budget. A burst crosses once: the first item schedules the hand-over, the rest ride
     along until the loop takes them.
-
-    `linger_s` holds a hand-over back that long after its first item, for items whose time was
-    stamped where they were put (a receiver's arrivals, acknowledgements the window waits on):
-    a library that hands over one message per network read (paho reads one packet per select)
-    otherwise woke the loop for nearly every message, and the two threads spent the receive
-    passing the GIL back and forth. Not for what a client waits on to go on (replies).
     """
 
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, handle: Callable[[list[_T]], None], linger_s: float = 0.0
-    ) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, handle: Callable[[list[_T]], None]) -> None:
         self._loop = loop
         self._handle = handle
-        self._linger_s = linger_s
         self._items: list[_T] = []
         self._lock = threading.Lock()
         self._scheduled = False
@@ -98,10 +96,7 @@ class LoopBatch(Generic[_T]):
             if self._scheduled:
                 return
             self._scheduled = True
-        call_in_loop(self._loop, self._flush_later if self._linger_s else self._flush)
-
-    def _flush_later(self) -> None:
-        self._loop.call_later(self._linger_s, self._flush)
+        call_in_loop(self._loop, self._flush)
 
     def _flush(self) -> None:
         with self._lock:
@@ -158,6 +153,42 @@ class BackgroundLoop:
             self._loop.close()
 
 
+class SerialThread:
+    """Jobs run one after another, in the order given, on a thread of their own.
+
+    For work that spends much of its time outside the GIL (zlib): done here, that part runs
+    on another core while the caller's thread (an event loop) goes on. The caller never waits for
+    a job unless `backlog` of them are still queued (so memory stays bounded when the disk is
+    slow) or it asks to with `wait`. A job that raised is raised to the caller at its next
+    `submit`, `wait` or `join`: nothing fails unseen.
+    """
+
+    def __init__(self, name: str, backlog: int = 8) -> None:
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._backlog = backlog
+        self._queued: collections.deque[concurrent.futures.Future[None]] = collections.deque()
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        while self._queued and (self._queued[0].done() or len(self._queued) >= self._backlog):
+            self._queued.popleft().result()
+        self._queued.append(self._pool.submit(fn, *args))
+
+    def wait(self) -> None:
+        """Until every job given so far has run."""
+        while self._queued:
+            self._queued.popleft().result()
+
+    def join(self) -> None:
+        """Run every job given, end the thread, then raise the first error if one raised (a
+        failed write does not keep the jobs after it, a file's close, from running)."""
+        self._pool.shutdown(wait=True)
+        errors = [job.exception() for job in self._queued]
+        self._queued.clear()
+        first = next((error for error in errors if error is not None), None)
+        if first is not None:
+            raise first
+
+
 class PollThread:
     """Calls `poll()` over and over on a daemon thread until stopped, or until it returns False.
 
@@ -191,71 +222,3 @@ class PollThread:
         self._stop.set()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout_s)
-
-
-class PreciseTimer:
-    """Wakes coroutines at a given `time.perf_counter_ns()`, to about 0.1 ms: one thread per
-    process, shared by every sleeper on the loop.
-
-    asyncio's timers wake 1-2 ms late: epoll takes its timeout in whole milliseconds, rounded
-    up. A thread's `time.sleep` is late by the kernel's timer slack (50 µs), and the hop to the
-    loop adds a few tens of µs. Those that fall due together cross in one hand-over. A sleeper
-    due sooner than the one the thread waits for wakes it (an event), except in the last
-    `_COARSE_S` before a wake-up, where it can be held up by at most that much.
-    """
-
-    _COARSE_S = 0.002
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._due: list[tuple[int, int, asyncio.Future[None]]] = []
-        self._order = itertools.count()
-        self._lock = threading.Lock()
-        self._work = threading.Event()
-        self._stopped = False
-        self._thread = threading.Thread(target=self._run, name="precise-timer", daemon=True)
-        self._thread.start()
-
-    async def sleep_until(self, due_ns: int) -> None:
-        future: asyncio.Future[None] = self._loop.create_future()
-        with self._lock:
-            heapq.heappush(self._due, (due_ns, next(self._order), future))
-        self._work.set()
-        await future
-
-    def close(self) -> None:
-        self._stopped = True
-        self._work.set()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(2)
-
-    def _run(self) -> None:
-        while not self._stopped:
-            with self._lock:
-                earliest = self._due[0][0] if self._due else None
-            if earliest is None:
-                self._work.wait(0.1)
-                self._work.clear()
-                continue
-            wait_s = (earliest - time.perf_counter_ns()) / 1e9
-            if wait_s > self._COARSE_S:
-                # Most of a long wait on the event, which a sooner sleeper interrupts; the
-                # last stretch in time.sleep, whose wake-up is the precise one.
-                self._work.wait(wait_s - self._COARSE_S / 2)
-                self._work.clear()
-                continue
-            if wait_s > 0:
-                time.sleep(wait_s)
-                continue
-            now = time.perf_counter_ns()
-            ready = []
-            with self._lock:
-                while self._due and self._due[0][0] <= now:
-                    ready.append(heapq.heappop(self._due)[2])
-            call_in_loop(self._loop, _wake, ready)
-
-
-def _wake(futures: list[asyncio.Future[None]]) -> None:
-    for future in futures:
-        if not future.done():  # a cancelled sleeper
-            future.set_result(None)

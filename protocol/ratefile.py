@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from protocol.atomic import write_text_atomically
+from protocol.concurrency import SerialThread
 
 __all__ = [
     "PIECE_SUFFIX",
@@ -52,7 +53,7 @@ __all__ = [
 
 _HEADER = "# maestro-rate v1 "
 _ROWS_PER_WRITE = 4096  # rows encoded and handed to gzip at once
-_ROW = "{},{}\n"  # eta delta, ata delta
+_ROW = "{},{}\n"  # `eta,ata\n`, deltas
 PIECE_SUFFIX = "-seconds.json"
 # A cell's key packs its eta second and how many seconds later its ata came: a receiver's ata
 # may be before the sender's eta (clocks of two hosts), and more than 12 days either way is a
@@ -61,7 +62,72 @@ _OFFSET_BITS = 21
 _OFFSET_HALF = 1 << (_OFFSET_BITS - 1)
 
 
+@dataclass
+class _Disk:
+    """What a writer keeps on its disk thread, and only there: the open file, the last row
+    written (the next delta's origin), and the piece's cells."""
+
+    file: gzip.GzipFile | None = None
+    prev_eta: int = 0
+    prev_ata: int = 0
+    cells: Counter[int] = field(default_factory=Counter)  # packed (eta second, ata offset) -> rows
+    first_ata: int | None = None
+    last_ata: int | None = None
+
+    def open(self, path: Path, header: bytes, base_us: int) -> None:
+        # Open across many writes and closed by close(): a with-block cannot span that.
+        self.file = gzip.GzipFile(path, "wb", compresslevel=6)
+        self.file.write(header)
+        self.prev_eta = self.prev_ata = base_us
+
+    def write(self, eta: np.ndarray, ata: np.ndarray) -> None:
+        """Rows as text, each `eta,ata` a delta from the row before: the bytes one f-string per
+        row would make, from one format call over the interleaved deltas (~130-220 ns a row, all
+        of it in C). Arrow's CSV writer took 60-70 ns a row outside the GIL, but a worker that
+        imported pyarrow sent 15-25 % less over MQTT with four clients (bench/README.md)."""
+        assert self.file is not None
+        deltas = np.empty(2 * len(eta), dtype=np.int64)
+        deltas[0::2] = np.diff(eta, prepend=self.prev_eta)
+        deltas[1::2] = np.diff(ata, prepend=self.prev_ata)
+        self.prev_eta, self.prev_ata = int(eta[-1]), int(ata[-1])
+        self._count_seconds(eta, ata)
+        self.file.write((_ROW * len(eta)).format(*deltas.tolist()).encode())
+
+    def sync(self) -> None:
+        assert self.file is not None
+        self.file.flush(zlib.Z_SYNC_FLUSH)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+    def piece(self, path: Path, files: list[str], rows: int) -> None:
+        """The piece of the files closed so far (`files`, holding `rows`)."""
+        cells = []
+        for key, count in sorted(self.cells.items()):
+            eta_s = key >> _OFFSET_BITS
+            cells.append([eta_s, eta_s + (key & ((1 << _OFFSET_BITS) - 1)) - _OFFSET_HALF, count])
+        piece = RatePiece(files, rows, self.first_ata, self.last_ata, cells)
+        write_text_atomically(path, json.dumps(piece.__dict__, separators=(",", ":")))
+
+    def _count_seconds(self, eta: np.ndarray, ata: np.ndarray) -> None:
+        """The piece's cells for these rows: a sort of one packed column, a few distinct keys."""
+        eta_s = eta // 1_000_000
+        offset = np.clip(ata // 1_000_000 - eta_s, -_OFFSET_HALF, _OFFSET_HALF - 1)
+        keys, counts = np.unique((eta_s << _OFFSET_BITS) + offset + _OFFSET_HALF, return_counts=True)
+        self.cells.update(dict(zip(keys.tolist(), counts.tolist(), strict=True)))
+        low, high = int(ata.min()), int(ata.max())
+        self.first_ata = low if self.first_ata is None else min(self.first_ata, low)
+        self.last_ata = high if self.last_ata is None else max(self.last_ata, high)
+
+
 class RateFileWriter:
+    """Rows are taken on the caller's thread (the event loop) into two int64 columns; every
+    `_ROWS_PER_WRITE` rows, and at `flush`, they go to the writer's own disk thread, which
+    makes their text, compresses and writes it in order (`protocol.concurrency.SerialThread`).
+    The loop's cost per row is two appends; zlib releases the GIL and runs on another core."""
+
     def __init__(
         self,
         directory: Path,
@@ -77,22 +143,20 @@ class RateFileWriter:
         self.flush_every_s = flush_every_s
         self.paths: list[Path] = []
         self.rows = 0
-        self._file: gzip.GzipFile | None = None
+        self._open = False  # a file is open (on the disk thread)
         self._rows_in_file = 0
-        self._eta: array[int] = array("q")  # rows not yet written, absolute µs
+        self._eta: array[int] = array("q")  # rows not yet handed to the disk thread, absolute µs
         self._ata: array[int] = array("q")
-        self._prev_eta = self._prev_ata = 0
         self._last_flush = time.monotonic()
-        self._cells: Counter[int] = Counter()  # packed (eta second, ata offset) -> rows
-        self._first_ata: int | None = None
-        self._last_ata: int | None = None
+        self._disk = _Disk()
+        self._thread: SerialThread | None = None
         self._piece: Path | None = None
         directory.mkdir(parents=True, exist_ok=True)
 
     def write(self, eta_us: int, ata_us: int) -> None:
-        if self._file is None or self._rows_in_file >= self.rows_per_file:
+        if not self._open or self._rows_in_file >= self.rows_per_file:
             self._rotate(eta_us)
-        # Two appends per message; deltas and text are made a column at a time in flush().
+        # Two appends per message; deltas and text are made a column at a time on the disk thread.
         self._eta.append(eta_us)
         self._ata.append(ata_us)
         self._rows_in_file += 1
@@ -102,7 +166,7 @@ class RateFileWriter:
 
     def write_many(self, eta_us: array[int] | np.ndarray, ata_us: array[int] | np.ndarray) -> None:
         """Rows taken a burst at a time (int64 columns): one extend per column."""
-        if self._file is None or self._rows_in_file + len(eta_us) > self.rows_per_file:
+        if not self._open or self._rows_in_file + len(eta_us) > self.rows_per_file:
             for eta, ata in zip(eta_us.tolist(), ata_us.tolist(), strict=True):  # a rotation inside: row by row
                 self.write(eta, ata)
             return
@@ -114,76 +178,67 @@ class RateFileWriter:
             self.flush()
 
     def flush(self) -> None:
-        """Write what is pending, and sync-flush when `flush_every_s` has passed since the last
-        sync (the owner calls this about once a second: a crash loses at most that much)."""
-        if self._file is None:
+        """Hand what is pending to the disk thread, and a sync flush when `flush_every_s` has
+        passed since the last (the owner calls this about once a second: a crash loses at most
+        that much). `written` waits until it is on disk."""
+        if not self._open:
             return
+        thread = self._disk_thread()
         if self._eta:
-            self._file.write(self._encode())
+            # The arrays' buffers go with the job: the next rows start new ones.
+            eta, ata = np.frombuffer(self._eta, dtype=np.int64), np.frombuffer(self._ata, dtype=np.int64)
+            self._eta, self._ata = array("q"), array("q")
+            thread.submit(self._disk.write, eta, ata)
         if time.monotonic() - self._last_flush >= self.flush_every_s:
-            self._sync()
+            thread.submit(self._disk.sync)
+            self._last_flush = time.monotonic()
 
-    def _encode(self) -> bytes:
-        """The pending rows as text, each `eta,ata` a delta from the row before: the same bytes
-        as one f-string per row, made without a Python step per row."""
-        eta = np.frombuffer(self._eta, dtype=np.int64)
-        ata = np.frombuffer(self._ata, dtype=np.int64)
-        deltas = np.empty(2 * len(eta), dtype=np.int64)
-        deltas[0::2] = np.diff(eta, prepend=self._prev_eta)
-        deltas[1::2] = np.diff(ata, prepend=self._prev_ata)
-        self._prev_eta, self._prev_ata = int(eta[-1]), int(ata[-1])
-        self._eta, self._ata = array("q"), array("q")
-        self._count_seconds(eta, ata)
-        # One format call over the interleaved deltas: ~220 ns a row, all of it in C.
-        text = (_ROW * len(eta)).format(*deltas.tolist())
-        return text.encode()
-
-    def _count_seconds(self, eta: np.ndarray, ata: np.ndarray) -> None:
-        """The piece's cells for these rows: a sort of one packed column, a few distinct keys."""
-        eta_s = eta // 1_000_000
-        offset = np.clip(ata // 1_000_000 - eta_s, -_OFFSET_HALF, _OFFSET_HALF - 1)
-        keys, counts = np.unique((eta_s << _OFFSET_BITS) + offset + _OFFSET_HALF, return_counts=True)
-        self._cells.update(dict(zip(keys.tolist(), counts.tolist(), strict=True)))
-        low, high = int(ata.min()), int(ata.max())
-        self._first_ata = low if self._first_ata is None else min(self._first_ata, low)
-        self._last_ata = high if self._last_ata is None else max(self._last_ata, high)
+    def written(self) -> None:
+        """Wait until everything handed to the disk thread is on disk (a reader of a live file)."""
+        if self._thread is not None:
+            self._thread.wait()
 
     def names(self) -> list[str]:
         """The files written so far: the rate files, and their piece once closed."""
         return [p.name for p in self.paths] + ([self._piece.name] if self._piece else [])
 
-    def _write_piece(self) -> None:
-        cells = []
-        for key, count in sorted(self._cells.items()):
-            eta_s = key >> _OFFSET_BITS
-            cells.append([eta_s, eta_s + (key & ((1 << _OFFSET_BITS) - 1)) - _OFFSET_HALF, count])
-        piece = RatePiece([p.name for p in self.paths], self.rows, self._first_ata, self._last_ata, cells)
-        path = self.directory / f"{self.stem}{PIECE_SUFFIX}"
-        write_text_atomically(path, json.dumps(piece.__dict__, separators=(",", ":")))
-        self._piece = path
+    def _disk_thread(self) -> SerialThread:
+        if self._thread is None:
+            self._thread = SerialThread(f"rate-file-{self.stem}")
+        return self._thread
 
-    def _sync(self) -> None:
-        assert self._file is not None
-        self._file.flush(zlib.Z_SYNC_FLUSH)
-        self._last_flush = time.monotonic()
+    def _close_file(self, thread: SerialThread) -> None:
+        """The open file closed on the disk thread, then the piece of every file so far: a
+        writer killed after a rotation leaves one for the files it closed."""
+        thread.submit(self._disk.close)
+        piece = self.directory / f"{self.stem}{PIECE_SUFFIX}"
+        thread.submit(self._disk.piece, piece, [p.name for p in self.paths], self.rows)
+        self._piece = piece
 
     def _rotate(self, base_us: int) -> None:
-        self.close()
+        if self._open:
+            self.flush()  # the rows so far belong to the file before
+            self._close_file(self._disk_thread())
         path = self.directory / f"{self.stem}-{len(self.paths):04d}.csv.gz"
-        # Open across many writes and closed by close(): a with-block cannot span that.
-        self._file = gzip.GzipFile(path, "wb", compresslevel=6)
         labels = " ".join(f"{k}={v}" for k, v in self.labels.items())
-        self._file.write(f"{_HEADER}base_us={base_us} {labels} part={len(self.paths)}\neta,ata\n".encode())
+        header = f"{_HEADER}base_us={base_us} {labels} part={len(self.paths)}\neta,ata\n".encode()
+        self._disk_thread().submit(self._disk.open, path, header, base_us)
         self.paths.append(path)
+        self._open = True
         self._rows_in_file = 0
-        self._prev_eta = self._prev_ata = base_us
 
     def close(self) -> None:
-        if self._file is not None:
+        """Everything written and the file closed, then the piece beside it; a failure on the
+        disk thread (a full disk) is raised here."""
+        if not self._open:
+            return
+        thread = self._disk_thread()
+        try:
             self.flush()
-            self._file.close()
-            self._file = None
-            self._write_piece()
+            self._close_file(thread)
+        finally:
+            self._open, self._thread = False, None
+            thread.join()
 
 
 def read_rate_file(path: Path) -> Iterator[tuple[int, int]]:

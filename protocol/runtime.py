@@ -27,6 +27,7 @@ from protocol.bus import ConnectFailedError, ControlBus, Identity
 from protocol.codec import DEFAULT_MAX_NOTE_BYTES, ProtocolError
 from protocol.codes import Activity, ErrorCode, NoteType, Role
 from protocol.concurrency import call_in_loop
+from protocol.failures import describe
 from protocol.memory import trim_forever
 from protocol.notes import (
     GetRequest,
@@ -303,7 +304,7 @@ class Peer:
             return InternalErrorResponse(code=exc.code, message=str(exc))
         except Exception as exc:
             log.exception("%s failed", type(note).__name__)
-            return InternalErrorResponse(code=ErrorCode.FAILED, message=f"{type(exc).__name__}: {exc}")
+            return InternalErrorResponse(code=ErrorCode.FAILED, message=describe(exc))
 
     async def handle(self, note: Note) -> Note | None:
         match note:
@@ -439,7 +440,7 @@ class Peer:
                 report = await upload_with_retries(url, note.test_id, trees, budget_s, self.config.upload_token)
             except Exception as exc:  # the coordinator waits for the notification whatever broke
                 log.exception("upload failed")
-                done = UploadComplete(test_id=note.test_id, success=False, message=f"{type(exc).__name__}: {exc}")
+                done = UploadComplete(test_id=note.test_id, success=False, message=describe(exc))
             else:
                 failed = "; ".join(f"{path}: {why}" for path, why in sorted(report.failed.items()))
                 message = f"{len(report.uploaded)} files" + (

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from protocol.codes import Activity, Role
 from protocol.daemon_cli import daemon_parser, run_daemon
+from protocol.failures import describe
 from protocol.notes import (
     DrainComplete,
     DrainRequest,
@@ -130,7 +131,11 @@ class Worker(Peer):
             run = self._sender(directory, note.start_for(self.peer_id))
         else:
             run = self._receiver(directory, note.latency_shift_us.get(self.peer_id, 0))
-            await run.start()  # consuming before OK: senders started after us lose nothing
+            try:
+                await run.start()  # consuming before OK: senders started after us lose nothing
+            except Exception:
+                await run.close()  # the consumers that did connect, and its hold on the frozen heap
+                raise
         self._run = run
         self.state = Activity.RUNNING
         self.spawn(self._drive(run, directory))
@@ -263,7 +268,7 @@ class Worker(Peer):
             failure = self._tripped or run.failure
         except Exception as exc:  # the notification below must go out whatever broke
             log.exception("run failed")
-            failure = f"{type(exc).__name__}: {exc}"
+            failure = describe(exc)
         finally:
             await run.close()
             self._write_peer_json(run, directory, failure)

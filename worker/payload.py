@@ -28,16 +28,22 @@ import hashlib
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 __all__ = [
     "HEADER_BYTES",
+    "HEADER_DTYPE",
     "HEADER_LAYOUT",
     "MAGIC",
     "REPLY_BYTES",
     "REPLY_LAYOUT",
     "REPLY_STAMPS",
     "ForeignPayloadError",
+    "HeaderColumns",
     "MessageHeader",
+    "headers_every",
     "key_of",
     "make_body",
     "pack_header",
@@ -54,6 +60,55 @@ REPLY_BYTES = REPLY_LAYOUT.size
 # (test_key, sender_key, sequence, intended_ns, sent_ns) -> the 44 header bytes: the sender's hot
 # path, one C call with the magic bound in.
 pack_header: Callable[[int, int, int, int, int], bytes] = functools.partial(_LAYOUT.pack, MAGIC)
+# The same header as numpy reads and writes it side by side (big endian, packed).
+HEADER_DTYPE = np.dtype(
+    [("magic", "S4"), ("test", ">u8"), ("sender", ">u8"), ("sequence", ">u8"), ("intended", ">i8"), ("sent", ">i8")]
+)
+assert HEADER_DTYPE.itemsize == HEADER_BYTES
+
+
+@functools.lru_cache(maxsize=16)
+def headers_every(size: int) -> np.dtype[Any]:
+    """The header's fields at the start of each `size`-byte record: a burst of same-size bodies,
+    joined whole, is read (or written) without slicing each header out first."""
+    fields = HEADER_DTYPE.fields
+    assert fields is not None
+    names = list(fields)
+    layout: dict[str, Any] = {
+        "names": names,
+        "formats": [fields[name][0] for name in names],
+        "offsets": [fields[name][1] for name in names],
+        "itemsize": size,
+    }
+    return np.dtype(layout)  # type: ignore[call-overload]
+
+
+class HeaderColumns:
+    """Same-size bodies made a burst at a time: the records of up to `most` messages of `size`
+    bytes, magic, test key and filler written once, and per burst only the sender, sequence,
+    intended and sent columns. For a driver that hands a burst to its library in one call
+    (Kafka's `produce_batch`): 200 ns a message where packing each header took 550. The bodies
+    are copies, so one run's clients share the records."""
+
+    def __init__(self, test_key: int, size: int, filler: bytes, most: int) -> None:
+        self.size = size
+        raw = np.empty((most, size), dtype=np.uint8)
+        raw[:, HEADER_BYTES:] = np.frombuffer(filler[: size - HEADER_BYTES], dtype=np.uint8)
+        self._records = raw.reshape(-1).view(headers_every(size))
+        self._records["magic"] = MAGIC
+        self._records["test"] = test_key
+
+    def bodies(self, sender_key: int, sequence: int, intended_ns: np.ndarray, sent_ns: int) -> list[bytes]:
+        """The bodies of `sender_key`'s messages `sequence`, `sequence + 1`, ... intended at
+        `intended_ns` (wall ns), all sent at `sent_ns`."""
+        count, size = len(intended_ns), self.size
+        records = self._records[:count]
+        records["sender"] = sender_key
+        records["sequence"] = np.arange(sequence, sequence + count)
+        records["intended"] = intended_ns
+        records["sent"] = sent_ns
+        joined = records.tobytes()
+        return [joined[start : start + size] for start in range(0, count * size, size)]
 
 
 class ForeignPayloadError(ValueError):

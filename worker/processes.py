@@ -23,6 +23,7 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
+from protocol.failures import describe
 from protocol.hdr import new_histogram
 from protocol.ratefile import RateFileWriter
 from protocol.sequences import encode_bitset, union_bitsets
@@ -233,7 +234,7 @@ async def _receiver_child(spec: _ReceiverChildSpec, reports: Any, stop: multipro
     try:
         await run.start()
     except Exception as exc:  # the parent names it and fails the start
-        reports.put(("failed", spec.part, f"{type(exc).__name__}: {exc}"))
+        reports.put(("failed", spec.part, describe(exc)))
         await run.close()
         return
     reports.put(("ready", spec.part))

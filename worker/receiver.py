@@ -22,14 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from protocol.concurrency import PreciseTimer
 from protocol.options import Delay
+from protocol.precise_timer import PreciseTimer
 from protocol.ratefile import RateFileWriter
 from protocol.sequences import SequenceTracker, dump_bitsets
 from worker.drivers import driver_for_client
 from worker.drivers.base import FIRST_CONNECT_S, Driver, DriverError, SendError, connect_within
+from worker.heap import HeapHold
 from worker.latency import IntervalLatency, LatencyRecorder
-from worker.payload import HEADER_BYTES, HEADER_LAYOUT, MAGIC, REPLY_STAMPS, key_of
+from worker.payload import HEADER_BYTES, HEADER_DTYPE, HEADER_LAYOUT, MAGIC, REPLY_STAMPS, headers_every, key_of
 from worker.run import ReceivingAccount
 
 __all__ = ["ReceiverPlan", "ReceiverRun"]
@@ -39,27 +40,6 @@ log = logging.getLogger(__name__)
 # A burst this large is read a column at a time (numpy); below it, numpy's fixed costs per call
 # outweigh a few Python operations per message.
 _COLUMNS_FROM = 32
-# worker.payload's header, as numpy reads it side by side (big endian, packed).
-_HEADER_DTYPE = np.dtype(
-    [("magic", "S4"), ("test", ">u8"), ("sender", ">u8"), ("sequence", ">u8"), ("intended", ">i8"), ("sent", ">i8")]
-)
-assert _HEADER_DTYPE.itemsize == HEADER_BYTES
-
-
-@functools.lru_cache(maxsize=16)
-def _headers_every(size: int) -> np.dtype[Any]:
-    """The header's fields at the start of each `size`-byte record: a burst of same-size bodies,
-    joined whole, is read without slicing each header out first."""
-    fields = _HEADER_DTYPE.fields
-    assert fields is not None
-    names = list(fields)
-    layout: dict[str, Any] = {
-        "names": names,
-        "formats": [fields[name][0] for name in names],
-        "offsets": [fields[name][1] for name in names],
-        "itemsize": size,
-    }
-    return np.dtype(layout)  # type: ignore[call-overload]
 
 
 @dataclass(frozen=True)
@@ -116,12 +96,14 @@ class ReceiverRun(ReceivingAccount):
         self._stop = asyncio.Event()
         self._driver_for = driver_for or functools.partial(driver_for_client, plan.urls, "receive_url")
         self._timer: PreciseTimer | None = None  # a replier's, for service times
+        self._heap = HeapHold()  # frozen from start to close (worker.heap)
         self._service_rng = random.Random(3)
         self._answering: set[asyncio.Future[None]] = set()  # held until done: the loop keeps weak references
         self.clients = clients if clients is not None else range(plan.parallel_count)
 
     async def start(self) -> None:
         """Connect every consumer; returns once all of them are consuming."""
+        self._heap.hold()
         if self.plan.reply:
             self._timer = PreciseTimer(asyncio.get_running_loop())
         for client in self.clients:
@@ -223,9 +205,9 @@ class ReceiverRun(ReceivingAccount):
             lengths = list(map(len, bodies))
             shortest = min(lengths)
         if shortest == max(lengths):  # one size, as a fixed-size sender's: headers read in place
-            heads = np.frombuffer(b"".join(bodies), dtype=_headers_every(lengths[0]))
+            heads = np.frombuffer(b"".join(bodies), dtype=headers_every(lengths[0]))
         else:
-            heads = np.frombuffer(b"".join([body[:HEADER_BYTES] for body in bodies]), dtype=_HEADER_DTYPE)
+            heads = np.frombuffer(b"".join([body[:HEADER_BYTES] for body in bodies]), dtype=HEADER_DTYPE)
         arrived = np.array(arrivals, dtype=np.int64)
         ours = heads["magic"] == MAGIC
         if not ours.all():
@@ -298,6 +280,7 @@ class ReceiverRun(ReceivingAccount):
         return [*names, "receiver-latency.hlog", "receiver-service-latency.hlog", "receiver-sequences.json"]
 
     async def close(self) -> None:
+        self._heap.release()  # first: a close that fails must not leave the daemon's heap frozen
         if self._answering:  # answers still in their service time go out before the clients close
             await asyncio.wait(self._answering, timeout=5 + self.plan.service_time.mean_s * 10)
         if self._timer is not None:

@@ -34,16 +34,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from protocol.concurrency import PreciseTimer
 from protocol.fail import FailConditions
 from protocol.options import Delay, Duration, MessageSize
+from protocol.precise_timer import PreciseTimer
 from protocol.ratefile import RateFileWriter
 from protocol.sequences import SequenceTracker
 from worker.drivers import driver_for_client
-from worker.drivers.base import FIRST_CONNECT_S, DisconnectedError, Driver, DriverError, SendError, connect_within
+from worker.drivers.base import (
+    FIRST_CONNECT_S,
+    DisconnectedError,
+    Driver,
+    DriverError,
+    SendError,
+    connect_within,
+    retry_within,
+)
 from worker.latency import LatencyRecorder
 from worker.payload import HEADER_BYTES, MAGIC, REPLY_BYTES, REPLY_LAYOUT, key_of, pack_header
-from worker.run import Watch
+from worker.run import Watch, run_clients
 from worker.sender import sender_key
 
 __all__ = ["REQUESTER_LOGS", "RequesterPlan", "RequesterRun", "RequesterStats"]
@@ -131,16 +139,10 @@ class RequesterRun:
 
     async def run(self) -> None:
         self._timer = PreciseTimer(asyncio.get_running_loop())
-        clients = [asyncio.create_task(self._client(c)) for c in range(self.plan.parallel_count)]
         try:
-            await asyncio.gather(*clients)
-        except DriverError as exc:
-            self.failure = str(exc)
-            log.error("requester failed: %s", exc)
+            clients = [self._client(c) for c in range(self.plan.parallel_count)]
+            self.failure = await run_clients(clients, "requester") or self.failure
         finally:
-            for task in clients:
-                task.cancel()
-            await asyncio.gather(*clients, return_exceptions=True)
             self._timer.close()
             self.rate_file.flush()
 
@@ -149,7 +151,7 @@ class RequesterRun:
         driver.on_settled = self._settled
         await connect_within(driver, FIRST_CONNECT_S)
         try:
-            await driver.open_replies(self._on_replies)
+            await retry_within(lambda: driver.open_replies(self._on_replies), FIRST_CONNECT_S)
             await driver.start_sending()
             if self.plan.start_at_ns:
                 await self._sleep_or_stop(max(0, self.plan.start_at_ns - time.time_ns()) / 1e9)

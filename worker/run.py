@@ -5,10 +5,15 @@ fail conditions over it."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from protocol.fail import FailConditions
+from worker.drivers.base import DriverError
+from worker.heap import frozen_heap
 
 if TYPE_CHECKING:
     from hdrh.histogram import HdrHistogram
@@ -17,11 +22,31 @@ if TYPE_CHECKING:
     from worker.receiver import ReceiverPlan, ReceiverStats
     from worker.sender import SenderPlan, SenderStats
 
-__all__ = ["RATE_JUDGED_AFTER_S", "ReceivingAccount", "Run", "SendingAccount", "Watch"]
+__all__ = ["RATE_JUDGED_AFTER_S", "ReceivingAccount", "Run", "SendingAccount", "Watch", "run_clients"]
+
+log = logging.getLogger(__name__)
 
 # A sender's rate is judged only this long after its warm-up: one slow second at the start does
 # not decide the test.
 RATE_JUDGED_AFTER_S = 5.0
+
+
+async def run_clients(clients: list[Coroutine[Any, Any, None]], role: str) -> str | None:
+    """A sending role's clients run to their ends, the heap frozen meanwhile (worker.heap); a
+    driver's failure ends them all and is returned. Every client is cancelled and awaited
+    before this returns."""
+    with frozen_heap():
+        tasks = [asyncio.create_task(client) for client in clients]
+        try:
+            await asyncio.gather(*tasks)
+        except DriverError as exc:
+            log.error("%s failed: %s", role, exc)
+            return str(exc)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    return None
 
 
 class Run(Protocol):

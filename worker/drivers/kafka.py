@@ -67,6 +67,7 @@ _POLL_S = 0.05
 _DELIVERY_POLL_S = 0.001
 _BATCH = 1000  # messages one consume() call may return
 _ASSIGN_TIMEOUT_S = 30.0
+_CREATE_TOPIC_S = 20.0
 _ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA, produce()'s default: its partitioner picks
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,7 @@ class KafkaDriver(Driver):
     OPTIONS: ClassVar[dict[str, Callable[[Any], Any]]] = DRIVER_OPTIONS["worker.drivers.kafka:KafkaDriver"]
     DESCRIPTION = "Kafka (confluent-kafka / librdkafka)"
     DEFAULT_WINDOW = 100_000  # librdkafka's default queue.buffering.max.messages
+    TAKES_BURSTS = True  # produce_batch
 
     def __init__(self, endpoint: Endpoint, client: int = 0) -> None:
         super().__init__(endpoint, client)
@@ -154,7 +156,7 @@ class KafkaDriver(Driver):
         try:
             admin.create_topics([NewTopic(topic, num_partitions=count, replication_factor=1)], operation_timeout=15)[
                 topic
-            ].result(20)
+            ].result(_CREATE_TOPIC_S)
             log.info("%s: created the topic %s with %d partition(s)", self.endpoint, topic, count)
             return int(count)
         except KafkaException as exc:
@@ -167,6 +169,9 @@ class KafkaDriver(Driver):
                 raise ConnectError(why, retry=error.retriable()) from exc
             log.warning("%s: the topic does not exist and could not be created: %s", self.endpoint, error.str())
             return None
+        except TimeoutError as exc:  # a broker under load; the future's own error says nothing
+            why = f"{self.endpoint}: no answer to creating the topic {topic} within {_CREATE_TOPIC_S:g} s"
+            raise ConnectError(why, retry=True) from exc
 
     def _producer_config(self) -> dict[str, Any]:
         o = self.endpoint.options

@@ -1,18 +1,22 @@
 """MQTT through paho-mqtt: `mqtt://[user:pw@]host[:1883]/topic?qos=1&clean_session=true`.
 
-paho runs its own network thread; its callbacks cross to the event loop through
-`protocol.concurrency`. QoS 1 and 2 messages are settled when the broker acknowledged them
-(PUBACK / PUBCOMP), a burst of acknowledgements crossing to the loop at once; QoS 0 ones once
-paho has written them to the socket. `max_inflight` (paho's own bound for QoS
-1/2, default 1000) is also the worker's window, for QoS 0 too: a QoS 0 message handed to paho
-waits in its memory until paho's thread writes it, and an unbounded sender handed them over faster
-than that thread wrote them (335,071 waiting and 768 MB of RSS after 8 s), its rate counting
-messages that had not left the process.
+paho runs on the event loop, through its external-loop interface (`loop_read` when the socket
+is readable, `loop_write` when paho has something to write and the socket takes it, `loop_misc`
+once a second for the keepalive), not in a network thread of its own. A second Python thread
+took the GIL for every packet: the loop waited up to a switch interval (5 ms) for it, which was
+the schedule's lag at high rates, and each publish wrote a byte to wake it. On the loop, a raw
+paho send measured 1.2-1.4 times its threaded rate (bench/README.md), and what a read brings in
+is handed to the receiver at once, with no thread hop. Only the blocking parts, the TCP (and
+TLS) connect of `connect` and `reconnect`, run in a thread.
 
-A QoS 0 write is not announced through `on_publish`: paho builds a `ReasonCode` and a
-`Properties` for each call (9.5 µs, on its thread, under the GIL), which capped the sender at 0.41
-of a raw paho loop's rate. The loop looks at the messages' `MQTTMessageInfo`s instead, in the order
-paho writes them, every millisecond while some are unwritten.
+QoS 1 and 2 messages are settled when the broker acknowledged them (PUBACK / PUBCOMP), the
+acknowledgements of one read at once; QoS 0 ones once paho has written them to the socket, read
+from their `MQTTMessageInfo`s after each write (paho's `on_publish` would build a `ReasonCode` and
+a `Properties` for each QoS 0 write: 9.5 µs). `max_inflight` (paho's own bound for QoS 1/2,
+default 1000) is also the worker's window, for QoS 0 too: a QoS 0 message handed to paho waits in
+its memory until written, and an unbounded sender handed them over faster than they were written
+(335,071 waiting and 768 MB of RSS after 8 s), its rate counting messages that had not left the
+process.
 
 `?version=5` speaks MQTT 5, which request/reply needs: a request carries a response topic and
 correlation data, and the replier publishes its answer to that topic with the same data. Each
@@ -25,7 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import socket
 import ssl
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -37,7 +44,6 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from protocol.bus import no_delay
-from protocol.concurrency import LoopBatch, LoopPoll, call_in_loop
 from protocol.schemes import schemes_of
 from protocol.sut_url import DRIVER_OPTIONS
 from worker.drivers.base import (
@@ -56,12 +62,9 @@ from worker.drivers.base import (
 __all__ = ["MqttDriver"]
 
 _CONNECT_TIMEOUT_S = 15.0
-# How often the loop looks for QoS 0 messages paho has written since: the window reopens this
-# late at most.
-_WRITTEN_POLL_S = 0.001
-# How long a hand-over of messages or acknowledgements gathers more (LoopBatch): paho hands them
-# over one per network read.
-_LINGER_S = 0.001
+_MISC_S = 1.0  # loop_misc: keepalive pings and their timeout, as paho's own thread does each second
+_RECONNECT_FIRST_S, _RECONNECT_MOST_S = 1.0, 30.0  # paho's reconnect_delay_set(1, 30), which its thread used
+_CLOSE_S = 2.0  # how long close() lets the DISCONNECT go out before the socket is dropped
 
 
 class MqttDriver(Driver):
@@ -74,13 +77,27 @@ class MqttDriver(Driver):
         self._was_connected = False
         self.qos: int = endpoint.options.get("qos", 1)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
         self._connected: asyncio.Event | None = None
+        self._closing = False
+        self._closed = asyncio.Event()  # set with _closing: ends a reconnect's wait
+        self._misc: asyncio.TimerHandle | None = None
+        self._reconnecting: asyncio.Task[None] | None = None
+        self._reconnect_delay_s = _RECONNECT_FIRST_S
+        self._socket_closed = asyncio.Event()
         self._pending: set[int] = set()  # QoS 1/2: paho's message ids not yet acknowledged
         # QoS 0: what paho was handed and has not yet written, in the order it writes.
         self._unwritten: collections.deque[mqtt.MQTTMessageInfo] = collections.deque()
-        self._written: LoopPoll | None = None  # made by connect(): settles what paho wrote
-        self._acks: LoopBatch[int] | None = None
-        self._messages: LoopBatch[tuple[bytes, int]] | None = None
+        # What one read brought in, handed over when it ends: acknowledgements, messages,
+        # replies and requests; `_packets` counts them, to tell a read that found more.
+        self._acked: list[int] = []
+        self._arrived: list[tuple[bytes, int]] = []
+        self._replies_in: list[tuple[bytes, int]] = []
+        self._requests_in: list[tuple[bytes, int, Any]] = []
+        self._packets = 0
+        self._on_messages: OnMessages | None = None
+        self._on_replies: OnMessages | None = None
+        self._on_requests: OnRequests | None = None
         self._receiving = False
         self._processing_delay_s = 0.0
         self._connect_error = "no answer"
@@ -88,8 +105,6 @@ class MqttDriver(Driver):
         self.v5 = endpoint.options.get("version", "3.1.1") == "5"
         self._reply_topic = ""  # a requester's, once open_replies made it
         self._subscription = self.destination  # what a receiver subscribes to
-        self._replies: LoopBatch[tuple[bytes, int]] | None = None
-        self._requests: LoopBatch[tuple[bytes, int, Any]] | None = None
         self._client = self._make_client()
 
     def _make_client(self) -> mqtt.Client:
@@ -107,46 +122,54 @@ class MqttDriver(Driver):
             client.username_pw_set(e.username, e.password)
         if e.tls:
             client.tls_set_context(e.ssl_context() or ssl.create_default_context())
-        client.reconnect_delay_set(1, 30)
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         if self.qos:  # QoS 0: _settle_written
             client.on_publish = self._on_publish
-        client.on_message = self._on_message_thread
+        client.on_message = self._on_message
+        client.on_socket_open = self._on_socket_open
+        client.on_socket_close = self._on_socket_close
+        client.on_socket_register_write = self._on_register_write
+        client.on_socket_unregister_write = self._on_unregister_write
         return client
 
     def window(self) -> int:
         return int(self.endpoint.options.get("max_inflight", self.DEFAULT_WINDOW))
 
     async def connect(self) -> None:
-        await probe(self.endpoint)  # paho's connect_async retries a refused address in silence
+        await probe(self.endpoint)  # a clear "connection refused" before paho's own try
         self._loop = asyncio.get_running_loop()
-        self._acks = LoopBatch(self._loop, self._confirmed, linger_s=_LINGER_S)
-        if self._written is None:  # connect() again after a refusal: the one poll stays
-            self._written = LoopPoll(self._loop, _WRITTEN_POLL_S, self._settle_written)
-        self._messages = None  # set by receive()
+        self._loop_thread = threading.get_ident()
+        self._closing = False
         self._connected = asyncio.Event()
-        try:
-            keepalive = self.endpoint.options.get("keepalive_s", 30)
-            if self.v5:
-                clean = self.endpoint.options.get("clean_session", True)
-                start = mqtt.MQTT_CLEAN_START_FIRST_ONLY if clean else False
-                self._client.connect_async(self.endpoint.host, self.endpoint.port, keepalive, clean_start=start)
-            else:
-                self._client.connect_async(self.endpoint.host, self.endpoint.port, keepalive)
-        except (OSError, ValueError) as exc:
-            raise ConnectError(f"{self.endpoint}: {exc}", retry=True) from exc
         self._refused.clear()  # an earlier attempt's refusal
-        self._client.loop_start()
+        self._closed.clear()
+        try:
+            await asyncio.to_thread(self._open)
+        except (OSError, ValueError) as exc:
+            raise ConnectError(f"{self.endpoint}: no connection: {connect_cause(exc)}", retry=True) from exc
         connected = asyncio.ensure_future(self._connected.wait())
         refused = asyncio.ensure_future(self._refused.wait())
         await asyncio.wait((connected, refused), timeout=_CONNECT_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
         connected.cancel()
         refused.cancel()
         if not self._connected.is_set():
-            self._client.loop_stop()
+            await self._shut()
             why = connect_cause(self._connect_error)
             raise ConnectError(f"{self.endpoint}: no connection: {why}", retry=why != "authentication failed")
+        if self._misc is None:
+            self._misc = self._loop.call_later(_MISC_S, self._keep_alive)
+
+    def _open(self) -> None:
+        """In a thread: the blocking TCP (and TLS) connect and the CONNECT packet; CONNACK is
+        read on the loop."""
+        keepalive = self.endpoint.options.get("keepalive_s", 30)
+        if self.v5:
+            clean = self.endpoint.options.get("clean_session", True)
+            start = mqtt.MQTT_CLEAN_START_FIRST_ONLY if clean else False
+            self._client.connect(self.endpoint.host, self.endpoint.port, keepalive, clean_start=start)
+        else:
+            self._client.connect(self.endpoint.host, self.endpoint.port, keepalive)
 
     def publish(self, body: bytes, token: int) -> None:
         self._publish(self.destination, body, token)
@@ -163,17 +186,13 @@ class MqttDriver(Driver):
         if info.rc not in (mqtt.MQTT_ERR_SUCCESS, mqtt.MQTT_ERR_NO_CONN):
             raise SendError(f"{self.endpoint}: {mqtt.error_string(info.rc)}", retry=False)
         if self.qos == 0:
-            self._unwritten.append(info)
-            assert self._written is not None
-            self._written.start()
+            self._unwritten.append(info)  # settled after the write that sends it (_writable)
             return
-        # The acknowledgement reaches the loop through call_soon_threadsafe: after this line.
-        self._pending.add(info.mid)
+        self._pending.add(info.mid)  # its acknowledgement comes in a later read (_readable)
 
     async def receive(self, on_messages: OnMessages, processing_delay_s: float = 0.0) -> None:
-        assert self._loop is not None
         self._processing_delay_s = processing_delay_s
-        self._messages = LoopBatch(self._loop, on_messages, linger_s=_LINGER_S)
+        self._on_messages = on_messages
         self._receiving = True
         self._client.subscribe(self._subscription, qos=self.qos)
 
@@ -192,10 +211,9 @@ class MqttDriver(Driver):
 
     async def open_replies(self, on_replies: OnMessages) -> None:
         self._need_v5()
-        assert self._loop is not None
         base = self.endpoint.options.get("reply_to", "maestro/replies")
         self._reply_topic = f"{base}/{uuid.uuid4().hex[:12]}"
-        self._replies = LoopBatch(self._loop, on_replies)
+        self._on_replies = on_replies
         self._client.subscribe(self._reply_topic, qos=self.qos)
 
     def request(self, body: bytes, token: int, correlation: str) -> None:
@@ -208,8 +226,7 @@ class MqttDriver(Driver):
 
     async def serve(self, on_requests: OnRequests) -> None:
         self._need_v5()
-        assert self._loop is not None
-        self._requests = LoopBatch(self._loop, on_requests)
+        self._on_requests = on_requests
         self._receiving = True
         self._subscription = f"$share/maestro-repliers/{self.destination}"
         self._client.subscribe(self._subscription, qos=self.qos)
@@ -225,21 +242,169 @@ class MqttDriver(Driver):
         self._publish(topic, body, token, properties)  # settled once written or acknowledged
 
     async def close(self) -> None:
-        self._client.disconnect()
-        self._client.loop_stop()
         self._fail_pending(f"{self.endpoint}: closed before confirmed")
+        await self._shut()
+        if self._misc is not None:
+            self._misc.cancel()
+            self._misc = None
 
-    # --- paho thread -----------------------------------------------------------------------------
+    async def _shut(self) -> None:
+        """No reconnecting from here on; the DISCONNECT written, and the socket closed once it
+        is (paho closes it after writing that packet), or after _CLOSE_S."""
+        self._closing = True
+        self._closed.set()
+        if self._reconnecting is not None:
+            # Awaited, not cancelled: a reconnect already in its thread goes on regardless, and
+            # what it opens must be shut here, not left behind.
+            await asyncio.wait({self._reconnecting}, timeout=_CONNECT_TIMEOUT_S)
+            self._reconnecting = None
+        if self._client.socket() is None:
+            return
+        self._socket_closed.clear()
+        self._client.disconnect()
+        self._writable()
+        if self._client.socket() is not None:
+            try:
+                await asyncio.wait_for(self._socket_closed.wait(), _CLOSE_S)
+            except TimeoutError:
+                sock = self._client.socket()
+                if isinstance(sock, socket.socket):
+                    self._on_socket_close(self._client, None, sock)
+                    sock.close()
+
+    # --- paho on the loop ---------------------------------------------------------------------
+
+    def _on_loop(self, fn: Callable[..., Any], *args: Any) -> None:
+        """`fn(*args)` now when on the loop's thread, else soon on the loop: paho calls the
+        socket callbacks from the thread of `connect`/`reconnect` too."""
+        assert self._loop is not None
+        if threading.get_ident() == self._loop_thread:
+            fn(*args)
+        elif not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(fn, *args)
+
+    def _on_socket_open(self, _c: mqtt.Client, _u: Any, sock: Any) -> None:
+        self._on_loop(self._watch, sock)
+
+    def _watch(self, sock: Any) -> None:
+        assert self._loop is not None
+        if sock.fileno() >= 0:  # not closed again meanwhile
+            self._loop.add_reader(sock, self._readable)
+
+    def _on_socket_close(self, _c: mqtt.Client, _u: Any, sock: Any) -> None:
+        # The descriptor, taken now: paho closes the socket when this returns.
+        self._on_loop(self._unwatch, sock.fileno())
+
+    def _unwatch(self, fd: int) -> None:
+        assert self._loop is not None
+        if fd >= 0:
+            self._loop.remove_reader(fd)
+            self._loop.remove_writer(fd)
+        self._socket_closed.set()
+
+    def _on_register_write(self, _c: mqtt.Client, _u: Any, sock: Any) -> None:
+        self._on_loop(self._want_write, sock)
+
+    def _want_write(self, sock: Any) -> None:
+        assert self._loop is not None
+        if sock.fileno() >= 0:
+            self._loop.add_writer(sock, self._writable)
+
+    def _on_unregister_write(self, _c: mqtt.Client, _u: Any, sock: Any) -> None:
+        fd = sock.fileno()
+        if fd >= 0 and self._loop is not None:
+            self._on_loop(self._loop.remove_writer, fd)
+
+    def _writable(self) -> None:
+        self._client.loop_write()
+        if self._unwritten:
+            self._settle_written()
+
+    def _readable(self) -> None:
+        """Every packet the socket holds, then what they brought handed over at once. A read
+        that handled no acknowledgement or message (a PINGRESP, a SUBACK, a partial packet)
+        ends it; TLS may hold decrypted bytes the socket no longer shows, so those are read too."""
+        client = self._client
+        if self._processing_delay_s:
+            self._read_slowly()
+            return
+        while True:
+            before = self._packets
+            if client.loop_read() != mqtt.MQTT_ERR_SUCCESS:
+                break
+            if self._packets == before:
+                sock = client.socket()
+                if not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+                    break
+        self._hand_over()
+
+    def _read_slowly(self) -> None:
+        """A slow consumer: one packet, then no reading for the time it takes, so the broker's
+        next message and the PUBACK wait as they would for an application that slow."""
+        before = self._packets
+        self._client.loop_read()
+        self._hand_over()
+        sock = self._client.socket()
+        if self._packets > before and sock is not None and self._loop is not None:
+            self._loop.remove_reader(sock)
+            self._loop.call_later(self._processing_delay_s, self._watch_again, sock)
+
+    def _watch_again(self, sock: Any) -> None:
+        if sock is self._client.socket():  # not a connection since closed
+            self._watch(sock)
+
+    def _hand_over(self) -> None:
+        if self._acked:
+            mids, self._acked = self._acked, []
+            self._confirmed(mids)
+        if self._arrived:
+            arrived, self._arrived = self._arrived, []
+            if self._on_messages is not None:
+                self._on_messages(arrived)
+        if self._replies_in:
+            replies, self._replies_in = self._replies_in, []
+            if self._on_replies is not None:
+                self._on_replies(replies)
+        if self._requests_in:
+            requests, self._requests_in = self._requests_in, []
+            if self._on_requests is not None:
+                self._on_requests(requests)
+
+    def _keep_alive(self) -> None:
+        assert self._loop is not None
+        if self._client.socket() is not None:
+            self._client.loop_misc()
+        self._misc = self._loop.call_later(_MISC_S, self._keep_alive)
+
+    async def _reconnect(self) -> None:
+        """Tries with paho's own backoff: the wait doubles from one try to the next, also when
+        a try connects and the connection is dropped before CONNACK (a proxy whose upstream is
+        down), and starts again from the first only once a CONNACK accepts."""
+        while True:
+            delay = self._reconnect_delay_s
+            self._reconnect_delay_s = min(delay * 2, _RECONNECT_MOST_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), delay)
+            if self._closing:
+                return
+            try:
+                await asyncio.to_thread(self._client.reconnect)
+                return  # CONNACK, read on the loop, calls _on_connect
+            except (OSError, ValueError):
+                continue
+
+    # --- paho's callbacks, on the loop ------------------------------------------------------------
 
     def _on_connect(self, client: mqtt.Client, _u: Any, _f: Any, reason: Any, _p: Any) -> None:
         if reason.is_failure:
             self._connect_error = str(reason)
-            if self._loop is not None and not self._was_connected:
-                call_in_loop(self._loop, self._refused.set)
+            if not self._was_connected:
+                self._refused.set()
             return
         # paho leaves Nagle on: a message would wait for the ACK of the one before, which a slow
         # path (a fault proxy's 20 ms) turns into up to 20 ms more latency.
         no_delay(client)
+        self._reconnect_delay_s = _RECONNECT_FIRST_S
         if self._connected is not None and self._was_connected:
             self.reconnects_ns.append(time.time_ns())
         self._was_connected = True
@@ -247,12 +412,15 @@ class MqttDriver(Driver):
             client.subscribe(self._subscription, qos=self.qos)
         if self._reply_topic:
             client.subscribe(self._reply_topic, qos=self.qos)
-        assert self._loop is not None and self._connected is not None
-        call_in_loop(self._loop, self._connected.set)
+        assert self._connected is not None
+        self._connected.set()
 
     def _on_disconnect(self, _c: mqtt.Client, _u: Any, _f: Any, _reason: Any, _p: Any) -> None:
-        if self._loop is not None and self._connected is not None:
-            call_in_loop(self._loop, self._lost)
+        if self._connected is None:
+            return
+        self._lost()
+        if not self._closing and (self._reconnecting is None or self._reconnecting.done()):
+            self._reconnecting = asyncio.ensure_future(self._reconnect())
 
     def _lost(self) -> None:
         assert self._connected is not None
@@ -262,28 +430,26 @@ class MqttDriver(Driver):
         self._fail_pending(f"{self.endpoint}: disconnected before confirmed")
 
     def _fail_pending(self, why: str) -> None:
+        self._hand_over()  # acknowledgements read before the drop are the broker's word
         self._settle_written()
-        if self._written is not None:
-            self._written.stop()
         unsettled = len(self._pending) + len(self._unwritten)
         self._pending = set()
         self._unwritten.clear()
         if unsettled:
             self.on_settled(unsettled, SendError(why, retry=False, kind="unconfirmed"))
 
-    def _settle_written(self) -> bool:
-        """QoS 0: settle the messages paho has written, oldest first; whether any are left."""
+    def _settle_written(self) -> None:
+        """QoS 0: settle the messages paho has written, oldest first."""
         unwritten, written = self._unwritten, 0
         while unwritten and unwritten[0].is_published():
             unwritten.popleft()
             written += 1
         if written:
             self.on_settled(written, None)
-        return bool(unwritten)
 
     def _on_publish(self, _c: mqtt.Client, _u: Any, mid: int, _reason: Any, _p: Any) -> None:
-        if self._acks is not None:  # acknowledged (QoS 1: PUBACK, 2: PUBCOMP)
-            self._acks.put(mid)
+        self._acked.append(mid)  # acknowledged (QoS 1: PUBACK, 2: PUBCOMP)
+        self._packets += 1
 
     def _confirmed(self, mids: list[int]) -> None:
         pending = self._pending
@@ -292,19 +458,13 @@ class MqttDriver(Driver):
         if len(pending) < before:
             self.on_settled(before - len(pending), None)
 
-    def _on_message_thread(self, _c: mqtt.Client, _u: Any, message: mqtt.MQTTMessage) -> None:
-        if self._replies is not None and message.topic == self._reply_topic:
-            self._replies.put((bytes(message.payload), time.time_ns()))
-            return
-        if self._requests is not None:
+    def _on_message(self, _c: mqtt.Client, _u: Any, message: mqtt.MQTTMessage) -> None:
+        self._packets += 1
+        if self._reply_topic and message.topic == self._reply_topic:
+            self._replies_in.append((bytes(message.payload), time.time_ns()))
+        elif self._on_requests is not None:
             props = message.properties
             address = (getattr(props, "ResponseTopic", ""), getattr(props, "CorrelationData", None))
-            self._requests.put((bytes(message.payload), time.time_ns(), address))
-            return
-        if self._messages is None:
-            return
-        self._messages.put((bytes(message.payload), time.time_ns()))  # payload is bytes: no copy
-        if self._processing_delay_s:
-            # A slow consumer holds paho's loop: the PUBACK and the next message wait, as they
-            # would for an application that takes this long.
-            time.sleep(self._processing_delay_s)
+            self._requests_in.append((bytes(message.payload), time.time_ns(), address))
+        elif self._on_messages is not None:
+            self._arrived.append((bytes(message.payload), time.time_ns()))  # payload is bytes: no copy

@@ -1,5 +1,5 @@
 """LoopBatch: items from a library's thread reach the loop a burst at a time; held ones only at
-the end of the thread's round, in one hand-over; a lingering batch gathers for its linger first.
+the end of the thread's round, in one hand-over.
 LoopPoll: a poll on the loop, repeated while it says something is left."""
 
 from __future__ import annotations
@@ -59,26 +59,6 @@ def test_put_items_cross_without_a_release() -> None:
 
     asyncio.run(scenario())
     assert [item for burst in handed for item in burst] == [1, 2, 3]
-
-
-def test_a_lingering_batch_gathers_what_comes_within_its_linger_into_one_hand_over() -> None:
-    handed: list[tuple[float, list[int]]] = []
-
-    async def scenario() -> None:
-        loop = asyncio.get_running_loop()
-        batch: LoopBatch[int] = LoopBatch(loop, lambda items: handed.append((loop.time(), items)), linger_s=0.2)
-        first = loop.time()
-        await asyncio.to_thread(batch.put, 1)
-        await asyncio.sleep(0.05)  # the loop is free: without the linger, 1 would cross now
-        assert handed == []
-        await asyncio.to_thread(batch.put_many, [2, 3])
-        await asyncio.sleep(0.3)
-        await asyncio.to_thread(batch.put, 4)  # after the hand-over: the next one
-        await asyncio.sleep(0.3)
-        assert [items for _, items in handed] == [[1, 2, 3], [4]]
-        assert handed[0][0] - first >= 0.2
-
-    asyncio.run(scenario())
 
 
 def test_a_loop_poll_polls_while_it_is_asked_to_and_once_at_a_time() -> None:

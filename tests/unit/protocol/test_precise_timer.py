@@ -1,15 +1,20 @@
-"""The process's precise timer: every sleeper wakes, never before its time, in the order due."""
+"""The loop's precise timer: every sleeper wakes, never before its time, in the order due; on
+the timerfd here and on the loop's own timers where there is none."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 
-from protocol.concurrency import PreciseTimer
+import pytest
+
+from protocol import precise_timer
+from protocol.precise_timer import PreciseTimer
 
 
-def test_sleepers_wake_in_due_order_and_never_early() -> None:
+def _wake_order(count: int, spread_ns: int) -> list[tuple[int, int]]:
     woke: list[tuple[int, int]] = []
 
     async def sleeper(timer: PreciseTimer, due_ns: int) -> None:
@@ -22,29 +27,62 @@ def test_sleepers_wake_in_due_order_and_never_early() -> None:
             start = time.perf_counter_ns()
             rng = random.Random(7)
             # Registered in random order, some due at once, some in the past already.
-            dues = [start + rng.randrange(-1_000_000, 60_000_000) for _ in range(60)]
+            dues = [start + rng.randrange(-1_000_000, spread_ns) for _ in range(count)]
             await asyncio.wait_for(asyncio.gather(*(sleeper(timer, due) for due in dues)), 10)
         finally:
             timer.close()
 
     asyncio.run(scenario())
+    return woke
+
+
+def test_sleepers_wake_in_due_order_and_never_early() -> None:
+    assert precise_timer._LIBC is not None  # Linux: the timerfd is what is tested here
+    woke = _wake_order(60, 60_000_000)
     assert len(woke) == 60
     assert all(at >= due for due, at in woke)
     assert [due for due, _ in woke] == sorted(due for due, _ in woke)
 
 
-def test_a_sleeper_registered_while_the_thread_waits_for_a_later_one_is_not_held_up() -> None:
-    async def scenario() -> float:
+def test_without_a_timerfd_the_loops_timers_stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(precise_timer, "_LIBC", None)
+    woke = _wake_order(20, 30_000_000)
+    assert len(woke) == 20
+    assert all(at >= due for due, at in woke)
+
+
+def test_a_sooner_sleeper_rearms_the_timer_and_a_cancelled_one_is_passed_over() -> None:
+    async def scenario() -> tuple[float, bool]:
         timer = PreciseTimer(asyncio.get_running_loop())
         try:
             far = asyncio.ensure_future(timer.sleep_until(time.perf_counter_ns() + 2_000_000_000))
-            await asyncio.sleep(0.05)  # the thread now waits for `far`
+            gone = asyncio.ensure_future(timer.sleep_until(time.perf_counter_ns() + 5_000_000))
+            await asyncio.sleep(0.001)  # armed for `gone`, then for `far` once it is cancelled
+            gone.cancel()
             started = time.perf_counter()
             await asyncio.wait_for(timer.sleep_until(time.perf_counter_ns() + 10_000_000), 1.5)
+            waited = time.perf_counter() - started
+            far_done = far.done()
             far.cancel()
-            return time.perf_counter() - started
+            return waited, far_done
         finally:
             timer.close()
 
+    waited, far_done = asyncio.run(scenario())
     # Woken for the near one, not after the far one's 2 s (the bound is loose: a shared machine).
-    assert asyncio.run(scenario()) < 1.0
+    assert waited < 1.0 and not far_done
+
+
+def test_close_leaves_the_loop_watching_nothing() -> None:
+    async def scenario() -> int:
+        loop = asyncio.get_running_loop()
+        timer = PreciseTimer(loop)
+        await timer.sleep_until(time.perf_counter_ns() + 1_000_000)
+        fd = timer._fd
+        timer.close()
+        assert not loop.remove_reader(fd)  # already removed
+        return fd
+
+    fd = asyncio.run(scenario())
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed

@@ -185,9 +185,9 @@ def test_a_rate_file_cut_by_a_crash_reads_up_to_its_last_flush(tmp_path: Path) -
     writer.flush()  # sync-flushed: everything so far is readable
     for i in range(5000, 5100):
         writer.write(i * 10, i * 10 + 3)
-    # Simulate kill -9: the file is never closed; copy what is on disk now.
-    assert writer._file is not None
-    writer._file.fileobj.flush()  # type: ignore[attr-defined]
+    # Simulate kill -9: the file is never closed; copy what is on disk now (once the disk
+    # thread has done what it was given).
+    writer.written()
     crashed = tmp_path / "crashed.csv.gz"
     crashed.write_bytes(writer.paths[0].read_bytes())
     rows = list(read_rate_file(crashed))
@@ -245,7 +245,9 @@ def test_a_rotation_leaves_a_piece_for_the_files_closed_so_far(tmp_path: Path) -
     writer = RateFileWriter(tmp_path, "sender", {}, rows_per_file=100)
     for i in range(250):
         writer.write(i * 1000, i * 1000 + 5)
-    # Killed here: never closed. Files 0 and 1 were closed by rotations, file 2 is open.
+    # Killed here, once its disk thread had done what it was given: never closed. Files 0 and
+    # 1 were closed by rotations, file 2 is open.
+    writer.written()
     piece = RatePiece.read(tmp_path / "sender-seconds.json")
     assert (piece.files, piece.rows) == (["sender-0000.csv.gz", "sender-0001.csv.gz"], 200)
     assert piece.seconds().per_second == Counter({0: 200})

@@ -12,7 +12,7 @@ from support.memory_driver import MemoryDriver
 from protocol.hdr import read_total
 from protocol.options import Duration, MessageSize, parse_delay
 from protocol.ratefile import RateFileWriter
-from worker.drivers.base import OnMessages
+from worker.drivers.base import ConnectError, OnMessages
 from worker.payload import HEADER_BYTES, HEADER_LAYOUT, REPLY_STAMPS, key_of
 from worker.requester import RequesterPlan, RequesterRun
 
@@ -124,24 +124,55 @@ class PromptDriver(MemoryDriver):
 def test_the_think_time_as_lived_runs_from_a_reply_to_the_next_request(tmp_path: Path) -> None:
     """20 ms of think time between 10 requests: 9 gaps, each the planned 20 ms and the timer's
     lateness (a fraction of a millisecond), never less."""
-    plan = RequesterPlan(
-        test_id="t-1",
-        peer="s1@here",
-        urls=["memory://x/q"],
-        parallel_count=1,
-        duration=Duration(messages=10),
-        size=MessageSize(100, 100),
-        think_time=parse_delay("20ms"),
+    run = _run_to_its_end(tmp_path, PromptDriver(), 10, think_time=parse_delay("20ms"))
+    assert (run.stats.replies, run.stats.thoughts) == (10, 9)
+    lived = run.account()["request_reply"]["think_time_measured_s"]
+    assert 0.020 <= lived < 0.025, lived
+    assert run.account()["request_reply"]["think_time_mean_s"] == 0.020
+
+
+class SlowReplyTopicDriver(PromptDriver):
+    """Its reply address cannot be made at the first try (a broker too busy to answer a topic's
+    creation in time), and can at the second."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tries = 0
+
+    async def open_replies(self, on_replies: OnMessages) -> None:
+        self.tries += 1
+        if self.tries == 1:
+            raise ConnectError("memory://x/q: no answer to creating the topic r within 20 s", retry=True)
+        await super().open_replies(on_replies)
+
+
+def test_a_reply_address_that_cannot_be_made_at_once_is_tried_again(tmp_path: Path) -> None:
+    driver = SlowReplyTopicDriver()
+    run = _run_to_its_end(tmp_path, driver, 3)
+    assert run.failure is None
+    assert (driver.tries, run.stats.replies) == (2, 3)
+
+
+def _run_to_its_end(tmp_path: Path, driver: MemoryDriver, messages: int, **plan: Any) -> RequesterRun:
+    """One client's run of `messages` requests through `driver`, run and closed."""
+    run = RequesterRun(
+        RequesterPlan(
+            test_id="t-1",
+            peer="s1@here",
+            urls=["memory://x/q"],
+            parallel_count=1,
+            duration=Duration(messages=messages),
+            size=MessageSize(100, 100),
+            **plan,
+        ),
+        RateFileWriter(tmp_path, "sender", {}),
+        tmp_path,
+        driver_for=lambda _c: driver,
     )
-    driver = PromptDriver()
-    run = RequesterRun(plan, RateFileWriter(tmp_path, "sender", {}), tmp_path, driver_for=lambda _c: driver)
 
     async def scenario() -> None:
         await run.run()
         await run.close()
 
     asyncio.run(scenario())
-    assert (run.stats.replies, run.stats.thoughts) == (10, 9)
-    lived = run.account()["request_reply"]["think_time_measured_s"]
-    assert 0.020 <= lived < 0.025, lived
-    assert run.account()["request_reply"]["think_time_mean_s"] == 0.020
+    return run

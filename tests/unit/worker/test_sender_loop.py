@@ -7,15 +7,17 @@ how each is settled, so every count below is exact.
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 
 import pytest
 from support.memory_driver import MemoryDriver
+from support.waiting import until
 
 from protocol.options import Duration, MessageSize
 from protocol.ratefile import RateFileWriter, read_rate_file
 from worker.drivers.base import SendError
-from worker.payload import read_header
+from worker.payload import make_body, read_header
 from worker.sender import SenderPlan, SenderRun
 
 
@@ -57,13 +59,38 @@ def test_every_message_goes_once_in_order_with_its_header(tmp_path: Path, batche
         assert all(len(body) == 64 for body in driver.bodies)
         assert all(h.sent_ns >= h.intended_ns for h in headers)
         assert driver.closed
-        # Unbounded: bursts of due messages, taken whole by a batching driver.
+        # Each body is its header and the filler, whether packed one by one or built a burst at
+        # a time for a driver that takes bursts whole.
+        filler = random.Random(0).randbytes(64)
+        assert all(body == make_body(read_header(body), 64, filler) for body in driver.bodies)
+        # Unbounded: bursts of due messages, taken whole by a batching driver, which takes every
+        # message of a burst at once: one sent stamp for a burst built at once.
         assert not batches or max(driver.bursts) > 1
+        if batches:
+            start = 0
+            for size in driver.bursts:
+                stamps = {header.sent_ns for header in headers[start : start + size]}
+                assert len(stamps) == 1 or size < 16
+                start += size
     # The rate rows are the headers' stamps (intended and sent, µs), in bursts both below and
     # above the size where they are made a column at a time.
     stamps = [read_header(body) for driver in drivers.values() for body in driver.bodies]
     assert sorted(_rows(run)) == sorted((h.intended_ns // 1000, h.sent_ns // 1000) for h in stamps)
     assert run.stats.lag_us.get_total_count() == 101
+
+
+def test_a_driver_that_takes_bursts_whole_gets_bursts_of_up_to_1024_with_every_header_right(tmp_path: Path) -> None:
+    driver = MemoryDriver(batches=True)
+    run = _run(_plan(duration=Duration(messages=5000)), tmp_path, {0: driver})
+    asyncio.run(run.run())
+    run.rate_file.close()
+    assert run.stats.sent == 5000 and not run.stats.errors
+    assert 256 < max(driver.bursts) <= 1024  # beyond the one-by-one bound, within its own
+    headers = [read_header(body) for body in driver.bodies]
+    assert [h.sequence for h in headers] == list(range(5000))
+    filler = random.Random(0).randbytes(64)
+    assert all(body == make_body(header, 64, filler) for body, header in zip(driver.bodies, headers, strict=True))
+    assert sorted(_rows(run)) == sorted((h.intended_ns // 1000, h.sent_ns // 1000) for h in headers)
 
 
 def test_the_window_bounds_what_is_in_flight_and_the_wait_is_lag_not_failure(tmp_path: Path) -> None:
@@ -72,13 +99,15 @@ def test_the_window_bounds_what_is_in_flight_and_the_wait_is_lag_not_failure(tmp
 
     async def scenario() -> None:
         task = asyncio.create_task(run.run())
+        await until(lambda: len(driver.tokens) == 5)
         await asyncio.sleep(0.2)
         assert driver.tokens == [0, 1, 2, 3, 4]  # the window is full: the sender waits
         driver.release(3)
-        await asyncio.sleep(0.2)
+        await until(lambda: len(driver.tokens) == 8)
+        await asyncio.sleep(0.05)
         assert driver.tokens == list(range(8))
         driver.release(100)
-        await asyncio.sleep(0.2)
+        await until(lambda: len(driver.tokens) == 12)
         driver.release(100)
         await task
 
@@ -97,16 +126,16 @@ def test_a_full_window_reopens_once_a_sixteenth_of_it_settled(tmp_path: Path) ->
 
     async def scenario() -> None:
         task = asyncio.create_task(run.run())
-        await asyncio.sleep(0.2)
-        assert len(driver.tokens) == 32
+        await until(lambda: len(driver.tokens) == 32)
         driver.release(1)
         await asyncio.sleep(0.2)
         assert len(driver.tokens) == 32  # 31 in flight: above the low-water mark, still waiting
         driver.release(1)
-        await asyncio.sleep(0.2)
+        await until(lambda: len(driver.tokens) >= 34)
+        await asyncio.sleep(0.05)
         assert len(driver.tokens) == 34  # 30 in flight: reopened, and filled to the window
         driver.release(100)
-        await asyncio.sleep(0.2)
+        await until(lambda: len(driver.tokens) == 40)
         driver.release(100)
         await task
 
@@ -164,7 +193,7 @@ def test_a_message_refused_outright_is_counted_by_kind_and_never_in_flight(tmp_p
 
     async def scenario() -> None:
         task = asyncio.create_task(run.run())
-        await asyncio.sleep(0.1)
+        await until(lambda: sum(driver.attempts.values()) == 12)
         driver.release(100)  # the 9 taken settle; the 3 refused were never in flight
         await task
 
@@ -179,7 +208,7 @@ def test_what_never_settles_is_counted_unconfirmed_when_the_run_ends(tmp_path: P
 
     async def scenario() -> None:
         task = asyncio.create_task(run.run())
-        await asyncio.sleep(0.1)
+        await until(lambda: len(driver.tokens) == 4)
         driver.release(1)
         run.stop()  # stops the settle wait too
         await task
@@ -187,3 +216,16 @@ def test_what_never_settles_is_counted_unconfirmed_when_the_run_ends(tmp_path: P
     asyncio.run(scenario())
     assert run.stats.sent == 4
     assert dict(run.stats.errors) == {"unconfirmed": 3}
+
+
+def test_a_client_down_past_its_budget_fails_the_run_and_ends_the_others(tmp_path: Path) -> None:
+    # Client 0's connection never comes back; client 1 would send for ever (unbounded, no count).
+    down = MemoryDriver(0, down_for=lambda _token, _attempt: True)
+    fine = MemoryDriver(1)
+    plan = _plan(parallel_count=2, duration=Duration(seconds=None), reconnect_budget_s=0.3)
+    run = _run(plan, tmp_path, {0: down, 1: fine})
+    asyncio.run(asyncio.wait_for(run.run(), 30))
+    run.rate_file.close()
+    assert run.failure is not None and "for more than 0.3 s" in run.failure
+    assert down.closed and fine.closed  # the other client was ended and closed, not left running
+    assert run.stats.sent_per_client[0] == 0 and run.stats.sent_per_client[1] > 0

@@ -1,0 +1,143 @@
+"""The MQTT driver runs paho on the event loop, not in a network thread (worker.drivers.mqtt): what
+paho's own thread did, the driver does, and these tests check each against real Mosquittos.
+
+- no paho thread is started, and an idle connection is kept alive by the loop's keepalive pings
+  (Mosquitto drops a client silent for 1.5 keepalives);
+- a broker killed and started again is reconnected, and sending and receiving go on;
+- a slow consumer reads one message per processing delay, the next waiting in the broker;
+- close ends the connection and leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+from support.processes import private_mosquitto
+from support.waiting import until
+
+from worker.drivers import parse_endpoint
+from worker.drivers.base import SendError, connect_within
+from worker.drivers.mqtt import MqttDriver
+
+pytestmark = pytest.mark.mosquitto
+
+
+def _driver(url: str, client: int = 0) -> MqttDriver:
+    _, endpoint = parse_endpoint(url)
+    return MqttDriver(endpoint, client)
+
+
+def _paho_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("paho-mqtt-client")]
+
+
+@pytest.mark.timeout(60)
+def test_an_idle_connection_is_kept_alive_from_the_loop_without_a_paho_thread() -> None:
+    url = f"mqtt://127.0.0.1:1883/maestro/idle-{uuid.uuid4().hex[:8]}?qos=1&keepalive_s=5"
+    received: list[tuple[bytes, int]] = []
+    settled: list[tuple[int, SendError | None]] = []
+
+    async def scenario() -> tuple[list[str], list[int]]:
+        receiver, sender = _driver(url, 0), _driver(url, 1)
+        sender.on_settled = lambda count, error: settled.append((count, error))
+        await connect_within(receiver, 10)
+        await receiver.receive(received.extend)
+        await connect_within(sender, 10)
+        threads = _paho_threads()
+        await asyncio.sleep(20)  # Mosquitto drops a client silent 1.5 keepalives, checked every few s
+        sender.publish(b"after the silence", 0)
+        await until(lambda: received and settled, 10)
+        reconnects = sender.reconnects_ns + receiver.reconnects_ns
+        await sender.close()
+        await receiver.close()
+        return threads, reconnects
+
+    threads, reconnects = asyncio.run(scenario())
+    assert threads == []
+    assert reconnects == [], "a connection was dropped for silence: no keepalive went out"
+    assert [body for body, _ in received] == [b"after the silence"]
+    assert settled == [(1, None)]
+
+
+@pytest.mark.timeout(90)
+def test_a_broker_killed_and_started_again_is_reconnected_and_both_go_on(tmp_path: Path) -> None:
+    broker = private_mosquitto(tmp_path)
+    broker.start()
+    url = f"mqtt://127.0.0.1:{broker.port}/maestro/restart?qos=1"
+    received: list[bytes] = []
+    settled: list[tuple[int, SendError | None]] = []
+
+    async def scenario() -> tuple[MqttDriver, MqttDriver]:
+        receiver, sender = _driver(url, 0), _driver(url, 1)
+        sender.on_settled = lambda count, error: settled.append((count, error))
+        await connect_within(receiver, 10)
+        await receiver.receive(lambda batch: received.extend(body for body, _ in batch))
+        await connect_within(sender, 10)
+        sender.publish(b"before", 0)
+        await until(lambda: received, 10)
+        broker.stop()  # kill -9
+        await asyncio.sleep(1.0)  # both see the connection gone
+        broker.start()
+        await until(lambda: sender.reconnects_ns and receiver.reconnects_ns, 30)
+        await asyncio.sleep(0.5)  # the receiver's subscription made again
+        sender.publish(b"after", 1)
+        await until(lambda: b"after" in received, 10)
+        await sender.close()
+        await receiver.close()
+        return sender, receiver
+
+    try:
+        sender, receiver = asyncio.run(scenario())
+    finally:
+        broker.stop()
+    assert len(sender.reconnects_ns) == 1 and len(receiver.reconnects_ns) == 1
+    assert received == [b"before", b"after"]
+    assert settled == [(1, None), (1, None)]
+
+
+@pytest.mark.timeout(60)
+def test_a_slow_consumer_reads_one_message_per_processing_delay() -> None:
+    url = f"mqtt://127.0.0.1:1883/maestro/slow-{uuid.uuid4().hex[:8]}?qos=1"
+    arrivals: list[int] = []
+
+    async def scenario() -> None:
+        receiver, sender = _driver(url, 0), _driver(url, 1)
+        sender.on_settled = lambda _count, _error: None
+        await connect_within(receiver, 10)
+        await receiver.receive(lambda batch: arrivals.extend(t for _, t in batch), processing_delay_s=0.05)
+        await connect_within(sender, 10)
+        for sequence in range(8):  # all at once: the broker holds what the consumer has not read
+            sender.publish(b"x" * 64, sequence)
+        await until(lambda: len(arrivals) == 8, 20)
+        await sender.close()
+        await receiver.close()
+
+    asyncio.run(scenario())
+    assert len(arrivals) == 8
+    gaps_ms = [(b - a) / 1e6 for a, b in itertools.pairwise(arrivals)]
+    assert all(gap >= 45 for gap in gaps_ms), gaps_ms
+
+
+@pytest.mark.timeout(60)
+def test_close_ends_the_connection_and_leaves_no_reader_on_the_loop() -> None:
+    url = f"mqtt://127.0.0.1:1883/maestro/close-{uuid.uuid4().hex[:8]}?qos=0"
+
+    async def scenario() -> tuple[bool, bool]:
+        loop = asyncio.get_running_loop()
+        driver = _driver(url)
+        await connect_within(driver, 10)
+        sock = driver._client.socket()
+        assert sock is not None
+        fd = sock.fileno()
+        await driver.close()
+        selector = loop._selector  # type: ignore[attr-defined]
+        watched = fd in selector.get_map()
+        return driver._client.socket() is None, watched
+
+    closed, watched = asyncio.run(scenario())
+    assert closed and not watched
