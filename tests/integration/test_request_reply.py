@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 from support.browser import artifacts_dir, drawn_page
 from support.processes import Daemons
 from support.runs import run_with
@@ -128,7 +129,7 @@ def test_kafka_reply_topics_named_in_a_request_header(
     # so each client's requests, and so its reply topic, have one replier producing to them.
     test = RequestReplyTest(
         request_url=f"{tansu}/{topic}?partitions=3&partitioner=client&fetch_wait_max_ms=5",
-        reply_url=f"{tansu}/maestro-replies",
+        reply_url=f"{tansu}/{topic}-replies",
         clients=3,
         repliers=2,
         service_time="2ms",
@@ -141,6 +142,10 @@ def test_kafka_reply_topics_named_in_a_request_header(
     # Both repliers took a share of the requests: they are one consumer group.
     replied = [p.get("received", 0) for p in result.summary["peers"] if p["role"] == "receiver"]
     assert len(replied) == 2 and all(replied), result.summary["peers"]
+    # Each requester's reply topic went with it (a client freed at once had failed every delete).
+    admin = AdminClient({"bootstrap.servers": tansu.removeprefix("kafka://")})
+    left = [name for name in admin.list_topics(timeout=10).topics if name.startswith(f"{topic}-replies")]
+    assert left == [], left
 
 
 # A reply address and a correlation in each protocol's own terms: MQTT 5's response topic and
