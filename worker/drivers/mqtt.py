@@ -16,7 +16,8 @@ a `Properties` for each QoS 0 write: 9.5 µs). `max_inflight` (paho's own bound 
 default 1000) is also the worker's window, for QoS 0 too: a QoS 0 message handed to paho waits in
 its memory until written, and an unbounded sender handed them over faster than they were written
 (335,071 waiting and 768 MB of RSS after 8 s), its rate counting messages that had not left the
-process.
+process. A burst's QoS 0 packets go to a plain socket in one `send()` (`mqtt_joined_write`),
+where paho would make a system call of each.
 
 `?version=5` speaks MQTT 5, which request/reply needs: a request carries a response topic and
 correlation data, and the replier publishes its answer to that topic with the same data. Each
@@ -58,6 +59,7 @@ from worker.drivers.base import (
     connect_cause,
     probe,
 )
+from worker.drivers.mqtt_joined_write import joins_writes, write_joined
 
 __all__ = ["MqttDriver"]
 
@@ -88,6 +90,7 @@ class MqttDriver(Driver):
         self._pending: set[int] = set()  # QoS 1/2: paho's message ids not yet acknowledged
         # QoS 0: what paho was handed and has not yet written, in the order it writes.
         self._unwritten: collections.deque[mqtt.MQTTMessageInfo] = collections.deque()
+        self._joins = False  # QoS 0 on a plain socket: a burst's packets go in one send()
         # What one read brought in, handed over when it ends: acknowledgements, messages,
         # replies and requests; `_packets` counts them, to tell a read that found more.
         self._acked: list[int] = []
@@ -290,6 +293,7 @@ class MqttDriver(Driver):
         assert self._loop is not None
         if sock.fileno() >= 0:  # not closed again meanwhile
             self._loop.add_reader(sock, self._readable)
+            self._joins = self.qos == 0 and joins_writes(self._client)
 
     def _on_socket_close(self, _c: mqtt.Client, _u: Any, sock: Any) -> None:
         # The descriptor, taken now: paho closes the socket when this returns.
@@ -316,6 +320,8 @@ class MqttDriver(Driver):
             self._on_loop(self._loop.remove_writer, fd)
 
     def _writable(self) -> None:
+        if self._joins and len(self._unwritten) > 1:
+            write_joined(self._client)
         self._client.loop_write()
         if self._unwritten:
             self._settle_written()
