@@ -9,7 +9,6 @@ Maestro, down to 1 s). A sample that fails is logged and counted, and the inspec
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ from inspector.csvfile import DataSetWriter
 from inspector.registry import SOURCES
 from inspector.sources import Source, SourceError, redact
 from protocol.codes import Activity, Role
+from protocol.concurrency import wait_event
 from protocol.daemon_cli import daemon_parser, run_daemon
 from protocol.notes import (
     Note,
@@ -132,8 +132,7 @@ class Inspector(Peer):
                 running.write(rows)
             tick += 1
             delay = start + tick * running.interval_s - time.monotonic()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(running.stop.wait(), max(0.0, delay))
+            await wait_event(running.stop, delay)
 
     def _failed_sample(self, running: _Running, error: str) -> None:
         """Counted; and when the test asked for it, the test fails once enough come in a row."""

@@ -6,6 +6,7 @@ hand work to an asyncio loop through `call_in_loop`, or, where it comes per mess
 loop through `run_blocking`. Sync code that needs an asyncio service
 (the embedded broker) runs it on a `BackgroundLoop`; work that releases the GIL (compressing a
 rate file) runs beside its caller, in order, on a `SerialThread`. No other module starts threads.
+`wait_event` is the loop's timed wait on an event, one that a cancellation always ends.
 """
 
 from __future__ import annotations
@@ -28,11 +29,27 @@ __all__ = [
     "SerialThread",
     "call_in_loop",
     "run_blocking",
+    "wait_event",
 ]
 
 _T = TypeVar("_T")
 
 log = logging.getLogger(__name__)
+
+
+async def wait_event(event: asyncio.Event, timeout_s: float) -> bool:
+    """Wait until `event` is set, for at most `timeout_s`; whether it is set.
+
+    Not `asyncio.wait_for`: on Python 3.11 a cancellation that comes as the awaited thing
+    finishes is lost there (CPython gh-86296), so a task that waits on it in a loop may never
+    end when cancelled. A sender's client did that in CI, and the run hung. `asyncio.timeout`
+    tells its own cancellation from another's."""
+    if event.is_set():
+        return True
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(max(0.0, timeout_s)):
+            await event.wait()
+    return event.is_set()
 
 
 def call_in_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:

@@ -23,7 +23,6 @@ coordinator measured for this peer and the replier (StartWorker.clock_offsets_ns
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import random
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from protocol.concurrency import wait_event
 from protocol.fail import FailConditions
 from protocol.options import Delay, Duration, MessageSize
 from protocol.precise_timer import PreciseTimer
@@ -340,8 +340,7 @@ class RequesterRun:
         return {"sent": s.sent, "replies": s.replies, "timed_out": s.timed_out, "errors": dict(s.errors)}
 
     async def _sleep_or_stop(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), seconds)
+        await wait_event(self._stop, seconds)
 
 
 class _Numbers:

@@ -15,7 +15,6 @@ because the connection was down is tried again with the same sequence number and
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import random
@@ -29,6 +28,7 @@ from typing import Any
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
+from protocol.concurrency import wait_event
 from protocol.hdr import new_histogram, record_samples
 from protocol.options import Duration, MessageSize, ProfileStep
 from protocol.precise_timer import PreciseTimer
@@ -299,14 +299,12 @@ class SenderRun(SendingAccount):
             if self._stop.is_set():  # stopped: a short grace for the last acknowledgements only
                 deadline = min(deadline, time.monotonic() + _SETTLE_AFTER_STOP_S)
             flight.room.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(flight.room.wait(), 0.05)
+            await wait_event(flight.room, 0.05)
 
     async def _wait_for_room(self, flight: _Flight) -> None:
         while flight.in_flight > flight.low_water and not self._stop.is_set():
             flight.room.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(flight.room.wait(), 0.1)
+            await wait_event(flight.room, 0.1)
 
     async def _send_loop(self, client: int, driver: Driver, flight: _Flight, started: int) -> None:
         plan = self.plan
@@ -498,8 +496,7 @@ class SenderRun(SendingAccount):
                 raise DisconnectedError(f"{self._down_reason} for more than {budget:g} s", retry=False)
 
     async def _sleep_or_stop(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), seconds)
+        await wait_event(self._stop, seconds)
 
     def interval_report(self) -> dict[str, Any]:
         """Counters and this interval's schedule lag; starts the next interval."""

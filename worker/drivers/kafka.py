@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from protocol.concurrency import LoopPoll, PollThread, call_in_loop
+from protocol.concurrency import LoopPoll, PollThread, call_in_loop, wait_event
 from protocol.schemes import schemes_of
 from protocol.sut_url import DRIVER_OPTIONS
 from worker.drivers.base import (
@@ -302,9 +302,7 @@ class KafkaDriver(Driver):
         self._pollers.append(PollThread(f"kafka-consumer-{self.client}", self._consume_once))
         # Ready means in the group with partitions assigned, not merely subscribed: otherwise the
         # group's join time (seconds) would show as the SUT's latency of the first messages.
-        try:
-            await asyncio.wait_for(assigned.wait(), _ASSIGN_TIMEOUT_S)
-        except TimeoutError:
+        if not await wait_event(assigned, _ASSIGN_TIMEOUT_S):
             log.warning("%s: no partition assignment within %g s; consuming anyway", self.endpoint, _ASSIGN_TIMEOUT_S)
 
     def _consume_once(self) -> None:

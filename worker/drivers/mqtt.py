@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import socket
 import ssl
 import threading
@@ -45,6 +44,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from protocol.bus import no_delay
+from protocol.concurrency import wait_event
 from protocol.schemes import schemes_of
 from protocol.sut_url import DRIVER_OPTIONS
 from worker.drivers.base import (
@@ -266,14 +266,11 @@ class MqttDriver(Driver):
         self._socket_closed.clear()
         self._client.disconnect()
         self._writable()
-        if self._client.socket() is not None:
-            try:
-                await asyncio.wait_for(self._socket_closed.wait(), _CLOSE_S)
-            except TimeoutError:
-                sock = self._client.socket()
-                if isinstance(sock, socket.socket):
-                    self._on_socket_close(self._client, None, sock)
-                    sock.close()
+        if self._client.socket() is not None and not await wait_event(self._socket_closed, _CLOSE_S):
+            sock = self._client.socket()
+            if isinstance(sock, socket.socket):
+                self._on_socket_close(self._client, None, sock)
+                sock.close()
 
     # --- paho on the loop ---------------------------------------------------------------------
 
@@ -389,8 +386,7 @@ class MqttDriver(Driver):
         while True:
             delay = self._reconnect_delay_s
             self._reconnect_delay_s = min(delay * 2, _RECONNECT_MOST_S)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closed.wait(), delay)
+            await wait_event(self._closed, delay)
             if self._closing:
                 return
             try:
