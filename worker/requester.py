@@ -187,7 +187,9 @@ class RequesterRun:
             self.stats.sent_per_client[client] += 1
             answered_ns = None
             try:
-                answered_ns = await asyncio.wait_for(reply, plan.request_timeout_s)
+                # Not asyncio.wait_for, which can lose this task's cancellation (see wait_event).
+                async with asyncio.timeout(plan.request_timeout_s):
+                    answered_ns = await reply
             except TimeoutError:
                 self.stats.timed_out += 1
                 self._given_up.add((key, sequence))
