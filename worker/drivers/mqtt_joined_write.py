@@ -1,11 +1,11 @@
 """QoS 0 PUBLISH packets written in one `send()`, where paho writes each with a `send()` of its own.
 
-A sender's burst hands paho one packet per message. paho's `_packet_write` sends them one system
-call each, which was most of the worker's per-message cost at QoS 0 above 25,000 msg/s (a raw
-loop of `send()`s cost what paho's Python around it did). Here the run of QoS 0 PUBLISH packets at
-the head of paho's queue is joined and offered to the socket at once; what the socket took is
-marked written exactly as paho's own write marks it (position, bytes left, `_set_as_published`),
-and a packet the socket took only part of keeps its place, for the next write to finish.
+A sender's burst hands paho one packet per message, and paho's `_packet_write` sends them one
+system call each. Here the run of QoS 0 PUBLISH packets at the head of paho's queue is joined and
+offered to the socket at once (an unbounded QoS 0 sender: +30 %, bench/README.md, session 14).
+What the socket took is marked written exactly as paho's own write marks it (position, bytes
+left, `_set_as_published`), and a packet the socket took only part of keeps its place, for the
+next write to finish.
 
 This reads paho's private queue (`Client._out_packet`) as paho 2.1 and 2.2 build it, so
 `joins_writes` says no for another paho, which then writes as it always does (a unit test fails
