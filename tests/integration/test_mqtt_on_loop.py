@@ -5,7 +5,8 @@ paho's own thread did, the driver does, and these tests check each against real 
   (Mosquitto drops a client silent for 1.5 keepalives);
 - a broker killed and started again is reconnected, and sending and receiving go on;
 - a slow consumer reads one message per processing delay, the next waiting in the broker;
-- close ends the connection and leaves nothing behind.
+- close ends the connection and leaves nothing behind;
+- a QoS 0 burst goes to the socket in a few joined writes, and arrives whole and in order.
 """
 
 from __future__ import annotations
@@ -141,3 +142,41 @@ def test_close_ends_the_connection_and_leaves_no_reader_on_the_loop() -> None:
 
     closed, watched = asyncio.run(scenario())
     assert closed and not watched
+
+
+@pytest.mark.timeout(60)
+def test_a_qos_0_burst_goes_out_in_joined_writes_and_arrives_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver offers a QoS 0 burst's packets to the socket together (mqtt_joined_write), and
+    every message still arrives once, in order. The real write is spied on, not replaced."""
+    from worker.drivers import mqtt as mqtt_driver  # noqa: PLC0415
+
+    url = f"mqtt://127.0.0.1:1883/maestro/joined-{uuid.uuid4().hex[:8]}?qos=0"
+    joined: list[int] = []
+    real = mqtt_driver.write_joined
+
+    def spy(client: object) -> int:
+        written = real(client)  # type: ignore[arg-type]
+        joined.append(written)
+        return written
+
+    monkeypatch.setattr(mqtt_driver, "write_joined", spy)
+    received: list[bytes] = []
+    settled: list[int] = []
+    count = 500
+
+    async def scenario() -> None:
+        receiver, sender = _driver(url, 0), _driver(url, 1)
+        sender.on_settled = lambda n, error: settled.append(n if error is None else -n)
+        await connect_within(receiver, 10)
+        await receiver.receive(lambda batch: received.extend(body for body, _ in batch))
+        await connect_within(sender, 10)
+        for n in range(count):  # no await: one burst for the loop's next write
+            sender.publish(n.to_bytes(4, "big") * 16, n)
+        await until(lambda: len(received) == count and sum(settled) == count, 20, "every message")
+        await sender.close()
+        await receiver.close()
+
+    asyncio.run(scenario())
+    assert [int.from_bytes(body[:4], "big") for body in received] == list(range(count))
+    assert sum(joined) >= count - 1, joined  # all but at most a last one went in joined writes
+    assert len([n for n in joined if n]) < count // 10, joined  # in a few send() calls, not one each
