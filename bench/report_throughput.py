@@ -97,7 +97,8 @@ def _print_peaks(label: str) -> None:
     for pid in descendants(os.getpid()):
         name, kb, _ = status_kb(pid, "VmHWM")
         peaks[name] = max(peaks.get(name, 0.0), kb / 1024)
-    children = ", ".join(f"{name} {mb:,.0f} MB" for name, mb in sorted(peaks.items()))
+    # A child that ended while being read (Spark's launcher script) reads 0 MB: not a peak.
+    children = ", ".join(f"{name} {mb:,.0f} MB" for name, mb in sorted(peaks.items()) if mb >= 1)
     driver_mb = status_kb(os.getpid(), "VmHWM")[1] / 1024
     print(f"  peak RSS ({label}): driver {driver_mb:,.0f} MB; {children or 'no children'}")
 
