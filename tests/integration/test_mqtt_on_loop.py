@@ -17,6 +17,7 @@ import threading
 import uuid
 from pathlib import Path
 
+import paho.mqtt.client as mqtt
 import pytest
 from support.processes import private_mosquitto
 from support.waiting import until
@@ -24,6 +25,7 @@ from support.waiting import until
 from worker.drivers import parse_endpoint
 from worker.drivers.base import SendError, connect_within
 from worker.drivers.mqtt import MqttDriver
+from worker.drivers.mqtt_joined_write import write_joined
 
 pytestmark = pytest.mark.mosquitto
 
@@ -148,18 +150,15 @@ def test_close_ends_the_connection_and_leaves_no_reader_on_the_loop() -> None:
 def test_a_qos_0_burst_goes_out_in_joined_writes_and_arrives_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     """The driver offers a QoS 0 burst's packets to the socket together (mqtt_joined_write), and
     every message still arrives once, in order. The real write is spied on, not replaced."""
-    from worker.drivers import mqtt as mqtt_driver  # noqa: PLC0415
-
     url = f"mqtt://127.0.0.1:1883/maestro/joined-{uuid.uuid4().hex[:8]}?qos=0"
     joined: list[int] = []
-    real = mqtt_driver.write_joined
 
-    def spy(client: object) -> int:
-        written = real(client)  # type: ignore[arg-type]
+    def spy(client: mqtt.Client) -> int:
+        written = write_joined(client)
         joined.append(written)
         return written
 
-    monkeypatch.setattr(mqtt_driver, "write_joined", spy)
+    monkeypatch.setattr("worker.drivers.mqtt.write_joined", spy)
     received: list[bytes] = []
     settled: list[int] = []
     count = 500
