@@ -27,7 +27,7 @@ from protocol.failures import describe
 from protocol.hdr import new_histogram
 from protocol.ratefile import RateFileWriter
 from protocol.sequences import encode_bitset, union_bitsets
-from worker.drivers.base import DriverError
+from worker.drivers.base import DriverError, GroupShare
 from worker.latency import LatencyRecorder
 from worker.receiver import ReceiverPlan, ReceiverRun
 from worker.run import SendingAccount
@@ -224,6 +224,7 @@ def _receiver_counters(run: ReceiverRun) -> dict[str, Any]:
         "per_sender": run.per_sender(),
         "clamped": run.latency.clamped,
         "skipped_by_sut": run.skipped_by_sut(),
+        "group": run.group_share(),
     }
 
 
@@ -232,12 +233,12 @@ async def _receiver_child(spec: _ReceiverChildSpec, reports: Any, stop: multipro
     # No logs of its own: its intervals go to the parent, which writes the one pair of logs.
     run = ReceiverRun(spec.plan, rate_file, LatencyRecorder(None), clients=spec.clients)
     try:
-        await run.start()
+        await run.start(settle_group=False)  # the parent waits for the whole group
     except Exception as exc:  # the parent names it and fails the start
         reports.put(("failed", spec.part, describe(exc)))
         await run.close()
         return
-    reports.put(("ready", spec.part))
+    reports.put(("ready", spec.part, run.group_share()))
     last_roll = time.monotonic()
     while not stop.is_set():
         await asyncio.sleep(_RECEIVER_REPORT_EVERY_S)
@@ -274,10 +275,11 @@ class MultiProcessReceiver(ReceiverRun):
         self._counters: dict[int, dict[str, Any]] = {}
         self._done: dict[int, tuple[Any, ...]] = {}
         self._ready: set[int] = set()
+        self._groups: dict[int, GroupShare | None] = {}  # each child's clients' share, as last told
         self._child_failures: dict[int, str] = {}
         self._pump_task: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
+    async def start(self, settle_group: bool = True) -> None:
         for part, clients in enumerate(self.parts):
             spec = _ReceiverChildSpec(self.plan, clients, part, self._directory, self._labels)
             args = (spec, self._reports, self._children_stop)
@@ -296,7 +298,15 @@ class MultiProcessReceiver(ReceiverRun):
             why = "; ".join(self._child_failures.values()) or "a receiver process did not start"
             await self.close()
             raise DriverError(why, retry=False)
+        if settle_group:
+            await self.settle_group()
         self._pump_task = asyncio.create_task(self._pump())
+
+    def group_share(self) -> GroupShare | None:
+        """The children's clients' shares of their group, as each last told (every 0.25 s)."""
+        self._drain_reports()
+        shares = [share for share in self._groups.values() if share is not None]
+        return GroupShare.merged(shares) if shares else None
 
     async def _pump(self) -> None:
         while True:
@@ -312,6 +322,7 @@ class MultiProcessReceiver(ReceiverRun):
             kind, part = report[0], report[1]
             if kind == "ready":
                 self._ready.add(part)
+                self._groups[part] = report[2]
             elif kind == "failed":
                 self._child_failures[part] = report[2]
             elif kind == "interval":
@@ -323,6 +334,7 @@ class MultiProcessReceiver(ReceiverRun):
 
     def _take(self, part: int, counters: dict[str, Any], latency: tuple[bytes, bytes] | None) -> None:
         self._counters[part] = counters
+        self._groups[part] = counters["group"]
         if latency is not None:
             current = self.latency.current
             current.corrected.add(HdrHistogram.decode(latency[0]))

@@ -27,7 +27,7 @@ from protocol.precise_timer import PreciseTimer
 from protocol.ratefile import RateFileWriter
 from protocol.sequences import SequenceTracker, dump_bitsets
 from worker.drivers import driver_for_client
-from worker.drivers.base import FIRST_CONNECT_S, Driver, DriverError, SendError, connect_within
+from worker.drivers.base import FIRST_CONNECT_S, Driver, DriverError, GroupShare, SendError, connect_within
 from worker.heap import HeapHold
 from worker.latency import IntervalLatency, LatencyRecorder
 from worker.payload import HEADER_BYTES, HEADER_DTYPE, HEADER_LAYOUT, MAGIC, REPLY_STAMPS, headers_every, key_of
@@ -36,6 +36,16 @@ from worker.run import ReceivingAccount
 __all__ = ["ReceiverPlan", "ReceiverRun"]
 
 log = logging.getLogger(__name__)
+
+# A receiver whose clients share a consumer group waits, once each has had partitions, for the
+# group to stop moving them (`ReceiverRun.settle_group`): a client that joins after the others
+# has the broker take partitions away from those and hand them out again, and messages sent
+# meanwhile wait in the broker, their latency reading the rebalance. tansu answers a join round
+# after half the session timeout (3 s), so a group seen from here only in part (the rest is
+# another receiver's) is still once nothing changed for longer than a round.
+_GROUP_STEADY_S = 0.5  # the whole topic held: two of a child process's reports
+_GROUP_QUIET_S = 4.0  # part of it held
+_GROUP_SETTLE_S = 15.0  # at most
 
 # A burst this large is read a column at a time (numpy); below it, numpy's fixed costs per call
 # outweigh a few Python operations per message.
@@ -101,8 +111,10 @@ class ReceiverRun(ReceivingAccount):
         self._answering: set[asyncio.Future[None]] = set()  # held until done: the loop keeps weak references
         self.clients = clients if clients is not None else range(plan.parallel_count)
 
-    async def start(self) -> None:
-        """Connect every consumer; returns once all of them are consuming."""
+    async def start(self, settle_group: bool = True) -> None:
+        """Connect every consumer; returns once all of them are consuming, and, where they share
+        a consumer group, once its partitions stopped moving (`settle_group`; a process that
+        runs part of the clients leaves that to the one that sees them all)."""
         self._heap.hold()
         if self.plan.reply:
             self._timer = PreciseTimer(asyncio.get_running_loop())
@@ -115,6 +127,40 @@ class ReceiverRun(ReceivingAccount):
             else:
                 await driver.receive(self._on_messages, self.plan.processing_delay_s)
             self._drivers.append(driver)
+        if settle_group:
+            await self.settle_group()
+
+    def group_share(self) -> GroupShare | None:
+        """Its clients' shares of their consumer group, merged; None if they are in none."""
+        shares = [share for driver in self._drivers if (share := driver.group_share()) is not None]
+        return GroupShare.merged(shares) if shares else None
+
+    async def settle_group(self) -> None:
+        """Wait until the clients' consumer group holds still: the senders start after this, and
+        no message of theirs should wait for a rebalance. Still means the clients hold every
+        partition of the topic, none of them moving, for `_GROUP_STEADY_S` (a process that runs
+        part of the clients tells its share every 0.25 s); or, in a group shared with consumers
+        elsewhere (another receiver's), what they hold has not changed for `_GROUP_QUIET_S`."""
+        started = changed = time.monotonic()
+        last: GroupShare | None = None
+        while (share := self.group_share()) is not None:
+            now = time.monotonic()
+            if share != last:
+                last, changed = share, now
+            quiet_s, whole = now - changed, share.covers_topic()
+            if not share.rebalancing and quiet_s >= (_GROUP_STEADY_S if whole else _GROUP_QUIET_S):
+                if not whole:
+                    held = f"{len(share.owned)} of {share.partitions if share.partitions is not None else '?'}"
+                    log.info("the consumer group is still; its partitions here: %s (the rest elsewhere)", held)
+                return
+            if now - started >= _GROUP_SETTLE_S:
+                log.warning(
+                    "the consumer group still moved partitions after %g s; going on (messages sent during a "
+                    "rebalance wait in the broker, and their latency shows it)",
+                    _GROUP_SETTLE_S,
+                )
+                return
+            await asyncio.sleep(0.05)
 
     def _on_requests(self, driver: Driver, batch: list[tuple[bytes, int, Any]]) -> None:
         """Requests are counted as messages are, then each answered after its service time."""

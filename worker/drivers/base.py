@@ -35,6 +35,7 @@ __all__ = [
     "Driver",
     "DriverError",
     "Endpoint",
+    "GroupShare",
     "Handover",
     "OnMessages",
     "OnRequests",
@@ -72,6 +73,31 @@ class Handover:
     handed: int = 0
     refused: Counter[str] = field(default_factory=Counter)
     down: DisconnectedError | None = None
+
+
+@dataclass(frozen=True)
+class GroupShare:
+    """A consumer's part of the consumer group it receives in (Kafka's): the partitions it has
+    now, the topic's partition count (None: not known), and whether a rebalance took its
+    partitions away and has not yet given it new ones. Shares merge (`merged`); a receiver
+    starts once its clients' shares cover the topic with none moving (`covers_topic`)."""
+
+    owned: frozenset[int]
+    partitions: int | None
+    rebalancing: bool
+
+    @staticmethod
+    def merged(shares: Iterable[GroupShare]) -> GroupShare:
+        shares = list(shares)
+        counts = {share.partitions for share in shares} - {None}
+        return GroupShare(
+            frozenset().union(*(share.owned for share in shares)),
+            counts.pop() if len(counts) == 1 else None,  # two counts: the topic changed under us
+            any(share.rebalancing for share in shares),
+        )
+
+    def covers_topic(self) -> bool:
+        return self.partitions is not None and not self.rebalancing and self.owned == frozenset(range(self.partitions))
 
 
 class DriverError(Exception):
@@ -205,6 +231,11 @@ class Driver(ABC):
         """Publish `body` to a request's reply address with its correlation; it settles through
         `on_settled(count, error)` like a publish."""
         raise self._no_request_reply()
+
+    def group_share(self) -> GroupShare | None:
+        """Its consumer group share, for a protocol whose consumers share a topic's partitions
+        by a group the broker rebalances; None for the others."""
+        return None
 
     async def pause(self) -> None:
         """Stop taking messages for now, so that a backlog builds in the SUT."""

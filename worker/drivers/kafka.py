@@ -50,6 +50,7 @@ from worker.drivers.base import (
     DisconnectedError,
     Driver,
     Endpoint,
+    GroupShare,
     Handover,
     OnMessages,
     OnRequests,
@@ -103,6 +104,8 @@ class KafkaDriver(Driver):
         self._partition = _ANY_PARTITION  # partitioner=client: where this client produces
         self._next_offset: dict[int, int] = {}  # by partition: the offset the next message should have
         self._assigned = 0  # partitions this consumer has now
+        self._owned: frozenset[int] = frozenset()  # which ones (the poll thread sets it)
+        self._partitions: int | None = None  # the topic's, from connect()
 
     def window(self) -> int:
         return int(self.endpoint.options.get("queue_max_messages", self.DEFAULT_WINDOW))
@@ -129,7 +132,7 @@ class KafkaDriver(Driver):
         self._loop = asyncio.get_running_loop()
         self._deliveries = LoopPoll(self._loop, _DELIVERY_POLL_S, self._settle_deliveries)
         await probe(self.endpoint)  # librdkafka would only say "transport failure", after its timeout
-        partitions = await asyncio.to_thread(self._ensure_topic)
+        partitions = self._partitions = await asyncio.to_thread(self._ensure_topic)
         if self.endpoint.options.get("partitioner") == "client":
             self._partition = self.client % (partitions or 1)
 
@@ -289,12 +292,14 @@ class KafkaDriver(Driver):
             # consumer saw of it (another took it meanwhile): no gap to count there.
             self._next_offset.clear()
             self._assigned = len(partitions)
+            self._owned = frozenset(p.partition for p in partitions)
             self._rebalancing = False
             call_in_loop(loop, assigned.set)
             if self._on_messages is not None:
                 call_in_loop(loop, self._on_messages, [])
 
         def on_revoke(_consumer: Consumer, _partitions: list[Any]) -> None:
+            self._owned = frozenset()
             self._rebalancing = True
 
         consumer.subscribe([self.destination], on_assign=on_assign, on_revoke=on_revoke)
@@ -304,6 +309,11 @@ class KafkaDriver(Driver):
         # group's join time (seconds) would show as the SUT's latency of the first messages.
         if not await wait_event(assigned, _ASSIGN_TIMEOUT_S):
             log.warning("%s: no partition assignment within %g s; consuming anyway", self.endpoint, _ASSIGN_TIMEOUT_S)
+
+    def group_share(self) -> GroupShare | None:
+        if self._consumer is None or self._on_messages is None:  # a sender, a requester, a replier
+            return None
+        return GroupShare(self._owned, self._partitions, self._rebalancing)
 
     def _consume_once(self) -> None:
         assert self._consumer is not None and self._loop is not None

@@ -1,0 +1,122 @@
+"""A receiver whose clients share a consumer group starts once the group holds still, so that
+no message sent after the start waits for a rebalance (`ReceiverRun.settle_group`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+
+import pytest
+from support.memory_driver import MemoryDriver
+
+from protocol.ratefile import RateFileWriter
+from worker import receiver
+from worker.drivers.base import GroupShare
+from worker.latency import LatencyRecorder
+from worker.receiver import ReceiverPlan, ReceiverRun
+
+
+class GroupDriver(MemoryDriver):
+    """A consumer whose share of its group the test moves."""
+
+    def __init__(self, client: int, share: GroupShare) -> None:
+        super().__init__(client)
+        self.share = share
+
+    def group_share(self) -> GroupShare | None:
+        return self.share
+
+
+def _share(owned: set[int], partitions: int | None = 4, rebalancing: bool = False) -> GroupShare:
+    return GroupShare(frozenset(owned), partitions, rebalancing)
+
+
+@pytest.fixture(autouse=True)
+def _quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(receiver, "_GROUP_STEADY_S", 0.2)
+    monkeypatch.setattr(receiver, "_GROUP_QUIET_S", 0.6)
+    monkeypatch.setattr(receiver, "_GROUP_SETTLE_S", 1.5)
+
+
+def test_shares_merge_and_cover_a_topic_only_whole_and_still() -> None:
+    halves = [_share({0, 1}), _share({2, 3})]
+    assert GroupShare.merged(halves) == _share({0, 1, 2, 3})
+    assert GroupShare.merged(halves).covers_topic()
+    assert not GroupShare.merged([_share({0, 1}), _share(set(), rebalancing=True)]).covers_topic()
+    assert not GroupShare.merged([_share({0, 1}), _share({2})]).covers_topic()
+    assert not GroupShare.merged([_share({0, 1}, None), _share({2, 3}, None)]).covers_topic()  # size unknown
+    # Two partition counts: the topic changed under the consumers; nothing is known of it.
+    assert GroupShare.merged([_share({0, 1}, 4), _share({2, 3}, 6)]).partitions is None
+
+
+def _start(drivers: list[GroupDriver], tmp_path: Path, moves: list[tuple[float, int, GroupShare]]) -> float:
+    """Start a receiver of `drivers` while `moves` (after s, client, its new share) happen; the
+    seconds its start took."""
+    run = ReceiverRun(
+        ReceiverPlan(test_id="t-1", urls=["memory://x/q"], parallel_count=len(drivers)),
+        RateFileWriter(tmp_path, "receiver", {}),
+        LatencyRecorder(tmp_path),
+        driver_for=lambda client: drivers[client],
+    )
+
+    async def scenario() -> float:
+        loop = asyncio.get_running_loop()
+        for after_s, client, share in moves:
+            loop.call_later(after_s, setattr, drivers[client], "share", share)
+        started = time.monotonic()
+        await run.start()
+        took = time.monotonic() - started
+        await run.close()
+        return took
+
+    return asyncio.run(scenario())
+
+
+def test_the_start_waits_until_the_whole_topic_is_held_and_still(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Client 1 lost its partitions to a rebalance, and gets them back 0.4 s later.
+    drivers = [GroupDriver(0, _share({0, 1})), GroupDriver(1, _share(set(), rebalancing=True))]
+    with caplog.at_level(logging.INFO, logger="worker.receiver"):
+        took = _start(drivers, tmp_path, [(0.4, 1, _share({2, 3}))])
+    assert took >= 0.4 + 0.2  # still for _GROUP_STEADY_S after it came back
+    assert caplog.text == ""  # not by the deadline, nor taken for a group held in part
+
+
+def test_a_group_held_in_part_here_starts_once_nothing_moved_for_a_round(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Another receiver holds partitions 2 and 3: this one's share never covers the topic.
+    drivers = [GroupDriver(0, _share({0})), GroupDriver(1, _share({1}))]
+    with caplog.at_level(logging.INFO, logger="worker.receiver"):
+        took = _start(drivers, tmp_path, [(0.3, 1, _share({1, 2}))])
+    assert took >= 0.3 + 0.6  # quiet for _GROUP_QUIET_S after the last move
+    assert "its partitions here: 3 of 4 (the rest elsewhere)" in caplog.text
+    assert "WARNING" not in caplog.text  # not by the deadline
+
+
+def test_a_group_that_never_holds_still_is_named_and_the_start_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    drivers = [GroupDriver(0, _share(set(), rebalancing=True))]
+    took = _start(drivers, tmp_path, [])
+    assert took >= 1.5
+    assert "still moved partitions after 1.5 s" in caplog.text
+
+
+def test_clients_in_no_group_have_no_share_to_wait_for(tmp_path: Path) -> None:
+    run = ReceiverRun(
+        ReceiverPlan(test_id="t-1", urls=["memory://x/q"], parallel_count=2),
+        RateFileWriter(tmp_path, "receiver", {}),
+        LatencyRecorder(tmp_path),
+        driver_for=MemoryDriver,
+    )
+
+    async def scenario() -> None:
+        await run.start()
+        assert run.group_share() is None  # settle_group returns at its first look
+        await run.close()
+
+    asyncio.run(scenario())
