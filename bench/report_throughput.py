@@ -9,7 +9,10 @@ fails.
 
 The Spark session's start is timed on its own: it is paid once per `maestro report` run. So is
 the first job's warm-up (the JVM compiles the aggregation, the Python workers load pyarrow), so
-the series is timed twice: cold (the first test of a run) and warm (each test after it).
+the series is timed twice: cold (the first test of a run) and warm (each test after it). Each
+master runs in a process of its own, with a JVM of its own, as `maestro report` does; the
+session line says whether that JVM mapped the class-data archive (reports/jvm_archive.py), which
+the first Spark run on a machine leaves as its JVM exits.
 The fault table of a ten-second fault in the middle is timed after them: two more passes over
 the files, read once as a sender's and once as a receiver's.
 """
@@ -128,7 +131,9 @@ def spark_part(master: str, test_dir: Path, records: int, files: int) -> tuple[f
     JVM, its classes loaded and its code compiled). The warm run's seconds, and its rows."""
     started = time.perf_counter()
     spark = spark_session(master)
-    print(f"spark session start ({master}): {time.perf_counter() - started:.1f} s")
+    options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions", "")
+    jvm = "maps its class-data archive" if "SharedArchiveFile" in options else "no class-data archive yet"
+    print(f"spark session start ({master}): {time.perf_counter() - started:.1f} s (the JVM {jvm})")
     try:
         for when in ("cold", "warm"):
             started = time.perf_counter()

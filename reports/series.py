@@ -33,6 +33,7 @@ import numpy as np
 from protocol.hdr import HIGHEST_US, LOWEST_US, bucket_indexes, histogram_of, new_histogram, read_intervals
 from protocol.ratefile import rate_columns
 from reports.clocks import Correction, shifted
+from reports.jvm_archive import archive_options, cache_dir
 from reports.summary import Peers
 
 __all__ = [
@@ -73,6 +74,8 @@ def spark_session(master: str | None = None, jvm_log: Path | None = None) -> Any
         # partitions would be 200 tasks of nearly nothing each.
         .set("spark.sql.shuffle.partitions", "4")
     )
+    if options := archive_options(cache_dir()):
+        conf.set("spark.driver.extraJavaOptions", " ".join(options))
     if jvm_log is not None and SparkContext._active_spark_context is None:
         jvm_log.parent.mkdir(parents=True, exist_ok=True)
         with jvm_log.open("ab") as out:  # the JVM keeps its own copy of the descriptor
