@@ -121,14 +121,21 @@ class ReceiverRun(ReceivingAccount):
         for client in self.clients:
             driver = self._driver_for(client)
             await connect_within(driver, FIRST_CONNECT_S)
-            if self.plan.reply:
-                driver.on_settled = self._reply_settled
-                await driver.serve(functools.partial(self._on_requests, driver))
-            else:
-                await driver.receive(self._on_messages, self.plan.processing_delay_s)
-            self._drivers.append(driver)
+            self._drivers.append(driver)  # connected: closed by close() whatever comes next
+        # All clients subscribe at once: consumers of one group then join in the same round,
+        # where one after the other each join was a rebalance of its own (3 s a round on tansu).
+        outcomes = await asyncio.gather(*map(self._consume, self._drivers), return_exceptions=True)
+        if failed := [outcome for outcome in outcomes if isinstance(outcome, BaseException)]:
+            raise failed[0]
         if settle_group:
             await self.settle_group()
+
+    async def _consume(self, driver: Driver) -> None:
+        if self.plan.reply:
+            driver.on_settled = self._reply_settled
+            await driver.serve(functools.partial(self._on_requests, driver))
+        else:
+            await driver.receive(self._on_messages, self.plan.processing_delay_s)
 
     def group_share(self) -> GroupShare | None:
         """Its clients' shares of their consumer group, merged; None if they are in none."""

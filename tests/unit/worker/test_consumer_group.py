@@ -7,13 +7,14 @@ import asyncio
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.memory_driver import MemoryDriver
 
 from protocol.ratefile import RateFileWriter
 from worker import receiver
-from worker.drivers.base import GroupShare
+from worker.drivers.base import DriverError, GroupShare
 from worker.latency import LatencyRecorder
 from worker.receiver import ReceiverPlan, ReceiverRun
 
@@ -120,3 +121,58 @@ def test_clients_in_no_group_have_no_share_to_wait_for(tmp_path: Path) -> None:
         await run.close()
 
     asyncio.run(scenario())
+
+
+class JoiningDriver(MemoryDriver):
+    """A consumer whose subscription returns once every client of the group has asked to join
+    (as a group's join round completes), or fails when told to."""
+
+    def __init__(self, client: int, joined: list[int], everyone: int, fails: bool = False) -> None:
+        super().__init__(client)
+        self.joined, self.everyone, self.fails = joined, everyone, fails
+
+    async def receive(self, on_messages: Any, processing_delay_s: float = 0.0) -> None:
+        self.joined.append(self.client)
+        while len(self.joined) < self.everyone:  # noqa: ASYNC110 - the other clients' calls
+            await asyncio.sleep(0.01)
+        if self.fails:
+            raise DriverError(f"client {self.client}: no partitions", retry=False)
+        await super().receive(on_messages, processing_delay_s)
+
+
+def _joining_run(tmp_path: Path, drivers: list[JoiningDriver]) -> ReceiverRun:
+    return ReceiverRun(
+        ReceiverPlan(test_id="t-1", urls=["memory://x/q"], parallel_count=len(drivers)),
+        RateFileWriter(tmp_path, "receiver", {}),
+        LatencyRecorder(tmp_path),
+        driver_for=lambda client: drivers[client],
+    )
+
+
+def test_every_client_subscribes_at_once(tmp_path: Path) -> None:
+    # One after the other, the first client's subscription would wait for the others forever.
+    joined: list[int] = []
+    drivers = [JoiningDriver(client, joined, 3) for client in range(3)]
+    run = _joining_run(tmp_path, drivers)
+
+    async def scenario() -> None:
+        async with asyncio.timeout(5):
+            await run.start()
+        await run.close()
+
+    asyncio.run(scenario())
+    assert sorted(joined) == [0, 1, 2]
+
+
+def test_a_client_that_cannot_subscribe_fails_the_start_and_every_client_is_closed(tmp_path: Path) -> None:
+    joined: list[int] = []
+    drivers = [JoiningDriver(client, joined, 3, fails=client == 1) for client in range(3)]
+    run = _joining_run(tmp_path, drivers)
+
+    async def scenario() -> None:
+        with pytest.raises(DriverError, match="client 1: no partitions"):
+            await run.start()
+        await run.close()
+
+    asyncio.run(scenario())
+    assert [driver.closed for driver in drivers] == [True, True, True]
