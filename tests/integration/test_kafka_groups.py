@@ -15,8 +15,10 @@ import pytest
 from protocol.hdr import read_total
 from protocol.options import Duration, MessageSize
 from protocol.ratefile import RateFileWriter
+from worker.drivers.base import GroupShare
+from worker.latency import LatencyRecorder
 from worker.processes import MultiProcessReceiver
-from worker.receiver import ReceiverPlan
+from worker.receiver import ReceiverPlan, ReceiverRun
 from worker.sender import SenderPlan, SenderRun
 
 MESSAGES = 2_000
@@ -82,3 +84,26 @@ def test_four_consumers_in_two_processes_hold_every_partition_before_the_start_e
     assert corrected.get_total_count() == MESSAGES
     # On loopback a message takes milliseconds; one that waited for a rebalance, a second or more.
     assert corrected.get_max_value() < 500_000, corrected.get_max_value()  # µs
+
+
+@pytest.mark.kafka
+def test_repliers_share_their_request_topic_and_start_once_they_hold_all_of_it(tansu: str, tmp_path: Path) -> None:
+    """A replier's clients are one consumer group over the request topic, as a receiver's are:
+    its start, too, ends with the group's partitions all held and none moving."""
+    topic = f"requests-{uuid.uuid4().hex[:8]}"
+    run = ReceiverRun(
+        ReceiverPlan(test_id="t-groups", urls=[f"{tansu}/{topic}?partitions=3"], parallel_count=3, reply=True),
+        RateFileWriter(tmp_path, "receiver", {}),
+        LatencyRecorder(tmp_path),
+    )
+
+    async def scenario() -> GroupShare | None:
+        await run.start()
+        try:
+            return run.group_share()
+        finally:
+            await run.close()
+
+    share = asyncio.run(scenario())
+    assert share is not None and share.covers_topic(), share
+    assert share.owned == {0, 1, 2}

@@ -311,7 +311,9 @@ class KafkaDriver(Driver):
             log.warning("%s: no partition assignment within %g s; consuming anyway", self.endpoint, _ASSIGN_TIMEOUT_S)
 
     def group_share(self) -> GroupShare | None:
-        if self._consumer is None or self._on_messages is None:  # a sender, a requester, a replier
+        # A receiver's consumer and a replier's are in a group; a requester reads its reply
+        # topic by assignment, and a sender consumes nothing.
+        if self._consumer is None or self._reply_topic:
             return None
         return GroupShare(self._owned, self._partitions, self._rebalancing)
 
