@@ -41,6 +41,10 @@ def test_the_next_start_maps_the_archive_the_first_one_wrote_as_it_exited(tmp_pa
     while str(part) in command_lines() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert part.exists() and part.stat().st_size > 10_000_000
-    mapped, options = _session(cache)
-    assert mapped == "mapped", options
-    assert f"-XX:SharedArchiveFile={cache / 'maestro'}/spark-" in options and not part.exists()
+    try:
+        mapped, options = _session(cache)
+        assert mapped == "mapped", options
+        assert f"-XX:SharedArchiveFile={cache / 'maestro'}/spark-" in options and not part.exists()
+    finally:
+        for archive in (cache / "maestro").glob("spark-*"):  # 160 MB each: not left in pytest's kept folders
+            archive.unlink()
