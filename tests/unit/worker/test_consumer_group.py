@@ -52,15 +52,19 @@ def test_shares_merge_and_cover_a_topic_only_whole_and_still() -> None:
     assert GroupShare.merged([_share({0, 1}, 4), _share({2, 3}, 6)]).partitions is None
 
 
-def _start(drivers: list[GroupDriver], tmp_path: Path, moves: list[tuple[float, int, GroupShare]]) -> float:
-    """Start a receiver of `drivers` while `moves` (after s, client, its new share) happen; the
-    seconds its start took."""
-    run = ReceiverRun(
+def _receiver(tmp_path: Path, drivers: list[MemoryDriver]) -> ReceiverRun:
+    return ReceiverRun(
         ReceiverPlan(test_id="t-1", urls=["memory://x/q"], parallel_count=len(drivers)),
         RateFileWriter(tmp_path, "receiver", {}),
         LatencyRecorder(tmp_path),
         driver_for=lambda client: drivers[client],
     )
+
+
+def _start(drivers: list[GroupDriver], tmp_path: Path, moves: list[tuple[float, int, GroupShare]]) -> float:
+    """Start a receiver of `drivers` while `moves` (after s, client, its new share) happen; the
+    seconds its start took."""
+    run = _receiver(tmp_path, list(drivers))
 
     async def scenario() -> float:
         loop = asyncio.get_running_loop()
@@ -108,12 +112,7 @@ def test_a_group_that_never_holds_still_is_named_and_the_start_goes_on(
 
 
 def test_clients_in_no_group_have_no_share_to_wait_for(tmp_path: Path) -> None:
-    run = ReceiverRun(
-        ReceiverPlan(test_id="t-1", urls=["memory://x/q"], parallel_count=2),
-        RateFileWriter(tmp_path, "receiver", {}),
-        LatencyRecorder(tmp_path),
-        driver_for=MemoryDriver,
-    )
+    run = _receiver(tmp_path, [MemoryDriver(0), MemoryDriver(1)])
 
     async def scenario() -> None:
         await run.start()
@@ -140,20 +139,11 @@ class JoiningDriver(MemoryDriver):
         await super().receive(on_messages, processing_delay_s)
 
 
-def _joining_run(tmp_path: Path, drivers: list[JoiningDriver]) -> ReceiverRun:
-    return ReceiverRun(
-        ReceiverPlan(test_id="t-1", urls=["memory://x/q"], parallel_count=len(drivers)),
-        RateFileWriter(tmp_path, "receiver", {}),
-        LatencyRecorder(tmp_path),
-        driver_for=lambda client: drivers[client],
-    )
-
-
 def test_every_client_subscribes_at_once(tmp_path: Path) -> None:
     # One after the other, the first client's subscription would wait for the others forever.
     joined: list[int] = []
     drivers = [JoiningDriver(client, joined, 3) for client in range(3)]
-    run = _joining_run(tmp_path, drivers)
+    run = _receiver(tmp_path, list(drivers))
 
     async def scenario() -> None:
         async with asyncio.timeout(5):
@@ -167,7 +157,7 @@ def test_every_client_subscribes_at_once(tmp_path: Path) -> None:
 def test_a_client_that_cannot_subscribe_fails_the_start_and_every_client_is_closed(tmp_path: Path) -> None:
     joined: list[int] = []
     drivers = [JoiningDriver(client, joined, 3, fails=client == 1) for client in range(3)]
-    run = _joining_run(tmp_path, drivers)
+    run = _receiver(tmp_path, list(drivers))
 
     async def scenario() -> None:
         with pytest.raises(DriverError, match="client 1: no partitions"):
