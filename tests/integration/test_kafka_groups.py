@@ -43,9 +43,9 @@ def test_four_consumers_in_two_processes_hold_every_partition_before_the_start_e
     """The two processes' clients join the group at their own times, and tansu takes partitions
     from the first ones to hand them out again over 3 s rounds. When the start neither waited
     for the group to hold still nor had a process's clients subscribe together, it ended with a
-    client between two rounds: the messages on its partition waited 1.8-2.0 s for it (three runs
-    of three). Either change alone passed three runs of three; the unit tests show each one's
-    own behaviour. Every message sent after the start arrives without that wait."""
+    client between two rounds: the messages on its partition waited 1.8 and 2.0 s for it (two runs
+    of two). Either change alone passed three runs of three; the unit tests show each one's own
+    behaviour. Every message sent after the start arrives without that wait."""
     topic = f"groups-{uuid.uuid4().hex[:8]}"
     url = f"{tansu}/{topic}?partitions=4&group=g-{topic}&fetch_wait_max_ms=5&acks=1"
     run = MultiProcessReceiver(
