@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.config import ServiceConfig
+from protocol.process_table import processes_naming
 from protocol.runtime import PeerError
 
 __all__ = ["Service"]
@@ -118,17 +119,7 @@ class Service:
 
 def _process_matching(text: str, service: str) -> int | None:
     """The one live process (not this one) whose command line contains `text`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if text in cmdline and state != "Z":
-            found.append(int(entry.name))
+    found = processes_naming(text)
     if len(found) > 1:
         raise PeerError(f"service {service}: {len(found)} processes match {text!r} ({found[:5]}); make it narrower")
     return found[0] if found else None

@@ -20,14 +20,15 @@ Linux only (it reads /proc); elsewhere the JVM starts as it always did.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["archive_options", "cache_dir", "command_lines"]
+from protocol.process_table import processes_naming
+
+__all__ = ["archive_options", "cache_dir"]
 
 _MAGIC = bytes.fromhex("a8ab0bf0")  # 0xf00baba8, a dynamic archive's, little-endian
 _MIN_FREE_BYTES = 2 << 30  # an archive is ~160 MB; none is made on a nearly full disk
@@ -78,9 +79,8 @@ def _key(java: Path) -> str:
 
 def _adopt(cache: Path, key: str, archive: Path) -> None:
     """A finished part becomes the archive; a cut-off one is deleted; one being written stays."""
-    writing = command_lines()
     for part in sorted(cache.glob(f"spark-{key}.*.part")):
-        if str(part) in writing:
+        if processes_naming(str(part)):  # its JVM is still writing it
             continue
         try:
             with part.open("rb") as f:
@@ -91,13 +91,3 @@ def _adopt(cache: Path, key: str, archive: Path) -> None:
                 part.unlink()
         except OSError:  # another start adopted or deleted it meanwhile
             continue
-
-
-def command_lines() -> str:
-    """Every process's command line, joined: a part a running JVM writes is named in one."""
-    lines = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                lines.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
-    return "\n".join(lines)

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from reports.jvm_archive import command_lines
+from protocol.process_table import processes_naming
 
 # A session, one small job, and whether its JVM maps the cache's archive (its /proc maps).
 SESSION = """
@@ -38,7 +38,7 @@ def test_the_next_start_maps_the_archive_the_first_one_wrote_as_it_exited(tmp_pa
     part = Path(options.split("-XX:ArchiveClassesAtExit=")[1].split()[0])
     # Its JVM writes the archive after the Python process ended: wait for it to be done.
     deadline = time.monotonic() + 60
-    while str(part) in command_lines() and time.monotonic() < deadline:
+    while processes_naming(str(part)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert part.exists() and part.stat().st_size > 10_000_000
     try:

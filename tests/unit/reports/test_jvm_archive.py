@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from protocol.process_table import processes_naming
 from reports import jvm_archive
-from reports.jvm_archive import archive_options, command_lines
+from reports.jvm_archive import archive_options
 
 MAGIC = bytes.fromhex("a8ab0bf0")
 
@@ -69,7 +70,7 @@ def being_written(cache: Path) -> Iterator[Path]:
     part.write_bytes(MAGIC + bytes(100))
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"-XX:ArchiveClassesAtExit={part}"])
     try:
-        while str(part) not in command_lines():  # until exec: a forked child shows its parent's
+        while not processes_naming(str(part)):  # until exec: a forked child shows its parent's
             time.sleep(0.01)
         yield part
     finally:
