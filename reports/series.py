@@ -74,7 +74,9 @@ def spark_session(master: str | None = None, jvm_log: Path | None = None) -> Any
         # partitions would be 200 tasks of nearly nothing each.
         .set("spark.sql.shuffle.partitions", "4")
     )
-    if options := archive_options(cache_dir()):
+    # Options for the JVM about to start; a JVM this process started already stays (PySpark
+    # keeps its gateway after a session stops), and its options with it.
+    if SparkContext._gateway is None and (options := archive_options(cache_dir())):
         conf.set("spark.driver.extraJavaOptions", " ".join(options))
     if jvm_log is not None and SparkContext._active_spark_context is None:
         jvm_log.parent.mkdir(parents=True, exist_ok=True)
