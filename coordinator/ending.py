@@ -65,7 +65,8 @@ class Ending:
         m, drain_s = self.maestro, self.drain_timeout_s
         draining = [p for p in m.not_lost(self.cast.receivers) if p.peer_id not in self.finished]
         try:
-            m.request_all(DrainRequest(timeout_s=drain_s), draining)
+            # Each keeps receiving once drained, until all have: see DrainRequest.stop.
+            m.request_all(DrainRequest(timeout_s=drain_s, stop=False), draining)
         except PeerRequestError as exc:  # one ended already (its failure is on record)
             self.notes.append(str(exc))
             draining = [p for p in draining if p.peer_id in exc.complied]
@@ -75,6 +76,7 @@ class Ending:
         for peer_id, note in drained.items():
             if isinstance(note, DrainComplete) and not note.success:
                 self.fail(f"{m.short_label(peer_id)} did not drain: {note.message}")
+        self._quietly(StopWorker(), m.not_lost(draining))
         self.await_finish(draining, _VERDICT_TIMEOUT_S)
 
     def _quietly(self, note: Note, peers: list[PeerInfo]) -> None:

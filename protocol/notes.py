@@ -266,6 +266,10 @@ class DrainRequest(Note):
     COMMAND = Command.DRAIN
     url: str = ""
     timeout_s: float = 60.0
+    # False: once drained, keep receiving until StopWorker. Receivers sharing a consumer group
+    # then leave it only when every one of them has drained: one leaving while another drains
+    # starts a rebalance, and the tail waits in the broker until it ends (on tansu it may never).
+    stop: bool = True
 
 
 @_register

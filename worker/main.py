@@ -252,9 +252,10 @@ class Worker(Peer):
 
         async def drain() -> None:
             drained = await run.drain(idle_s=run.plan.drain_idle_s, timeout_s=note.timeout_s)
-            message = "drained" if drained else f"still receiving after {note.timeout_s:g} s"
+            message = "drained" if drained else run.why_undrained(note.timeout_s)
             self.bus.publish(self.topics.notifications, DrainComplete(success=drained, message=message))
-            run.stop()
+            if note.stop:
+                run.stop()
 
         self.spawn(drain())
         return OkResponse()

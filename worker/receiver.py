@@ -315,6 +315,17 @@ class ReceiverRun(ReceivingAccount):
             await asyncio.sleep(0.05)
         return False
 
+    def why_undrained(self, timeout_s: float) -> str:
+        """What kept a drain from ending within `timeout_s`."""
+        share = self.group_share()
+        if share is not None and share.rebalancing:
+            # Its clients hand over empty batches meanwhile (nothing is idle in a rebalance).
+            return (
+                f"its consumer group was still rebalancing after {timeout_s:g} s: the broker had not "
+                "assigned the partitions again, so what they hold could not be read"
+            )
+        return f"still receiving after {timeout_s:g} s"
+
     async def pause(self) -> None:
         for driver in self._drivers:
             await driver.pause()

@@ -15,10 +15,19 @@ import pytest
 from hdrh.log import HistogramLogReader
 from support.processes import Daemons
 
-from coordinator import Maestro, PeerInfo, PeerRequestError
+from coordinator import Maestro, MaestroError, PeerInfo, PeerRequestError
 from protocol.codes import Role
 from protocol.hdr import new_histogram
-from protocol.notes import DrainComplete, DrainRequest, StartTest, StartWorker, StatsReport, TestFailed, TestSucceeded
+from protocol.notes import (
+    DrainComplete,
+    DrainRequest,
+    StartTest,
+    StartWorker,
+    StatsReport,
+    StopWorker,
+    TestFailed,
+    TestSucceeded,
+)
 from protocol.ratefile import read_rate_file
 from protocol.sequences import load_bitset, merge_bitsets, union_bitsets
 
@@ -61,9 +70,13 @@ def run_fixed_rate(
     receivers = maestro.registry.live(lambda p: p.role == Role.RECEIVER)
     done = maestro.wait_for((TestSucceeded, TestFailed), senders, timeout_s=SECONDS + 30)
     assert all(isinstance(n, TestSucceeded) for n in done.values()), done
-    maestro.request(DrainRequest(timeout_s=30), to=Role.RECEIVER)
+    # As the coordinator does: the receivers leave only once all have drained (DrainRequest.stop).
+    maestro.request(DrainRequest(timeout_s=30, stop=False), to=Role.RECEIVER)
     drained = maestro.wait_for((DrainComplete,), receivers, timeout_s=40)
     assert all(isinstance(n, DrainComplete) and n.success for n in drained.values()), drained
+    with pytest.raises(MaestroError, match="no TestSucceeded/TestFailed"):  # still receiving, as asked
+        maestro.wait_for((TestSucceeded, TestFailed), receivers, timeout_s=1)
+    maestro.request(StopWorker(), to=Role.RECEIVER)
     finished = maestro.wait_for((TestSucceeded, TestFailed), receivers, timeout_s=20)
     assert all(isinstance(n, TestSucceeded) for n in finished.values()), finished
     return test_id

@@ -26,6 +26,7 @@ from protocol.notes import (
     SetRequest,
     StartTest,
     StartWorker,
+    StopWorker,
     TestFailed,
     TestSucceeded,
     UploadComplete,
@@ -63,6 +64,9 @@ class SimulatedPeer:
             correlation_id=correlation_id,
         )
 
+    def received_all(self) -> Note:
+        return TestSucceeded(test_id=self.test_id, message="received", header=self.header())
+
     def deliver(self, note: Note) -> list[Note]:
         """What reaches the coordinator for `note`: a repeat is answered as before, not acted on."""
         if note.header.message_id in self.answered:
@@ -98,8 +102,10 @@ class SimulatedPeer:
                 )
                 return [OkResponse(header=reply), verdict]
             case DrainRequest():
-                done = TestSucceeded(test_id=self.test_id, message="received", header=self.header())
-                return [OkResponse(header=reply), DrainComplete(success=True, header=self.header()), done]
+                drained: list[Note] = [OkResponse(header=reply), DrainComplete(success=True, header=self.header())]
+                return [*drained, self.received_all()] if note.stop else drained
+            case StopWorker() if self.role == Role.RECEIVER:
+                return [OkResponse(header=reply), self.received_all()]
             case LogRequest():
                 uploaded = UploadComplete(test_id=note.test_id, success=True, message="uploaded", header=self.header())
                 return [OkResponse(header=reply), uploaded]

@@ -46,6 +46,7 @@ def test_a_phase_runs_its_lifecycle_in_order_and_stores_its_result() -> None:
         "StartTest",
         "StartWorker",
         "DrainRequest",
+        "StopWorker",  # once every receiver has drained (DrainRequest.stop)
         *pings,
         "LogRequest",
     ]

@@ -166,3 +166,39 @@ def test_a_client_that_cannot_subscribe_fails_the_start_and_every_client_is_clos
 
     asyncio.run(scenario())
     assert [driver.closed for driver in drivers] == [True, True, True]
+
+
+def test_a_drain_held_by_a_rebalance_that_never_ends_says_so(tmp_path: Path) -> None:
+    # A client in a rebalance hands over empty batches (nothing is idle while partitions are
+    # moving), as the Kafka driver does; the broker never assigns them again.
+    driver = GroupDriver(0, _share({0}))
+    run = _receiver(tmp_path, [driver])
+
+    async def scenario() -> tuple[bool, str]:
+        await run.start()
+        driver.share = _share(set(), rebalancing=True)
+        loop = asyncio.get_running_loop()
+        driver.deliver([])
+        pulses = [loop.call_later(0.1 * k, driver.deliver, []) for k in range(1, 8)]
+        drained = await run.drain(idle_s=0.3, timeout_s=0.6)
+        for pulse in pulses:
+            pulse.cancel()
+        why = run.why_undrained(0.6)
+        await run.close()
+        return drained, why
+
+    drained, why = asyncio.run(scenario())
+    assert not drained
+    assert why.startswith("its consumer group was still rebalancing after 0.6 s")
+
+
+def test_a_drain_that_messages_kept_busy_says_still_receiving(tmp_path: Path) -> None:
+    run = _receiver(tmp_path, [GroupDriver(0, _share({0}))])
+
+    async def scenario() -> str:
+        await run.start()
+        why = run.why_undrained(30)
+        await run.close()
+        return why
+
+    assert asyncio.run(scenario()) == "still receiving after 30 s"
