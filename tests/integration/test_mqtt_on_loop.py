@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -101,6 +102,32 @@ def test_a_broker_killed_and_started_again_is_reconnected_and_both_go_on(tmp_pat
     assert len(sender.reconnects_ns) == 1 and len(receiver.reconnects_ns) == 1
     assert received == [b"before", b"after"]
     assert settled == [(1, None), (1, None)]
+
+
+@pytest.mark.timeout(90)
+def test_after_a_long_outage_a_client_is_back_within_its_longest_wait_of_the_broker(tmp_path: Path) -> None:
+    # Down 9 s: with paho's backoff (1, 2, 4, 8 s) the tries came at 1, 3, 7 and 15 s, so the
+    # sender reconnected 6 s after the broker was back, and that 6 s read as the SUT's outage.
+    broker = private_mosquitto(tmp_path)
+    broker.start()
+    url = f"mqtt://127.0.0.1:{broker.port}/maestro/outage?qos=1"
+
+    async def scenario() -> float:
+        sender = _driver(url, 0)
+        await connect_within(sender, 10)
+        broker.stop()
+        await asyncio.sleep(9.0)
+        broker.start()  # returns once the port answers
+        back = time.time_ns()
+        await until(lambda: sender.reconnects_ns, 30)
+        await sender.close()
+        return (sender.reconnects_ns[0] - back) / 1e9
+
+    try:
+        after_s = asyncio.run(scenario())
+    finally:
+        broker.stop()
+    assert after_s < 3.0  # the longest wait is 2 s; the connect and CONNACK take the rest
 
 
 @pytest.mark.timeout(60)
