@@ -249,7 +249,10 @@ def read_rate_file(path: Path) -> Iterator[tuple[int, int]]:
 def _rows(data: bytes, name: str) -> tuple[int, str]:
     """The file's base time and the text of its whole rows: a row cut in half by a crash (the
     last piece, without its newline) is not a row."""
-    text = _gunzip_tolerant(data).decode()
+    try:
+        text = _gunzip_tolerant(data).decode()
+    except (zlib.error, UnicodeDecodeError) as exc:
+        raise ValueError(f"{name}: not a Maestro rate file (not gzip-compressed text: {exc})") from exc
     header, _, rest = text.partition("\n")
     if not header.startswith(_HEADER):
         raise ValueError(f"{name}: not a Maestro rate file")

@@ -204,10 +204,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="show Spark's and the JVM's own output (default: to RESULTS/.logs/spark.log)",
     )
     _add_history(sub)
+    builder = sub.add_parser(
+        "builder",
+        help="the data server's report builder (it starts this itself)",
+        description="Build the report of each test id read on stdin, one Spark session for them all "
+        "(reports/report_builder.py).",
+    )
+    builder.add_argument("results", type=Path, help="the results folder (the data server's root)")
+    builder.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
     if args.command == "report":
         return _report(args)
+    if args.command == "builder":
+        from reports.report_builder import run_builder  # noqa: PLC0415 - Spark only here
+
+        return run_builder(args.results.resolve(), sys.stdin)
     if args.command == "history":
         return _history(args)
     try:

@@ -32,11 +32,13 @@ stays open, as the reports are for people to browse.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import html
 import logging
 import os
 import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +68,17 @@ MAX_RECORD_BYTES = 16 << 20
 def create_app(root: Path, token: bytes | None = None) -> FastAPI:
     root = root.resolve()
     root.mkdir(parents=True, exist_ok=True)
-    app = FastAPI(title="Maestro data server", version="1")
+    reports = ReportQueue(root)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await asyncio.to_thread(reports.close)  # the report builder and its JVM go with the server
+
+    app = FastAPI(title="Maestro data server", version="1", lifespan=lifespan)
     app.state.root = root
     app.state.token = token
-    app.state.reports = ReportQueue(root)
+    app.state.reports = reports
     app.state.live = LiveTests()
     app.state.metrics = live_registry(app.state.live)
     app.include_router(router)

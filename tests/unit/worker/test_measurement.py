@@ -209,6 +209,8 @@ def test_arrivals_per_second_counts_whole_seconds_of_the_ata_column(tmp_path: Pa
     assert arrivals_per_second(path.read_bytes()) == Counter({0: 10, 1: 25, 3: 5})
     with pytest.raises(ValueError, match="not a Maestro rate file"):
         arrivals_per_second(gzip.compress(b"eta,ata\n1,2\n"), "x.csv.gz")
+    with pytest.raises(ValueError, match=r"^x.csv.gz: not a Maestro rate file \(not gzip-compressed"):
+        arrivals_per_second(b"not gzip", "x.csv.gz")
 
 
 def test_a_writers_piece_gives_the_rows_figures_for_any_whole_second_cut(tmp_path: Path) -> None:
