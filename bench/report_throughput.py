@@ -27,6 +27,7 @@ import multiprocessing
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -127,10 +128,27 @@ def _summaries(test_dir: Path, rows: int) -> None:
     assert figures == by_rows and figures["send_rate"]["mean"] > 0
 
 
-def spark_part(master: str, test_dir: Path, records: int, files: int) -> tuple[float, int]:
+def spark_floor_s(spark: object, partitions: int) -> float:
+    """What any job of the reporter's shape costs Spark however little it reads: a mapInArrow
+    over `partitions` tasks, grouped, collected (median of five, after two to warm up)."""
+
+    def passed_on(batches: Iterator[object]) -> Iterator[object]:  # nested: pickled by value
+        yield from batches
+
+    frame = spark.range(0, 30, 1, partitions)  # type: ignore[attr-defined]
+    times = []
+    for _ in range(7):
+        started = time.perf_counter()
+        frame.mapInArrow(passed_on, "id long").groupBy("id").count().toArrow()
+        times.append(time.perf_counter() - started)
+    return sorted(times[2:])[2]
+
+
+def spark_part(master: str, test_dir: Path, records: int, files: int) -> tuple[float, int, float]:
     """The reporter on `master`, in a process of its own: a JVM of its own, so `cold` is what a
     `maestro report` run pays (a second session in one Python process reuses the first one's
-    JVM, its classes loaded and its code compiled). The warm run's seconds, and its rows."""
+    JVM, its classes loaded and its code compiled). The warm run's seconds, its rows, and
+    Spark's floor per job."""
     started = time.perf_counter()
     spark = spark_session(master)
     options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions", "")
@@ -144,10 +162,12 @@ def spark_part(master: str, test_dir: Path, records: int, files: int) -> tuple[f
             assert rows == records // files * files
             print(f"spark {master}, {when}: {rows / took / 1e6:.2f} M records/s ({took:.1f} s)", flush=True)
         _fault_table(spark, test_dir, rows)
+        floor_s = spark_floor_s(spark, min(files, spark.sparkContext.defaultParallelism))
+        print(f"  spark's floor per job ({master}: a mapInArrow reading nothing, grouped): {floor_s:.2f} s")
         _print_peaks(master)
     finally:
         spark.stop()
-    return took, rows
+    return took, rows, floor_s
 
 
 def builder_part(test_dir: Path, rows: int) -> None:
@@ -185,13 +205,14 @@ def main() -> None:
         generate(test_dir, args.records, args.files)
         print(f"generated {args.records:,} records in {args.files} files: {time.perf_counter() - started:.1f} s")
 
-        spark_s = {}
+        spark_s, floor_s = {}, {}
         # Smoke: one session (each start is 10-15 s of a CI run); the ratios need both.
         masters = ("local[2]",) if args.smoke else ("local[1]", "local[2]")
         spawn = multiprocessing.get_context("spawn")
         for master in masters:
             with ProcessPoolExecutor(1, mp_context=spawn) as fresh:
-                spark_s[master], rows = fresh.submit(spark_part, master, test_dir, args.records, args.files).result()
+                job = fresh.submit(spark_part, master, test_dir, args.records, args.files)
+                spark_s[master], rows, floor_s[master] = job.result()
         started = time.perf_counter()
         baseline_rows = pandas_baseline(test_dir)
         pandas_s = time.perf_counter() - started
@@ -210,6 +231,8 @@ def main() -> None:
         _print_peaks("this process: the baselines and the summary")
         if "local[1]" in spark_s:
             print(f"local[1] -> local[2], warm: {spark_s['local[1]'] / spark_s['local[2]']:.2f}x")
+            beyond = [spark_s[m] - floor_s[m] for m in ("local[1]", "local[2]")]
+            print(f"local[1] -> local[2], warm, the time beyond Spark's floor: {beyond[0] / beyond[1]:.2f}x")
         print(f"spark local[2], warm / pandas: {pandas_s / spark_s['local[2]']:.2f}x")
 
 
