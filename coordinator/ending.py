@@ -27,6 +27,7 @@ __all__ = ["Ending"]
 
 # How long a peer may take to give its verdict once stopped or drained.
 _VERDICT_TIMEOUT_S = 30.0
+_DRAIN_GRACE_S = 15.0  # past the receivers' own drain timeout, for their DrainComplete to come
 
 
 @dataclass
@@ -72,11 +73,13 @@ class Ending:
             draining = [p for p in draining if p.peer_id in exc.complied]
         if not draining:
             return
-        drained = m.wait_for((DrainComplete,), draining, timeout_s=drain_s + 15)
+        try:
+            drained = m.wait_for((DrainComplete,), draining, timeout_s=drain_s + _DRAIN_GRACE_S)
+        finally:  # whatever came of the wait: none of them is left receiving
+            self._quietly(StopWorker(), m.not_lost(draining))
         for peer_id, note in drained.items():
             if isinstance(note, DrainComplete) and not note.success:
                 self.fail(f"{m.short_label(peer_id)} did not drain: {note.message}")
-        self._quietly(StopWorker(), m.not_lost(draining))
         self.await_finish(draining, _VERDICT_TIMEOUT_S)
 
     def _quietly(self, note: Note, peers: list[PeerInfo]) -> None:

@@ -47,6 +47,7 @@ class SimulatedPeer:
     test_id: str = ""
     busy_with: str = ""  # a test it runs for someone else
     lose_answers: int = 0  # this many of its first answers never reach the coordinator
+    drain_lost: bool = False  # its DrainComplete never reaches the coordinator
     answered: dict[str, list[Note]] = field(default_factory=dict)  # by request id, as the runtime keeps them
 
     def topics(self, topics: Topics) -> set[str]:
@@ -102,7 +103,9 @@ class SimulatedPeer:
                 )
                 return [OkResponse(header=reply), verdict]
             case DrainRequest():
-                drained: list[Note] = [OkResponse(header=reply), DrainComplete(success=True, header=self.header())]
+                drained: list[Note] = [OkResponse(header=reply)]
+                if not self.drain_lost:
+                    drained.append(DrainComplete(success=True, header=self.header()))
                 return [*drained, self.received_all()] if note.stop else drained
             case StopWorker() if self.role == Role.RECEIVER:
                 return [OkResponse(header=reply), self.received_all()]

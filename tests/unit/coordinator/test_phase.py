@@ -4,9 +4,11 @@ ends a phase, and a search that finds a known limit."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
+from coordinator import ending
 from coordinator.cast import Cast
 from coordinator.definitions import FixedRateTest, SearchTest
 from coordinator.errors import MaestroError
@@ -82,6 +84,18 @@ def test_a_sender_that_fails_ends_the_phase_and_everyone_is_still_drained_and_co
     assert not any(isinstance(n, StopWorker) for n in sender.received)  # its failure was its end
     assert any(isinstance(n, DrainRequest) for n in receiver.received)
     assert all(any(isinstance(n, LogRequest) for n in p.received) for p in (sender, receiver))
+
+
+def test_a_receiver_whose_drain_is_never_told_is_still_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ending, "_DRAIN_GRACE_S", 0.5)
+    receiver = SimulatedPeer("r1", Role.RECEIVER, drain_lost=True)
+    client, _ = memory_client([SimulatedPeer("s1", Role.SENDER), receiver])
+    test = replace(TEST, drain_timeout_s=0.5)
+    result = Phase(client, test, "t-4", MemoryStore(), Cast.choose(client, test), show_progress=False).run()
+    assert not result.passed and result.reason == "no DrainComplete from r1@memory (receiver) within 1 s"
+    # Told to drain and keep receiving; then, its DrainComplete missing, told to stop all the same.
+    kinds = _kinds(receiver)
+    assert kinds.index("DrainRequest") < kinds.index("StopWorker")
 
 
 def test_figures_that_show_loss_fail_a_phase_the_peers_passed() -> None:
