@@ -8,7 +8,6 @@ import json
 import logging
 import shutil
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -32,7 +31,7 @@ log = logging.getLogger(__name__)
 def _report(args: argparse.Namespace) -> int:
     from reports.baseline import Thresholds  # noqa: PLC0415 - Spark and Plotly only here
     from reports.report import build_index, build_report  # noqa: PLC0415
-    from reports.series import spark_session  # noqa: PLC0415
+    from reports.report_builder import told_session  # noqa: PLC0415
 
     root: Path = args.results
     if not root.is_dir():
@@ -63,14 +62,8 @@ def _report(args: argparse.Namespace) -> int:
     thresholds = Thresholds(args.max_throughput_drop, args.max_latency_rise, args.max_loss_rise)
     regressions = []
     if tests:
-        started = time.monotonic()
         jvm_log = None if args.verbose else root / ".logs" / "spark.log"
-        spark = spark_session(args.master, jvm_log)
-        print(
-            f"report: spark session up in {time.monotonic() - started:.1f} s"
-            + (f" (its log: {jvm_log})" if jvm_log else ""),
-            file=sys.stderr,
-        )
+        spark = told_session(args.master, jvm_log, sys.stderr)
         try:
             for test_dir in tests:
                 folder, summary = build_report(spark, test_dir, baseline, thresholds)

@@ -20,17 +20,28 @@ from typing import Any, TextIO
 
 from reports.paths import resolve_inside
 
-__all__ = ["BUILT", "FAILED", "SPARK_UP", "run_builder"]
+__all__ = ["BUILT", "FAILED", "SPARK_UP", "run_builder", "told_session"]
 
 BUILT, FAILED = "report-builder: built", "report-builder: failed"
 SPARK_UP = "report: spark session up"
+
+
+def told_session(master: str | None, jvm_log: Path | None, out: TextIO) -> Any:
+    """A Spark session, and the one console line a report run shows for it (`SPARK_UP`, which
+    the data server's queue reads as the end of the "starting Spark" step)."""
+    from reports.series import spark_session  # noqa: PLC0415 - Spark only here
+
+    started = time.monotonic()
+    spark = spark_session(master, jvm_log)
+    where = f" (its log: {jvm_log})" if jvm_log else ""
+    print(f"{SPARK_UP} in {time.monotonic() - started:.1f} s{where}", file=out, flush=True)
+    return spark
 
 
 def run_builder(root: Path, test_ids: Iterable[str], out: TextIO = sys.stdout) -> int:
     """Build each test's report and the index; 0 once `test_ids` ends, 1 after a failure."""
     from reports.baseline import Thresholds  # noqa: PLC0415 - Spark and Plotly only here
     from reports.report import build_index, build_report  # noqa: PLC0415
-    from reports.series import spark_session  # noqa: PLC0415
 
     spark: Any = None
     try:
@@ -40,9 +51,7 @@ def run_builder(root: Path, test_ids: Iterable[str], out: TextIO = sys.stdout) -
                 continue
             try:
                 if spark is None:
-                    started = time.monotonic()
-                    spark = spark_session(None, root / ".logs" / "spark.log")
-                    print(f"{SPARK_UP} in {time.monotonic() - started:.1f} s", file=out, flush=True)
+                    spark = told_session(None, root / ".logs" / "spark.log", out)
                 folder, _ = build_report(spark, resolve_inside(root, test_id), None, Thresholds())
                 build_index(root)
                 print(f"report: {folder / 'index.html'}", file=out)

@@ -54,16 +54,15 @@ class _Builder:
         """None once built; else the builder's last lines, which say why not."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         lines: deque[str] = deque(maxlen=20)
+        state.step = "reading the files and drawing the charts" if self.warm else "starting Spark"
         try:
             self.proc.stdin.write(test_id + "\n")
             self.proc.stdin.flush()
         except OSError as exc:  # it ended since the last build
             return [f"the report builder ended: {exc}"]
-        state.step = "reading the files and drawing the charts" if self.warm else "starting Spark"
         for text in self.proc.stdout:
             line = text.rstrip()
-            if line == f"{BUILT} {test_id}":
-                self.warm = True
+            if line == f"{BUILT} {test_id}":  # its session came up before: SPARK_UP made it warm
                 return None
             if line == f"{FAILED} {test_id}":
                 return list(lines)
