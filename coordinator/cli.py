@@ -20,7 +20,7 @@ from coordinator.maestro import Maestro
 from coordinator.registry import PeerInfo
 from protocol.broker_url import BrokerUrlError, default_broker_url
 from protocol.bus import BusError
-from protocol.daemon_cli import configure_logging
+from protocol.daemon_cli import add_log_level, configure_logging
 from protocol.embedded_broker import EmbeddedBroker
 from protocol.secrets import KEY_FILE_ENV, TOKEN_FILE_ENV, SecretFileError
 from protocol.topics import DEFAULT_PREFIX
@@ -99,9 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Coordinate performance tests of messaging systems across Maestro peers.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
-    parser.add_argument(
-        "--log-level", default="warning", choices=["debug", "info", "warning", "error"], help="(default: %(default)s)"
-    )
+    add_log_level(parser, "warning")
     parser.add_argument(
         "--key-file",
         type=Path,

@@ -19,7 +19,7 @@ from protocol.signing import NoteKey
 from protocol.topics import DEFAULT_PREFIX
 from protocol.version import VERSION
 
-__all__ = ["configure_logging", "daemon_parser", "run_daemon"]
+__all__ = ["add_log_level", "configure_logging", "daemon_parser", "run_daemon"]
 
 
 def configure_logging(level: str) -> None:
@@ -27,6 +27,13 @@ def configure_logging(level: str) -> None:
         stream=sys.stderr,
         level=level.upper(),
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+    )
+
+
+def add_log_level(parser: argparse.ArgumentParser, default: str) -> None:
+    """The `--log-level` every command of ours takes, for `configure_logging`."""
+    parser.add_argument(
+        "--log-level", default=default, choices=["debug", "info", "warning", "error"], help="(default: %(default)s)"
     )
 
 
@@ -46,9 +53,7 @@ def daemon_parser(prog: str, description: str) -> argparse.ArgumentParser:
         "--data-dir", type=Path, default=Path("maestro-data"), help="where test files go (default: %(default)s)"
     )
     parser.add_argument("--topic-prefix", default=DEFAULT_PREFIX, help="MQTT topic prefix (default: %(default)s)")
-    parser.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="(default: %(default)s)"
-    )
+    add_log_level(parser, "info")
     parser.add_argument(
         "--coordinator-grace-s",
         type=float,

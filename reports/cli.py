@@ -17,7 +17,7 @@ from typing import Any
 
 import uvicorn
 
-from protocol.daemon_cli import configure_logging
+from protocol.daemon_cli import add_log_level, configure_logging
 from protocol.secrets import TOKEN_FILE_ENV, SecretFileError, env_path, read_token_file
 from reports.change_points import DEFAULT_MAX_P
 from reports.paths import UnsafePathError, resolve_inside
@@ -156,7 +156,7 @@ def _add_history(sub: Any) -> None:
     )
     history.add_argument("--json", action="store_true", help="print the history as JSON instead of a table")
     history.add_argument("--html", type=Path, help="also write the history page to this file")
-    history.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    add_log_level(history, "warning")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -175,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="refuse uploads without the bearer token in this file (mode 600); reading stays open "
         "(default: $MAESTRO_TOKEN_FILE, else none)",
     )
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_log_level(serve, "info")
     report = sub.add_parser(
         "report",
         help="write the report of tests in a results folder",
@@ -190,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.add_argument("--max-throughput-drop", type=float, default=0.05, help="fraction (default: %(default)s)")
     report.add_argument("--max-latency-rise", type=float, default=0.10, help="fraction (default: %(default)s)")
     report.add_argument("--max-loss-rise", type=float, default=0.0, help="loss ratio points (default: %(default)s)")
-    report.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    add_log_level(report, "warning")
     report.add_argument(
         "--verbose",
         action="store_true",
@@ -204,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(reports/report_builder.py).",
     )
     builder.add_argument("results", type=Path, help="the results folder (the data server's root)")
-    builder.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    add_log_level(builder, "warning")
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
     if args.command == "report":
