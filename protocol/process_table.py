@@ -7,7 +7,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["processes_naming"]
+__all__ = ["process_state", "processes_naming"]
+
+
+def process_state(pid: int) -> str:
+    """Its state letter from /proc (R, S, T, Z, ...); OSError once it is gone. The name in
+    parentheses may hold spaces and parentheses itself, so the fields after the last one count."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 def processes_naming(text: str) -> list[int]:
@@ -19,7 +25,7 @@ def processes_naming(text: str) -> list[int]:
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            state = process_state(int(entry.name))
         except (OSError, IndexError):
             continue
         if text in cmdline and state != "Z":

@@ -24,6 +24,7 @@ from agent.targets import ServiceTarget
 from coordinator import Action, Fail, FixedRateTest, Maestro, PeerRequestError
 from protocol.embedded_broker import free_port
 from protocol.notes import AgentSource, CommandFinished, UserCommand
+from protocol.process_table import process_state
 from protocol.runtime import PeerError
 from reports.report import build_report
 from reports.series import spark_session
@@ -331,10 +332,6 @@ def test_a_blackhole_and_a_shutdown_for_seconds_show_as_outages_with_their_recov
     assert port_open(port)  # started again after its 3 s
 
 
-def _state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-
-
 def test_a_service_found_by_its_command_line_is_paused_resumed_and_killed(tmp_path: Path) -> None:
     marker = f"maestro-match-{uuid.uuid4().hex[:8]}"
     sleeper = [sys.executable, "-c", "import time; time.sleep(600)", marker]
@@ -347,7 +344,7 @@ def test_a_service_found_by_its_command_line_is_paused_resumed_and_killed(tmp_pa
         assert change is not None and change.restore == "resume"
         _wait_for_state(procs[0].pid, "T")  # the kernel stops it when it next runs: a moment later when busy
         asyncio.run(target.apply("resume", {}))
-        assert _state(procs[0].pid) in ("S", "R")
+        assert process_state(procs[0].pid) in ("S", "R")
         procs.append(subprocess.Popen(sleeper))
         _wait_for_cmdline(procs[1].pid, marker)  # until its exec, a child shows its parent's command line
         with pytest.raises(PeerError, match="2 processes match"):
@@ -365,7 +362,7 @@ def test_a_service_found_by_its_command_line_is_paused_resumed_and_killed(tmp_pa
 
 def _wait_for_state(pid: int, state: str) -> None:
     deadline = time.monotonic() + 2
-    while (now := _state(pid)) != state:
+    while (now := process_state(pid)) != state:
         assert time.monotonic() < deadline, f"process {pid} is in state {now!r}, not {state!r}"
         time.sleep(0.005)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from support.synthetic import one_loss_one_duplicate
 
+from protocol.process_table import process_state
 from reports.report_queue import BuildState, ReportQueue
 
 pytestmark = pytest.mark.timeout(240)
@@ -32,7 +33,7 @@ def _gone(pid: int) -> bool:
     except ProcessLookupError:
         return True
     # A child that exited stays a zombie until waited for; the queue waits for its builders.
-    return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    return process_state(pid) == "Z"
 
 
 def test_reports_one_after_another_share_one_builder_which_ends_when_unused(tmp_path: Path) -> None:
