@@ -268,6 +268,10 @@ class KafkaDriver(Driver):
             "enable.auto.commit": True,
             # A topic created after we subscribed is seen within a second, not librdkafka's 5 min.
             "topic.metadata.refresh.interval.ms": 1000,
+            # Once its local queue holds queued.min.messages, librdkafka stops fetching for this
+            # long (1 s by default): a consumer that fell behind read the queue dry and stood
+            # idle for 0.9 s (tests/integration/test_kafka_backlog.py).
+            "fetch.queue.backoff.ms": 10,
         }
         if "fetch_wait_max_ms" in o:
             config["fetch.wait.max.ms"] = o["fetch_wait_max_ms"]
