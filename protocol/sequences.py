@@ -39,6 +39,20 @@ class SequenceCounts:
         return max(0, expected - self.received)
 
 
+def _set_bits(bits: np.ndarray, sequences: np.ndarray) -> None:
+    """Set the bits of distinct, ascending sequence numbers: packed a byte at a time where they
+    lie close together (np.bitwise_or.at, which takes repeated bytes, is several times slower)."""
+    low = int(sequences[0]) & ~7
+    span = int(sequences[-1]) - low + 1
+    if span > 64 * len(sequences):  # sparse: a dense run of bits would cost more than it saves
+        np.bitwise_or.at(bits, sequences >> 3, np.left_shift(1, sequences & 7).astype(np.uint8))
+        return
+    dense = np.zeros(span, dtype=bool)
+    dense[sequences - low] = True
+    packed = np.packbits(dense, bitorder="little")
+    bits[low >> 3 : (low >> 3) + len(packed)] |= packed
+
+
 @dataclass
 class SequenceTracker:
     """One bit per sequence number: exact for any order, 1.25 MB per 10 million messages."""
@@ -75,11 +89,25 @@ class SequenceTracker:
         if need > len(self._seen):
             self._seen.extend(bytes(max(need - len(self._seen), len(self._seen))))
         bits = np.frombuffer(self._seen, dtype=np.uint8)  # a view: writes go to the bitset
+        ascending = len(sequences) == 1 or bool((sequences[1:] > sequences[:-1]).all())
+        if ascending and sequences[0] > self._highest:
+            # The usual burst, one sender's run in order after what came before: all firsts, none
+            # out of order; the general path's sort and ufunc.at cost 0.3 µs a message.
+            _set_bits(bits, sequences)
+            del bits
+            self._highest = int(sequences[-1])
+            self._received += len(sequences)
+            return np.ones(len(sequences), dtype=bool)
         byte, mask = sequences >> 3, np.left_shift(1, sequences & 7).astype(np.uint8)
-        first = np.zeros(len(sequences), dtype=bool)
-        first[np.unique(sequences, return_index=True)[1]] = True  # first in this burst...
-        first &= (bits[byte] & mask) == 0  # ...and never seen before it
-        np.bitwise_or.at(bits, byte[first], mask[first])
+        if ascending:  # no repeats within the burst
+            first = (bits[byte] & mask) == 0
+            if first.any():
+                _set_bits(bits, sequences[first])
+        else:
+            first = np.zeros(len(sequences), dtype=bool)
+            first[np.unique(sequences, return_index=True)[1]] = True  # first in this burst...
+            first &= (bits[byte] & mask) == 0  # ...and never seen before it
+            np.bitwise_or.at(bits, byte[first], mask[first])
         del bits  # the bytearray may grow next time: no view of it may be left
         arrived = sequences[first]
         if len(arrived):

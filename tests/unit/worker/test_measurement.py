@@ -381,3 +381,24 @@ def test_a_burst_recorded_at_once_counts_as_one_by_one(seed: int) -> None:
     assert firsts == [one.record(sequence) for sequence in arrivals]
     assert many.counts() == one.counts()
     assert many.bitset.rstrip(b"\0") == one.bitset.rstrip(b"\0")  # a burst grows the bitset at once
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_bursts_in_order_recorded_at_once_count_as_one_by_one(seed: int) -> None:
+    """The in-order bursts record_many takes a shorter way with (a run after everything seen
+    so far; a run reaching back among numbers seen already; a sparse run), against record."""
+    rng = random.Random(seed)
+    one, many = SequenceTracker(), SequenceTracker()
+    arrivals: list[int] = []
+    firsts: list[bool] = []
+    highest = -1
+    for _ in range(rng.randint(1, 40)):
+        low = rng.choice([highest + 1, highest + rng.randint(1, 50), max(0, highest - rng.randint(0, 200))])
+        spread = rng.choice([1, 1, 3, 200])  # 200: far apart, past the dense packing's reach
+        burst = sorted(rng.sample(range(low, low + spread * 300), rng.randint(1, 300)))
+        firsts += many.record_many(np.array(burst, dtype=np.int64)).tolist()
+        arrivals += burst
+        highest = max(highest, burst[-1])
+    assert firsts == [one.record(sequence) for sequence in arrivals]
+    assert many.counts() == one.counts()
+    assert many.bitset.rstrip(b"\0") == one.bitset.rstrip(b"\0")
