@@ -7,6 +7,7 @@ how each is settled, so every count below is exact.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from pathlib import Path
 
@@ -91,6 +92,27 @@ def test_a_driver_that_takes_bursts_whole_gets_bursts_of_up_to_1024_with_every_h
     filler = random.Random(0).randbytes(64)
     assert all(body == make_body(header, 64, filler) for body, header in zip(driver.bodies, headers, strict=True))
     assert sorted(_rows(run)) == sorted((h.intended_ns // 1000, h.sent_ns // 1000) for h in headers)
+
+
+def test_a_fast_bounded_schedule_goes_in_bursts_a_quarter_millisecond_apart(tmp_path: Path) -> None:
+    """At 40,000 msg/s a message is due every 25 µs; a burst per wake-up of the messages due
+    within 50 µs (two or three) cost more than the sending. A client starts a burst at most every
+    250 µs of its schedule, with what fell due since, and every message still goes, in order."""
+    driver = MemoryDriver(batches=True)
+    run = _run(_plan(rate_per_s=40_000, duration=Duration(messages=4000)), tmp_path, {0: driver})
+    asyncio.run(run.run())
+    run.rate_file.close()
+    assert run.stats.sent == 4000 and not run.stats.errors
+    headers = [read_header(body) for body in driver.bodies]
+    assert [h.sequence for h in headers] == list(range(4000))
+    firsts, at = [], 0
+    for size in driver.bursts:
+        firsts.append(headers[at])
+        at += size
+    # A burst starts once its schedule is 250 µs past the one before's first message (less the
+    # 50 µs a message may go early), however late that one went: late, it goes at once.
+    waits_us = [(later.sent_ns - earlier.intended_ns) / 1000 for earlier, later in itertools.pairwise(firsts)]
+    assert min(waits_us) >= 200, sorted(waits_us)[:5]
 
 
 def test_the_window_bounds_what_is_in_flight_and_the_wait_is_lag_not_failure(tmp_path: Path) -> None:
