@@ -354,13 +354,15 @@ def _rate(arrivals: list[float]) -> float:
 # --- the worker's paths --------------------------------------------------------------------------
 
 
-def _plan(url: str, n: int, size: int, rate_per_s: float = 0.0, precise: bool = False) -> SenderPlan:
+def _plan(
+    url: str, n: int, size: int, rate_per_s: float = 0.0, precise: bool = False, *, parallel: int = 1
+) -> SenderPlan:
     return SenderPlan(
         test_id="bench",
         peer=f"bench-{uuid.uuid4().hex[:6]}@local",
         urls=[url],
         rate_per_s=rate_per_s,
-        parallel_count=1,
+        parallel_count=parallel,
         duration=Duration(messages=n),
         size=MessageSize(size, size),
         precise_timing=precise,
@@ -368,11 +370,13 @@ def _plan(url: str, n: int, size: int, rate_per_s: float = 0.0, precise: bool = 
 
 
 async def worker_send(
-    url: str, n: int, size: int, rate_per_s: float = 0.0, precise: bool = False
+    url: str, n: int, size: int, rate_per_s: float = 0.0, precise: bool = False, *, parallel: int = 1
 ) -> tuple[SenderRun, list[tuple[int, int]]]:
-    """The worker's sender over `n` messages; the run and its rate rows (intended, actual µs)."""
+    """The worker's sender over `n` messages (`parallel` clients); the run and its rate rows
+    (intended, actual µs)."""
     with tempfile.TemporaryDirectory() as tmp:
-        run = SenderRun(_plan(url, n, size, rate_per_s, precise), RateFileWriter(Path(tmp), "sender", {}))
+        plan = _plan(url, n, size, rate_per_s, precise, parallel=parallel)
+        run = SenderRun(plan, RateFileWriter(Path(tmp), "sender", {}))
         await run.run()
         await run.close()
         if run.failure:
@@ -593,15 +597,7 @@ async def processes_part(s: Sizes, kafka: str, smoke: bool = False) -> None:
     # group takes some 20 s to settle, and the speed-up means nothing over 8,000 messages.
     for processes in (2,) if smoke else (1, 2):
         with tempfile.TemporaryDirectory() as tmp:
-            plan = SenderPlan(
-                test_id="bench",
-                peer="bench@local",
-                urls=[f"mqtt://127.0.0.1:1883/{topic}?qos=0"],
-                rate_per_s=0,
-                parallel_count=4,
-                duration=Duration(messages=n),
-                size=MessageSize(s.size, s.size),
-            )
+            plan = _plan(f"mqtt://127.0.0.1:1883/{topic}?qos=0", n, s.size, parallel=4)
             run: SenderRun | MultiProcessSender
             if processes == 1:
                 run = SenderRun(plan, RateFileWriter(Path(tmp), "sender", {}))
@@ -634,7 +630,8 @@ async def raw_processes(s: Sizes, kafka: str, n: int) -> None:
     machine (its cores shared with the broker) allows any load generator."""
     body, bootstrap = bytes(s.size), kafka.removeprefix("kafka://")
     topic = f"bench-rawpx-{uuid.uuid4().hex[:6]}"
-    await _fill_partitions(f"{kafka}/{topic}?partitions=4&partitioner=client&acks=1&linger_ms=5", n, s.size)
+    # A quarter of the messages on each partition: a client each.
+    await worker_send(f"{kafka}/{topic}?partitions=4&partitioner=client&acks=1&linger_ms=5", n, s.size, parallel=4)
     spawn = multiprocessing.get_context("spawn")
     rates: dict[int, tuple[float, float]] = {}
     for processes in (1, 2):
@@ -659,25 +656,6 @@ async def raw_processes(s: Sizes, kafka: str, n: int) -> None:
         f"receive {rates[1][1]:,.0f} -> {rates[2][1]:,.0f}/s ({rates[2][1] / rates[1][1]:.2f}x)",
         flush=True,
     )
-
-
-async def _fill_partitions(url: str, n: int, size: int) -> None:
-    """`n` messages over a topic's 4 partitions, a quarter each (a client per partition)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        plan = SenderPlan(
-            test_id="bench",
-            peer="bench@local",
-            urls=[url],
-            rate_per_s=0,
-            parallel_count=4,
-            duration=Duration(messages=n),
-            size=MessageSize(size, size),
-        )
-        run = SenderRun(plan, RateFileWriter(Path(tmp), "sender", {}))
-        await run.run()
-        await run.close()
-        if run.failure:
-            raise RuntimeError(run.failure)
 
 
 _LIBRARIES = ("paho", "aio_pika", "aiormq", "pamqp", "proton", "confluent_kafka", "cimpl", "_socket")
