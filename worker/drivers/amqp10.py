@@ -249,7 +249,8 @@ class _Handler(MessagingHandler):
         self.error = ""
         self.connection: Any = None
         self.link: Any = None
-        self.sections = data_sections(bool(driver.endpoint.options.get("durable")))
+        self.durable = bool(driver.endpoint.options.get("durable"))
+        self.sections = data_sections(self.durable)  # a plain message's bytes before its body
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -307,7 +308,6 @@ class _Handler(MessagingHandler):
         # Cleared before the outbox is read: a message added from now on asks for a flush again.
         self.flush_pending = False
         link = self.link
-        durable = bool(self.driver.endpoint.options.get("durable"))
         sent: list[tuple[int, SendError | None]] = []
         count = 0
         while self.outbox and link is not None and link.credit > 0:
@@ -315,7 +315,7 @@ class _Handler(MessagingHandler):
             if correlation is None:
                 count += self._send_body(link, body, token, sent)
                 continue
-            message = Message(body=body, durable=durable)
+            message = Message(body=body, durable=self.durable)
             message.reply_to, message.correlation_id = self.driver.reply_address, correlation
             count += self._send(link, message, token, sent)
         self.verdicts.hold_many(sent)
