@@ -16,7 +16,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,7 @@ from protocol.precise_timer import PreciseTimer
 from protocol.ratefile import RateFileWriter
 from protocol.sequences import SequenceTracker, dump_bitsets
 from worker.drivers import driver_for_client
-from worker.drivers.base import FIRST_CONNECT_S, Driver, DriverError, GroupShare, SendError, connect_within
+from worker.drivers.base import FIRST_CONNECT_S, Burst, Driver, DriverError, GroupShare, SendError, connect_within
 from worker.heap import HeapHold
 from worker.latency import IntervalLatency, LatencyRecorder
 from worker.payload import HEADER_BYTES, HEADER_DTYPE, HEADER_LAYOUT, MAGIC, REPLY_STAMPS, headers_every, key_of
@@ -207,7 +207,7 @@ class ReceiverRun(ReceivingAccount):
         if error is not None:
             self.stats.reply_errors[error.kind] += count
 
-    def _on_messages(self, batch: list[tuple[bytes, int]]) -> None:
+    def _on_messages(self, batch: Sequence[tuple[bytes, int]]) -> None:
         """A burst of messages from one client: the hot path. A large burst (Kafka's consume,
         a backlog) is read a column at a time; a small one, a few operations per message."""
         if len(batch) >= _COLUMNS_FROM:
@@ -240,29 +240,37 @@ class ReceiverRun(ReceivingAccount):
         stats.received += received
         stats.last_message_mono = time.monotonic()
 
-    def _on_columns(self, batch: list[tuple[bytes, int]]) -> None:
+    def _on_columns(self, batch: Sequence[tuple[bytes, int]]) -> None:
         """`_on_messages` for a large burst: the headers side by side in one numpy record array,
         the sequence bits set per sender, latencies and rate rows as columns. The same counts,
         bits, samples and rows as the message-by-message path (tests/unit/worker)."""
         stats = self.stats
-        # Not zip(*batch): its iterator per message sets off a garbage collection every 700.
-        bodies = [body for body, _ in batch]
+        stamps: list[int] | None = None  # None: all stamped at once (a Burst)
+        if isinstance(batch, Burst):
+            bodies = batch.bodies
+        else:
+            # Not zip(*batch): its iterator per message sets off a garbage collection every 700.
+            bodies = [body for body, _ in batch]
+            stamps = [stamp for _, stamp in batch]
         lengths = list(map(len, bodies))
         shortest = min(lengths)
         if shortest < HEADER_BYTES:
-            whole = [message for message in batch if len(message[0]) >= HEADER_BYTES]
-            stats.foreign["no_header"] += len(batch) - len(whole)
+            whole = [i for i, length in enumerate(lengths) if length >= HEADER_BYTES]
+            stats.foreign["no_header"] += len(bodies) - len(whole)
             if not whole:
                 return
-            batch = whole
-            bodies = [body for body, _ in batch]
-            lengths = list(map(len, bodies))
+            bodies, lengths = [bodies[i] for i in whole], [lengths[i] for i in whole]
+            stamps = None if stamps is None else [stamps[i] for i in whole]
             shortest = min(lengths)
         if shortest == max(lengths):  # one size, as a fixed-size sender's: headers read in place
             heads = np.frombuffer(b"".join(bodies), dtype=headers_every(lengths[0]))
         else:
             heads = np.frombuffer(b"".join([body[:HEADER_BYTES] for body in bodies]), dtype=HEADER_DTYPE)
-        arrived = np.array([stamp for _, stamp in batch], dtype=np.int64)
+        if stamps is None:
+            assert isinstance(batch, Burst)
+            arrived = np.full(len(bodies), batch.arrived_ns, dtype=np.int64)
+        else:
+            arrived = np.array(stamps, dtype=np.int64)
         ours = heads["magic"] == MAGIC
         if not ours.all():
             stats.foreign["no_header"] += int((~ours).sum())
@@ -270,7 +278,7 @@ class ReceiverRun(ReceivingAccount):
         if other.any():
             stats.foreign["other_test"] += int(other.sum())
             ours &= ~other
-        first = np.zeros(len(batch), dtype=bool)
+        first = np.zeros(len(bodies), dtype=bool)
         senders, sequences = heads["sender"], heads["sequence"].astype(np.int64)
         keys = senders[ours]
         one_sender = len(keys) > 0 and bool((keys == keys[0]).all())  # the usual burst: skip the sort

@@ -28,7 +28,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -232,7 +232,7 @@ class RequesterRun:
 
     # --- the replies (the hot path) -----------------------------------------------------------
 
-    def _on_replies(self, batch: list[tuple[bytes, int]]) -> None:
+    def _on_replies(self, batch: Sequence[tuple[bytes, int]]) -> None:
         stats, waiting, unpack = self.stats, self._waiting, REPLY_LAYOUT.unpack_from
         offsets, own = self.plan.clock_offsets_ns, self.plan.own_offset_ns
         record, record_legs = self.latency.record, self.legs.record

@@ -36,7 +36,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -46,6 +46,7 @@ from protocol.schemes import schemes_of
 from protocol.sut_url import DRIVER_OPTIONS
 from worker.drivers.base import (
     FIRST_CONNECT_S,
+    Burst,
     ConnectError,
     DisconnectedError,
     Driver,
@@ -333,7 +334,7 @@ class KafkaDriver(Driver):
             message = self._consumer.poll(_POLL_S)
             if message is not None and message.error() is None:
                 self._count_gaps([message])
-                call_in_loop(self._loop, self._on_messages, [(message.value(), time.time_ns())])
+                call_in_loop(self._loop, self._on_messages, [(message.value() or b"", time.time_ns())])
                 self._consumer.pause(self._consumer.assignment())
             return
         # Wait for one message, then take whatever else has arrived (consume() alone would wait
@@ -355,12 +356,19 @@ class KafkaDriver(Driver):
         if self._processing_delay_s:
             for message in messages:  # a slow consumer: each message takes its time before the next
                 if message.error() is None:
-                    call_in_loop(self._loop, self._on_messages, [(message.value(), time.time_ns())])
+                    call_in_loop(self._loop, self._on_messages, [(message.value() or b"", time.time_ns())])
                     time.sleep(self._processing_delay_s)
             return
-        batch = [(m.value(), arrived) for m in messages if m.error() is None]
-        if batch:
-            call_in_loop(self._loop, self._on_messages, batch)
+        # One error check over the burst (a C call a message, no Python frame), then the values.
+        bodies: list[bytes]
+        if any(map(Message.error, messages)):
+            bodies = [m.value() or b"" for m in messages if m.error() is None]
+        else:
+            values = list(map(Message.value, messages))
+            # A null value (a tombstone) becomes an empty body, counted as foreign.
+            bodies = cast("list[bytes]", values) if all(values) else [value or b"" for value in values]
+        if bodies:
+            call_in_loop(self._loop, self._on_messages, Burst(bodies, arrived))
 
     def _count_gaps(self, messages: list[Message]) -> None:
         """Offsets the broker's fetches passed over (`skipped_by_sut`), from a burst in the
@@ -434,7 +442,7 @@ class KafkaDriver(Driver):
             return
         messages = [first, *self._consumer.consume(_BATCH, 0)]
         arrived = time.time_ns()  # once all are in hand, as in _consume_once
-        batch = [(m.value(), arrived, _reply_address(m)) for m in messages if not m.error()]
+        batch = [(m.value() or b"", arrived, _reply_address(m)) for m in messages if not m.error()]
         self._count_gaps(messages)
         if batch:
             call_in_loop(self._loop, self._on_requests, batch)

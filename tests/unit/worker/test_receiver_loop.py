@@ -13,6 +13,7 @@ from support.memory_driver import MemoryDriver
 from protocol.hdr import read_total
 from protocol.ratefile import RateFileWriter, read_rate_file
 from protocol.sequences import load_bitset
+from worker.drivers.base import Burst
 from worker.latency import LatencyRecorder
 from worker.payload import MessageHeader, key_of, make_body
 from worker.receiver import ReceiverPlan, ReceiverRun
@@ -79,12 +80,16 @@ def _receiver(directory: Path) -> ReceiverRun:
     )
 
 
+@pytest.mark.parametrize("stamped_once", [False, True], ids=["stamped-each", "stamped-once"])
 @pytest.mark.parametrize("one_size", [False, True], ids=["sizes-mixed", "one-size"])
-def test_a_large_burst_read_in_columns_gives_what_message_by_message_gives(tmp_path: Path, one_size: bool) -> None:
+def test_a_large_burst_read_in_columns_gives_what_message_by_message_gives(
+    tmp_path: Path, one_size: bool, stamped_once: bool
+) -> None:
     """The column path (bursts of 32 and more) against the one-by-one path (bursts of one), on
     the same arrivals: three senders out of order with duplicates, others' and foreign bodies.
     With one size, every burst's headers are read in place from the joined bodies; with sizes
-    mixed (a body too short for a header among them), each header is sliced out first."""
+    mixed (a body too short for a header among them), each header is sliced out first. Stamped
+    once, a burst comes as a `Burst` (Kafka's): its bodies and one arrival time."""
     rng = random.Random(7)
     arrivals = []
     for _ in range(3000):
@@ -99,12 +104,17 @@ def test_a_large_burst_read_in_columns_gives_what_message_by_message_gives(tmp_p
             else _body("t-2" if kind < 0.03 else "t-1", sender, sequence, intended, intended + 500_000)
         )
         arrivals.append((body, intended + rng.randint(1_000_000, 3_000_000_000)))
+    if stamped_once:  # each burst of 500 arrived at its last message's time
+        arrivals = [
+            (body, max(t for _, t in arrivals[i - i % 500 : i - i % 500 + 500])) for i, (body, _) in enumerate(arrivals)
+        ]
     one, columns = _receiver(tmp_path / "one"), _receiver(tmp_path / "columns")
     try:
         for message in arrivals:
             one._on_messages([message])
         for start in range(0, len(arrivals), 500):
-            columns._on_columns(arrivals[start : start + 500])
+            burst = arrivals[start : start + 500]
+            columns._on_columns(Burst([body for body, _ in burst], burst[0][1]) if stamped_once else burst)
         assert columns.stats.received == one.stats.received > 2000
         assert columns.stats.foreign == one.stats.foreign and set(one.stats.foreign) == {"no_header", "other_test"}
         assert columns.stats.duplicates_per_s == one.stats.duplicates_per_s
@@ -119,3 +129,11 @@ def test_a_large_burst_read_in_columns_gives_what_message_by_message_gives(tmp_p
         for run in (one, columns):
             run.rate_file.close()
             run.latency.close()
+
+
+def test_a_burst_reads_as_the_pairs_it_stands_for() -> None:
+    burst = Burst([b"a", b"b", b"c"], 7)
+    assert len(burst) == 3
+    assert list(burst) == [(b"a", 7), (b"b", 7), (b"c", 7)]
+    assert burst[1] == (b"b", 7) and burst[-1] == (b"c", 7)
+    assert burst[1:] == [(b"b", 7), (b"c", 7)]
