@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.proxy_process import ProxyProcess
 
 from coordinator.local import LocalCluster
 from worker.drivers import parse_endpoint
@@ -279,3 +280,45 @@ def test_kafka_settles_deliveries_by_count_and_failures_one_by_one_with_their_ki
         kinds["taken" if error is None else error.kind] += count
     assert kinds == {"taken": 302, "timed_out": 200}, kinds
     assert all(count == 1 for count, error in settled if error is not None)
+
+
+@pytest.mark.timeout(90)
+def test_an_amqp_confirm_that_does_not_come_in_time_settles_as_timed_out(rabbitmq: None) -> None:
+    """30 confirmed publishes through a path that turns 2.5 s slow after connect, with
+    `confirm_timeout_s=1`: each settles once, as timed out, about a second after it went; the
+    20 before the slowdown as taken."""
+    queue = f"contract-timeout-{uuid.uuid4().hex[:8]}"
+    settled: list[tuple[int, SendError | None, float]] = []
+
+    async def settle(total: int) -> None:
+        deadline = time.monotonic() + 20
+        while sum(count for count, _, _ in settled) < total and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+
+    async def scenario(proxy: ProxyProcess) -> float:
+        driver = _driver(f"amqp://guest:guest@127.0.0.1:{proxy.port}/{queue}?confirms=true&confirm_timeout_s=1")
+        driver.on_settled = lambda count, error: settled.append((count, error, time.monotonic()))
+        await connect_within(driver, 20)
+        try:
+            for sequence in range(20):
+                driver.publish(bytes(64), sequence)
+            await settle(20)
+            proxy.set_latency(2500)
+            went = time.monotonic()
+            for sequence in range(20, 50):
+                driver.publish(bytes(64), sequence)
+            await settle(50)
+            await asyncio.sleep(0.2)  # a settlement too many would come now
+        finally:
+            proxy.set_latency(0)
+            await driver.close()
+        return went
+
+    with ProxyProcess(5672) as proxy:
+        went = asyncio.run(scenario(proxy))
+    kinds: Counter[str] = Counter()
+    for count, error, _ in settled:
+        kinds["taken" if error is None else error.kind] += count
+    assert kinds == {"taken": 20, "timed_out": 30}, kinds
+    waited = [at - went for _, error, at in settled if error is not None]
+    assert all(0.9 < seconds < 2.4 for seconds in waited), waited
