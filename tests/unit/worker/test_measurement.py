@@ -15,7 +15,14 @@ import pytest
 from hdrh.log import HistogramLogReader
 
 from protocol.hdr import HIGHEST_US, new_histogram
-from protocol.ratefile import RateFileWriter, RatePiece, arrivals_per_second, rate_seconds, read_rate_file
+from protocol.ratefile import (
+    RateFileWriter,
+    RatePiece,
+    arrivals_per_second,
+    rate_seconds,
+    read_rate_file,
+    rows_text,
+)
 from protocol.sequences import SequenceTracker, dump_bitsets, load_bitset, merge_bitsets
 from worker.latency import LatencyRecorder
 from worker.payload import HEADER_BYTES, ForeignPayloadError, MessageHeader, key_of, make_body, read_header
@@ -176,6 +183,24 @@ def test_rows_written_a_burst_at_a_time_are_the_same_bytes(tmp_path: Path) -> No
     many.close()
     assert [gzip.decompress(p.read_bytes()) for p in one.paths] == [gzip.decompress(p.read_bytes()) for p in many.paths]
     assert (tmp_path / "one" / "s-seconds.json").read_text() == (tmp_path / "many" / "s-seconds.json").read_text()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_rows_text_is_the_format_calls_bytes(seed: int) -> None:
+    """A digit a row made at once, the rest formatted: the same bytes as one f-string a row,
+    for bursts of small deltas with a few others anywhere (first, last, side by side, negative,
+    the 9 and 10 either side of a digit), and for rows that mostly are not small."""
+    rng = np.random.default_rng(seed)
+    rows = int(rng.integers(1, 600))
+    deltas = rng.integers(0, 10, 2 * rows)
+    others = rng.integers(0, 2 * rows, int(rng.integers(0, rows // 8 + 2)) if seed % 4 else 2 * rows)
+    deltas[others] = rng.choice([-1, 9, 10, 99, 100, 12_345, -987_654, 1 << 40], len(others))
+    if seed % 5 == 0:
+        deltas[:2] = (10, -3)  # the first row an other
+    if seed % 7 == 0:
+        deltas[-2:] = (0, 10)  # the last row an other
+    expected = "".join(f"{eta},{ata}\n" for eta, ata in zip(deltas[0::2].tolist(), deltas[1::2].tolist(), strict=True))
+    assert rows_text(deltas) == expected.encode()
 
 
 def test_a_rate_file_cut_by_a_crash_reads_up_to_its_last_flush(tmp_path: Path) -> None:
