@@ -175,8 +175,8 @@ class AmqpDriver(Driver):
                 self._writer = asyncio.ensure_future(self._write_in_turn())
             return
         # No timeout= here: aio-pika's is a timer per publish, set and cancelled; one sweep
-        # over the oldest in flight does the same (a confirmed sender kept 0.86 of aio-pika's
-        # own loop with the timer per publish, 0.97 without it: bench/README.md, session 18).
+        # over the oldest in flight does the same (a confirmed sender kept 0.88 of aio-pika's
+        # own loop with the timer per publish, 0.99 with the sweep: bench/README.md, session 18).
         task = asyncio.ensure_future(exchange.publish(message, routing_key=routing_key, mandatory=True))
         loop = task.get_loop()
         self._publishing[task] = loop.time() + self._confirm_timeout_s
@@ -258,12 +258,15 @@ class AmqpDriver(Driver):
 
     def _published(self, task: asyncio.Task[Any]) -> None:
         self._publishing.pop(task, None)
-        self.on_settled(1, self._verdict(task))
+        overdue = False
+        if self._timed_out:  # also forgotten where the confirm won the race against the cancel
+            overdue = task in self._timed_out
+            self._timed_out.discard(task)
+        self.on_settled(1, self._verdict(task, overdue))
 
-    def _verdict(self, task: asyncio.Task[Any]) -> SendError | None:
+    def _verdict(self, task: asyncio.Task[Any], overdue: bool = False) -> SendError | None:
         if task.cancelled():
-            if task in self._timed_out:
-                self._timed_out.discard(task)
+            if overdue:
                 return SendError(f"{self.endpoint}: no confirm in time", retry=False, kind="timed_out")
             return self._closed_before_settled()
         error = task.exception()

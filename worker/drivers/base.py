@@ -68,7 +68,8 @@ OnRequests = Callable[[list[tuple[bytes, int, Any]]], None]
 class Burst(Sequence[tuple[bytes, int]]):
     """Messages a library handed over together and stamped once (Kafka's consume), kept as their
     bodies: a (body, stamp) tuple each, which the receiver's column path only takes apart again,
-    cost a Kafka receiver some 70 ns a message of its ~1 µs. Reads as the pairs it stands for."""
+    cost a Kafka receiver 100-200 ns a message of its ~1 µs (bench/README.md, session 18).
+    Reads as the pairs it stands for."""
 
     bodies: list[bytes]
     arrived_ns: int
