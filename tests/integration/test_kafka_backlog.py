@@ -9,18 +9,14 @@ show as the broker's.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import uuid
 from pathlib import Path
 
 import pytest
+from support.worker_runs import drain, send_unbounded
 
-from protocol.options import Duration, MessageSize
-from protocol.ratefile import RateFileWriter, read_rate_file
-from worker.latency import LatencyRecorder
-from worker.receiver import ReceiverPlan, ReceiverRun
-from worker.sender import SenderPlan, SenderRun
+from protocol.ratefile import read_rate_file
 
 MESSAGES = 400_000
 
@@ -28,36 +24,9 @@ MESSAGES = 400_000
 @pytest.mark.kafka
 def test_a_receiver_behind_a_backlog_reads_it_without_a_pause(tansu: str, tmp_path: Path) -> None:
     topic = f"backlog-{uuid.uuid4().hex[:8]}"
-    sender = SenderRun(
-        SenderPlan(
-            test_id="t-backlog",
-            peer="s1",
-            urls=[f"{tansu}/{topic}?partitions=1&acks=1&linger_ms=5"],
-            rate_per_s=0,  # unbounded: the backlog is there before the receiver starts
-            parallel_count=1,
-            duration=Duration(messages=MESSAGES),
-            size=MessageSize(100, 100),
-        ),
-        RateFileWriter(tmp_path / "sender", "sender", {}),
-    )
-    receiver = ReceiverRun(
-        ReceiverPlan(test_id="t-backlog", urls=[f"{tansu}/{topic}?group=g-{topic}"], parallel_count=1),
-        RateFileWriter(tmp_path / "receiver", "receiver", {}),
-        LatencyRecorder(tmp_path / "receiver"),
-    )
-
-    async def scenario() -> None:
-        await sender.run()
-        await sender.close()
-        assert sender.failure is None and sender.stats.sent == MESSAGES
-        await receiver.start()
-        try:
-            assert await receiver.drain(idle_s=1.5, timeout_s=60)
-        finally:
-            receiver.stop()
-            await receiver.close()
-
-    asyncio.run(scenario())
+    # Unbounded: the backlog is there before the receiver starts.
+    send_unbounded(f"{tansu}/{topic}?partitions=1&acks=1&linger_ms=5", "t-backlog", "s1", MESSAGES, tmp_path / "sender")
+    receiver = drain(f"{tansu}/{topic}?group=g-{topic}", "t-backlog", tmp_path / "receiver")
     assert receiver.stats.received == MESSAGES
     arrivals = sorted(ata for path in receiver.rate_file.paths for _, ata in read_rate_file(path))
     assert len(arrivals) == MESSAGES
