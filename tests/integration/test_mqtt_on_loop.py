@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import socket
 import threading
 import time
 import uuid
@@ -206,3 +207,39 @@ def test_a_qos_0_burst_goes_out_in_joined_writes_and_arrives_whole(monkeypatch: 
     assert [int.from_bytes(body[:4], "big") for body in received] == list(range(count))
     assert sum(joined) >= count - 1, joined  # all but at most a last one went in joined writes
     assert len([n for n in joined if n]) < count // 10, joined  # in a few send() calls, not one each
+
+
+@pytest.mark.timeout(60)
+def test_a_try_dropped_before_it_ended_is_followed_by_another() -> None:
+    """Through a proxy whose broker is down, a try connects and the proxy drops it at once; the
+    drop can be read on the loop before the try's thread has returned. The client then tried no
+    more, and a CI run's sender sat silent for 30 s. Here the first try returns only after the
+    drop was handed to the loop, as in that race; the next try reaches the broker."""
+    url = f"mqtt://127.0.0.1:1883/maestro/dropped-{uuid.uuid4().hex[:8]}?qos=1"
+
+    async def scenario() -> tuple[int, list[int]]:
+        loop = asyncio.get_running_loop()
+        sender = _driver(url, 0)
+        await connect_within(sender, 10)
+        client = sender._client
+        real_reconnect, tries = client.reconnect, []
+
+        def reconnect() -> mqtt.MQTTErrorCode:
+            tries.append(time.monotonic())
+            if len(tries) == 1:  # the proxy's drop, seen by the loop first
+                done = threading.Event()
+                loop.call_soon_threadsafe(lambda: (sender._on_disconnect(client, None, None, None, None), done.set()))
+                done.wait(5)
+                return mqtt.MQTT_ERR_SUCCESS
+            return real_reconnect()
+
+        client.reconnect = reconnect  # type: ignore[method-assign]
+        sock = client.socket()
+        assert sock is not None
+        sock.shutdown(socket.SHUT_RDWR)  # the connection drops; the driver reconnects
+        await until(lambda: sender.reconnects_ns, 15)
+        await sender.close()
+        return len(tries), sender.reconnects_ns
+
+    tries, reconnects = asyncio.run(scenario())
+    assert tries >= 2 and len(reconnects) == 1

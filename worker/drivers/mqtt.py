@@ -90,6 +90,7 @@ class MqttDriver(Driver):
         self._misc: asyncio.TimerHandle | None = None
         self._reconnecting: asyncio.Task[None] | None = None
         self._reconnect_delay_s = _RECONNECT_FIRST_S
+        self._dropped = asyncio.Event()  # set by every disconnect: ends a reconnect's try
         self._socket_closed = asyncio.Event()
         self._pending: set[int] = set()  # QoS 1/2: paho's message ids not yet acknowledged
         # QoS 0: what paho was handed and has not yet written, in the order it writes.
@@ -386,18 +387,28 @@ class MqttDriver(Driver):
     async def _reconnect(self) -> None:
         """Tries with paho's own backoff: the wait doubles from one try to the next, also when
         a try connects and the connection is dropped before CONNACK (a proxy whose upstream is
-        down), and starts again from the first only once a CONNACK accepts."""
+        down), and starts again from the first only once a CONNACK accepts. A try ends with its
+        CONNACK, its drop, or neither within the connect timeout: a drop read on the loop
+        before the try's thread returned found this task still running, and no try followed
+        (CI: a sender silent for 30 s after a broker stop behind the fault proxy)."""
+        assert self._connected is not None
         while True:
             delay = self._reconnect_delay_s
             self._reconnect_delay_s = min(delay * 2, _RECONNECT_MOST_S)
             await wait_event(self._closed, delay)
             if self._closing:
                 return
+            self._dropped.clear()
             try:
                 await asyncio.to_thread(self._client.reconnect)
-                return  # CONNACK, read on the loop, calls _on_connect
             except (OSError, ValueError):
                 continue
+            waits = [asyncio.ensure_future(event.wait()) for event in (self._connected, self._dropped, self._closed)]
+            await asyncio.wait(waits, timeout=_CONNECT_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
+            for wait in waits:
+                wait.cancel()
+            if self._connected.is_set() or self._closing:
+                return
 
     # --- paho's callbacks, on the loop ------------------------------------------------------------
 
@@ -424,6 +435,7 @@ class MqttDriver(Driver):
     def _on_disconnect(self, _c: mqtt.Client, _u: Any, _f: Any, _reason: Any, _p: Any) -> None:
         if self._connected is None:
             return
+        self._dropped.set()  # a reconnect's try, if one is waiting for its CONNACK, failed
         self._lost()
         if not self._closing and (self._reconnecting is None or self._reconnecting.done()):
             self._reconnecting = asyncio.ensure_future(self._reconnect())
