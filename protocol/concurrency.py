@@ -18,7 +18,7 @@ import contextlib
 import functools
 import logging
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Generic, TypeVar
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "SerialThread",
     "call_in_loop",
     "run_blocking",
+    "wait_any",
     "wait_event",
 ]
 
@@ -50,6 +51,17 @@ async def wait_event(event: asyncio.Event, timeout_s: float) -> bool:
         async with asyncio.timeout(max(0.0, timeout_s)):
             await event.wait()
     return event.is_set()
+
+
+async def wait_any(events: Iterable[asyncio.Event], timeout_s: float) -> None:
+    """Wait until one of `events` is set, for at most `timeout_s`; the caller looks at which.
+    The waits left are cancelled however this ends, a cancellation of the caller included."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
 
 
 def call_in_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:

@@ -44,7 +44,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from protocol.bus import no_delay
-from protocol.concurrency import wait_event
+from protocol.concurrency import wait_any, wait_event
 from protocol.schemes import schemes_of
 from protocol.sut_url import DRIVER_OPTIONS
 from worker.drivers.base import (
@@ -156,11 +156,7 @@ class MqttDriver(Driver):
             await asyncio.to_thread(self._open)
         except (OSError, ValueError) as exc:
             raise ConnectError(f"{self.endpoint}: no connection: {connect_cause(exc)}", retry=True) from exc
-        connected = asyncio.ensure_future(self._connected.wait())
-        refused = asyncio.ensure_future(self._refused.wait())
-        await asyncio.wait((connected, refused), timeout=_CONNECT_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
-        connected.cancel()
-        refused.cancel()
+        await wait_any((self._connected, self._refused), _CONNECT_TIMEOUT_S)
         if not self._connected.is_set():
             await self._shut()
             why = connect_cause(self._connect_error)
@@ -403,10 +399,7 @@ class MqttDriver(Driver):
                 await asyncio.to_thread(self._client.reconnect)
             except (OSError, ValueError):
                 continue
-            waits = [asyncio.ensure_future(event.wait()) for event in (self._connected, self._dropped, self._closed)]
-            await asyncio.wait(waits, timeout=_CONNECT_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
-            for wait in waits:
-                wait.cancel()
+            await wait_any((self._connected, self._dropped, self._closed), _CONNECT_TIMEOUT_S)
             if self._connected.is_set() or self._closing:
                 return
 

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from protocol.concurrency import wait_event
+from protocol.concurrency import wait_any, wait_event
 
 
 async def _with_wait_for(event: asyncio.Event, timeout_s: float) -> bool:
@@ -71,3 +71,27 @@ def test_it_says_whether_the_event_was_set_and_waits_no_longer_than_asked(alread
     first, waited, second, until_set = asyncio.run(scenario())
     assert first is already and (waited < 0.01 if already else 0.05 <= waited < 1)
     assert second and until_set < 1
+
+
+def test_wait_any_ends_at_the_first_event_or_the_timeout_and_leaves_no_wait_behind() -> None:
+    async def scenario() -> tuple[bool, float, int]:
+        loop = asyncio.get_running_loop()
+        first, second = asyncio.Event(), asyncio.Event()
+        loop.call_later(0.05, second.set)
+        await wait_any((first, second), 5)
+        at_the_event = second.is_set() and not first.is_set()
+        second.clear()
+        started = loop.time()
+        await wait_any((first, second), 0.1)
+        waited = loop.time() - started
+        waiter = asyncio.ensure_future(wait_any((first, second), 5))
+        await asyncio.sleep(0.01)
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+        await asyncio.sleep(0)  # the cancelled waits finish their cancellation
+        return at_the_event, waited, len(first._waiters or ()) + len(second._waiters or ())  # type: ignore[attr-defined]
+
+    at_the_event, waited, left = asyncio.run(scenario())
+    assert at_the_event
+    assert 0.09 <= waited < 1.0
+    assert left == 0
