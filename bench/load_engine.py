@@ -354,9 +354,12 @@ def raw_kafka_read_span(
 
 
 def _rate(arrivals: list[float]) -> float:
-    if len(arrivals) < 2:
-        return 0.0
-    return (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
+    return _span_rate(len(arrivals), arrivals[0], arrivals[-1]) if arrivals else 0.0
+
+
+def _span_rate(count: int, first_s: float, last_s: float) -> float:
+    """Messages a second over `count` of them from the first to the last: count - 1 gaps."""
+    return (count - 1) / (last_s - first_s) if count > 1 else 0.0
 
 
 # --- the worker's paths --------------------------------------------------------------------------
@@ -409,8 +412,7 @@ async def worker_receive(
 ) -> float:
     """The worker's receiver over `n` messages (already queued, or published by `publish` once
     it consumes): its rate from the first arrival to the last, from its own rate files."""
-    count, first_s, last_s = await worker_receive_span(url, n, publish, parallel, processes)
-    return (count - 1) / (last_s - first_s) if count > 1 else 0.0
+    return _span_rate(*await worker_receive_span(url, n, publish, parallel, processes))
 
 
 async def worker_receive_span(
@@ -655,7 +657,7 @@ async def processes_part(s: Sizes, kafka: str, smoke: bool = False) -> None:
             count, first_s, last_s = await worker_receive_span(
                 url, n, lambda feed=feed: in_process(feed, n, s.size), parallel=4, processes=processes
             )
-            receive_rate = (count - 1) / (last_s - first_s) if count > 1 else 0.0
+            receive_rate = _span_rate(count, first_s, last_s)
             receive_cpu = cpu.percent(first_s, last_s)
         rates[processes] = (send_rate, receive_rate)
         _processes_row(processes, rates[processes], (send_cpu, receive_cpu))
