@@ -317,10 +317,13 @@ class ReceiverRun(ReceivingAccount):
                 break
 
     async def drain(self, idle_s: float, timeout_s: float) -> bool:
-        """Keep receiving until nothing came for `idle_s`; False if `timeout_s` passed first."""
-        deadline = time.monotonic() + timeout_s
+        """Keep receiving until nothing came for `idle_s`; False if `timeout_s` passed first. A
+        receiver that has had nothing yet waits `idle_s` from now: what was sent may still be on
+        its way (a backlog, a slow path), and ending at once counted all of it lost."""
+        started = time.monotonic()
+        deadline = started + timeout_s
         while time.monotonic() < deadline:
-            last = max(self.stats.last_message_mono, 0.0)
+            last = self.stats.last_message_mono or started
             if time.monotonic() - last >= idle_s:
                 return True
             await asyncio.sleep(0.05)

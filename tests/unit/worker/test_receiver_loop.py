@@ -137,3 +137,29 @@ def test_a_burst_reads_as_the_pairs_it_stands_for() -> None:
     assert list(burst) == [(b"a", 7), (b"b", 7), (b"c", 7)]
     assert burst[1] == (b"b", 7) and burst[-1] == (b"c", 7)
     assert burst[1:] == [(b"b", 7), (b"c", 7)]
+
+
+def test_a_drain_before_the_first_message_waits_for_it(tmp_path: Path) -> None:
+    """Nothing has come yet when the drain begins: it waits its idle time from its start, so a
+    message 0.2 s later is taken and the drain ends 0.4 s after that one, not at once."""
+    driver = MemoryDriver()
+    run = ReceiverRun(
+        ReceiverPlan(test_id="t-1", urls=["memory://x/q"], parallel_count=1),
+        RateFileWriter(tmp_path, "receiver", {}),
+        LatencyRecorder(tmp_path),
+        driver_for=lambda _client: driver,
+    )
+
+    async def scenario() -> tuple[bool, float]:
+        await run.start()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        loop.call_later(0.2, driver.deliver, [(_body("t-1", "a", 0, T0, T0), T0 + 1_000_000)])
+        drained = await run.drain(idle_s=0.4, timeout_s=5)
+        took = loop.time() - started
+        await run.close()
+        return drained, took
+
+    drained, took = asyncio.run(scenario())
+    assert drained and run.stats.received == 1
+    assert 0.6 <= took < 2.0
