@@ -7,7 +7,7 @@ import random
 import pytest
 from proton import Message
 
-from worker.drivers.amqp10 import data_sections, encode_data_message
+from worker.drivers.amqp10 import body_bytes, data_body, data_sections, encode_data_message
 
 
 @pytest.mark.parametrize("durable", [False, True], ids=["not-durable", "durable"])
@@ -28,3 +28,63 @@ def test_what_is_encoded_decodes_to_the_body() -> None:
     message = Message()
     message.decode(encode_data_message(data_sections(durable=True), body))
     assert message.body == body and message.durable
+
+
+def _decorated(body: object, rng: random.Random) -> Message:
+    """A message with every section before the body that proton writes, at random sizes either
+    side of the one-byte size (255)."""
+    return Message(
+        body=body,
+        durable=rng.random() < 0.5,
+        priority=rng.randrange(10),
+        ttl=rng.choice([0, 5.0]),
+        id=rng.randbytes(rng.randrange(1, 40)).hex(),
+        subject="s" * rng.randrange(0, 400),
+        reply_to="/queue/" + "r" * rng.randrange(0, 20),
+        correlation_id=rng.choice([None, "c" * rng.randrange(1, 300)]),
+        properties=rng.choice([None, {}, {"k": "v" * rng.randrange(0, 600), "n": rng.randrange(1 << 40)}]),
+        annotations=rng.choice([None, {"x-opt-a": "a" * rng.randrange(0, 300)}]),
+        instructions=rng.choice([None, {"x-opt-i": rng.randrange(100)}]),
+    )
+
+
+def test_a_data_body_is_read_from_proton_encodings_of_every_section_before_it() -> None:
+    rng = random.Random(7)
+    for size in [0, 1, 255, 256, 65_536, 70_000, *rng.sample(range(2, 3000), 40)]:
+        body = rng.randbytes(size)
+        message = _decorated(body, rng)
+        message.inferred = True  # bytes as a Data section, not an AmqpValue
+        encoded = bytes(message.encode())
+        assert data_body(encoded) == body, size
+        assert data_body(bytearray(encoded)) == body  # as proton's Link.recv gives it
+        assert type(data_body(bytearray(encoded))) is bytes
+
+
+@pytest.mark.parametrize(
+    ("body", "inferred", "read_as"),
+    [
+        ("hello", False, b"hello"),  # an AmqpValue string: its UTF-8
+        (42, False, b""),
+        ([1, 2], False, b""),
+        ([b"a", b"b"], True, b""),  # an AmqpSequence
+        (None, False, b""),
+        (b"bytes", False, b"bytes"),  # an AmqpValue binary, not a Data section
+    ],
+)
+def test_a_body_that_is_not_one_data_section_is_left_to_proton(body: object, inferred: bool, read_as: bytes) -> None:
+    message = _decorated(body, random.Random(3))
+    message.inferred = inferred
+    encoded = bytes(message.encode())
+    assert data_body(encoded) is None
+    decoded = Message()
+    decoded.decode(encoded)
+    assert body_bytes(decoded.body) == read_as
+
+
+def test_a_data_section_with_anything_after_it_is_left_to_proton() -> None:
+    encoded = encode_data_message(data_sections(durable=False), b"first")
+    assert data_body(encoded) == b"first"
+    assert data_body(encoded + b"\x00Su\xa0\x06second") is None  # two Data sections
+    assert data_body(encoded + b"\x00Sx\xc1\x01\x00") is None  # a footer (an empty map)
+    assert data_body(encoded[:-1]) is None  # cut short
+    assert data_body(b"") is None
