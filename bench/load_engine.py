@@ -54,7 +54,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,7 @@ import aio_pika
 import paho.mqtt.client as mqtt
 from _procfs import CpuSampler
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from paho.mqtt.enums import CallbackAPIVersion
 from proton import Message
 from proton.handlers import MessagingHandler
@@ -213,6 +214,22 @@ def raw_amqp10_send(queue: str, n: int, body: bytes, presettled: bool) -> float:
     if not handler.ended:
         raise RuntimeError(f"raw AMQP 1.0 send to /queue/{queue} ended after {handler.sent} of {n}: is AMQP 1.0 on?")
     return n / (handler.ended - handler.started)
+
+
+@contextlib.asynccontextmanager
+async def kafka_topic(kafka: str, prefix: str, partitions: int = 1) -> AsyncIterator[str]:
+    """A topic of its own for one measurement, `partitions` as the worker makes one (1 unless
+    asked), deleted after. tansu keeps every message in memory and slowed as it filled: a round
+    at 6-7 million messages held ran at 0.6-0.7 of the first, the window full; and a topic it
+    creates on a raw producer's first message has 4 partitions, where the worker's has 1."""
+    admin = AdminClient({"bootstrap.servers": kafka.removeprefix("kafka://")})
+    topic = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    created = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    await asyncio.to_thread(created[topic].result, 20)
+    try:
+        yield topic
+    finally:
+        await asyncio.to_thread(admin.delete_topics([topic])[topic].result, 20)
 
 
 def raw_kafka_send(bootstrap: str, topic: str, n: int, body: bytes) -> float:
@@ -575,13 +592,18 @@ async def send_part(s: Sizes, kafka: str) -> None:
         )
     # Kafka sends fifty times the messages, as it receives them: 20,000 took its raw producer 22
     # to 63 ms, and the ratio swung from 0.28 to 0.88 between two runs.
-    topic, kn = f"bench-{uuid.uuid4().hex[:6]}", KAFKA_TIMES * n
-    await measured_row(
-        f"kafka acks=1 (tansu), {kn} messages",
-        s.rounds,
-        lambda: asyncio.to_thread(raw_kafka_send, kafka.removeprefix("kafka://"), topic, kn, body),
-        lambda: worker_send_rate(f"{kafka}/{topic}-w?acks=1&linger_ms=5", kn, size),
-    )
+    # Each side a topic of its own each round (`kafka_topic`).
+    kn = KAFKA_TIMES * n
+
+    async def raw_kafka() -> float:
+        async with kafka_topic(kafka, "bench-raw") as topic:
+            return await asyncio.to_thread(raw_kafka_send, kafka.removeprefix("kafka://"), topic, kn, body)
+
+    async def worker_kafka() -> float:
+        async with kafka_topic(kafka, "bench") as topic:
+            return await worker_send_rate(f"{kafka}/{topic}?acks=1&linger_ms=5", kn, size)
+
+    await measured_row(f"kafka acks=1 (tansu), {kn} messages", s.rounds, raw_kafka, worker_kafka)
     await delete(queues)
 
 
@@ -638,14 +660,15 @@ async def receive_part(s: Sizes, kafka: str) -> None:
     # Kafka gets fifty times the messages: its raw consumer takes 20,000 in about 15 ms, too short
     # a span to time (its ratio swung from 0.23 to 1.13 between two runs). Each round reads the
     # whole topic again, in a group of its own.
-    topic, kn = f"bench-rx-{uuid.uuid4().hex[:6]}", KAFKA_TIMES * n
-    await worker_send(f"{kafka}/{topic}?acks=1&linger_ms=5", kn, size)
-    await measured_row(
-        f"kafka (tansu), {kn} messages",
-        s.rounds,
-        lambda: asyncio.to_thread(raw_kafka_receive, kafka.removeprefix("kafka://"), topic, kn),
-        lambda: worker_receive(f"{kafka}/{topic}?group=w-{uuid.uuid4().hex[:6]}&fetch_wait_max_ms=5", kn),
-    )
+    kn = KAFKA_TIMES * n
+    async with kafka_topic(kafka, "bench-rx") as topic:
+        await worker_send(f"{kafka}/{topic}?acks=1&linger_ms=5", kn, size)
+        await measured_row(
+            f"kafka (tansu), {kn} messages",
+            s.rounds,
+            lambda: asyncio.to_thread(raw_kafka_receive, kafka.removeprefix("kafka://"), topic, kn),
+            lambda: worker_receive(f"{kafka}/{topic}?group=w-{uuid.uuid4().hex[:6]}&fetch_wait_max_ms=5", kn),
+        )
 
 
 async def lag_row(url: str, s: Sizes, target: int, precise: bool = False) -> None:
@@ -686,10 +709,12 @@ async def lag_part(s: Sizes, kafka: str) -> None:
             await lag_row(url, s, target, precise)
     # The same at 80 % with a library whose network threads are C, not Python: paho's reads and
     # writes above are Python, on the sender's own loop.
-    url = f"{kafka}/bench-lag-{uuid.uuid4().hex[:6]}?acks=1&linger_ms=5"
-    top = await worker_send_rate(url, int(probe * s.seconds * 10), s.size)
+    async with kafka_topic(kafka, "bench-lag") as topic:
+        url = f"{kafka}/{topic}?acks=1&linger_ms=5"
+        top = await worker_send_rate(url, int(probe * s.seconds * 10), s.size)
     print(f"  kafka acks=1 (tansu), unbounded: {top:,.0f}/s")
-    await lag_row(url, s, int(0.8 * top) // 100 * 100)
+    async with kafka_topic(kafka, "bench-lag") as topic:
+        await lag_row(f"{kafka}/{topic}?acks=1&linger_ms=5", s, int(0.8 * top) // 100 * 100)
 
 
 async def processes_part(s: Sizes, kafka: str, smoke: bool = False) -> None:
@@ -723,12 +748,12 @@ async def processes_part(s: Sizes, kafka: str, smoke: bool = False) -> None:
             send_cpu = cpu.percent(sent[0] / 1e6, sent[-1] / 1e6)
             # Receivers: 4 consumers of a 4-partition Kafka topic, fed once all of them have their
             # partitions (a group's rebalancing would otherwise be timed) by a sender process.
-            ktopic = f"bench-px-{uuid.uuid4().hex[:6]}"
-            url = f"{kafka}/{ktopic}?partitions=4&group=g-{uuid.uuid4().hex[:6]}&fetch_wait_max_ms=5"
-            feed = f"{kafka}/{ktopic}?acks=1&linger_ms=5"
-            count, first_s, last_s = await worker_receive_span(
-                url, n, lambda feed=feed: in_process(feed, n, s.size), parallel=4, processes=processes
-            )
+            async with kafka_topic(kafka, "bench-px", partitions=4) as ktopic:
+                url = f"{kafka}/{ktopic}?partitions=4&group=g-{uuid.uuid4().hex[:6]}&fetch_wait_max_ms=5"
+                feed = f"{kafka}/{ktopic}?acks=1&linger_ms=5"
+                count, first_s, last_s = await worker_receive_span(
+                    url, n, lambda feed=feed: in_process(feed, n, s.size), parallel=4, processes=processes
+                )
             receive_rate = _span_rate(count, first_s, last_s)
             receive_cpu = cpu.percent(first_s, last_s)
         rates[processes] = (send_rate, receive_rate)
@@ -741,8 +766,12 @@ async def processes_part(s: Sizes, kafka: str, smoke: bool = False) -> None:
 async def raw_processes(s: Sizes, kafka: str, n: int) -> None:
     """The raw clients' own speed-up from 1 to 2 processes, same messages and broker: what this
     machine (its cores shared with the broker) allows any load generator."""
+    async with kafka_topic(kafka, "bench-rawpx", partitions=4) as topic:
+        await _raw_processes(s, kafka, topic, n)
+
+
+async def _raw_processes(s: Sizes, kafka: str, topic: str, n: int) -> None:
     body, bootstrap = bytes(s.size), kafka.removeprefix("kafka://")
-    topic = f"bench-rawpx-{uuid.uuid4().hex[:6]}"
     # A quarter of the messages on each partition: a client each.
     await worker_send(f"{kafka}/{topic}?partitions=4&partitioner=client&acks=1&linger_ms=5", n, s.size, parallel=4)
     spawn = multiprocessing.get_context("spawn")
@@ -881,12 +910,13 @@ async def profile_part(s: Sizes, kafka: str) -> None:
         "amqp 0-9-1 confirms": f"{RABBIT}{queue}?confirms=true",
         "amqp 1.0 presettled": f"amqp10://guest:guest@127.0.0.1:5672//queue/{queue}?settle=presettled",
         "amqp 1.0 at-least-once": f"amqp10://guest:guest@127.0.0.1:5672//queue/{queue}?settle=at-least-once",
-        "kafka acks=1": f"{kafka}/{queue}?acks=1&linger_ms=5",
     }
-    for name, url in urls.items():
-        profiled = _EveryThread()
-        await worker_send(url, n, size, around=profiled)
-        _profile_row(f"send: {name}", profiled.profiles, n)
+    async with kafka_topic(kafka, "bench-prof") as topic:
+        urls["kafka acks=1"] = f"{kafka}/{topic}?acks=1&linger_ms=5"
+        for name, url in urls.items():
+            profiled = _EveryThread()
+            await worker_send(url, n, size, around=profiled)
+            _profile_row(f"send: {name}", profiled.profiles, n)
     await delete([queue])
     # Receives as part 2 has them: MQTT fed by a sender process while it listens, the others
     # from a backlog the worker's sender left (neither sender profiled).
@@ -896,20 +926,26 @@ async def profile_part(s: Sizes, kafka: str) -> None:
     await worker_receive_span(url, n, lambda: in_process(url, n, size), around=profiled)
     _profile_row("receive: mqtt qos0", profiled.profiles, n)
     queues = [f"bench-prof-rx-{uuid.uuid4().hex[:6]}" for _ in range(2)]
-    backlogs = {
-        "amqp 0-9-1 manual ack": (f"{RABBIT}{queues[0]}?confirms=false&ack=manual", n),
-        "amqp 1.0 at-least-once": (f"amqp10://guest:guest@127.0.0.1:5672//queue/{queues[1]}?settle=at-least-once", n),
-        "kafka": (f"{kafka}/bench-prof-rx-{uuid.uuid4().hex[:6]}?acks=1&linger_ms=5", 10 * n),
-    }
     for queue in queues:
         await declare(queue)
-    for name, (url, count) in backlogs.items():
-        await worker_send(url, count, size)
-        # Kafka's consumer reads in a group of its own, as part 2's.
-        read = f"{url.split('?')[0]}?group=w-{uuid.uuid4().hex[:6]}&fetch_wait_max_ms=5" if name == "kafka" else url
-        profiled = _EveryThread()
-        await worker_receive_span(read, count, around=profiled)
-        _profile_row(f"receive: {name}" + (f", {count} messages" if count != n else ""), profiled.profiles, count)
+    async with kafka_topic(kafka, "bench-prof-rx") as topic:
+        backlogs = {
+            "amqp 0-9-1 manual ack": (f"{RABBIT}{queues[0]}?confirms=false&ack=manual", n),
+            "amqp 1.0 at-least-once": (
+                f"amqp10://guest:guest@127.0.0.1:5672//queue/{queues[1]}?settle=at-least-once",
+                n,
+            ),
+            "kafka": (f"{kafka}/{topic}?acks=1&linger_ms=5", 10 * n),
+        }
+        for name, (url, count) in backlogs.items():
+            await worker_send(url, count, size)
+            # Kafka's consumer reads in a group of its own, as part 2's.
+            group = f"group=w-{uuid.uuid4().hex[:6]}&fetch_wait_max_ms=5"
+            read = f"{url.split('?')[0]}?{group}" if name == "kafka" else url
+            profiled = _EveryThread()
+            await worker_receive_span(read, count, around=profiled)
+            label = f"receive: {name}" + (f", {count} messages" if count != n else "")
+            _profile_row(label, profiled.profiles, count)
     await delete(queues)
 
 
