@@ -66,11 +66,30 @@ class Schedule:
         if self.unbounded:
             self._sent += most
             return [now_ns] * most
-        due: list[int] = []
-        while len(due) < most and (intended := self._upcoming()) <= now_ns + early_ns and intended < before_ns:
-            due.append(int(intended))
-            self._advance()
-        return due
+        if self.poisson:
+            due: list[int] = []
+            while len(due) < most and (intended := self._upcoming()) <= now_ns + early_ns and intended < before_ns:
+                due.append(int(intended))
+                self._advance()
+            return due
+        # A constant rate: how many by arithmetic, then each time as `_upcoming` makes it (a
+        # method call and a property or two per message were 0.3 us of a sender's 9 at 110,000
+        # msg/s). The estimate is put right against those same times, so that rounding at the
+        # bounds takes exactly the messages the message-by-message test would.
+        start, interval, sent = self.start_ns, self.interval_ns, self._sent
+        up_to = now_ns + early_ns
+
+        def due_at(k: int) -> bool:
+            intended = start + (sent + k) * interval
+            return intended <= up_to and intended < before_ns
+
+        count = min(most, max(0, int((min(up_to, before_ns) - start) / interval) - sent + 1))
+        while count > 0 and not due_at(count - 1):
+            count -= 1
+        while count < most and due_at(count):
+            count += 1
+        self._sent = sent + count
+        return [int(start + k * interval) for k in range(sent, sent + count)]
 
     def _upcoming(self) -> float:
         """The next message's intended time, the schedule not moved."""

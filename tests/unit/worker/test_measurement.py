@@ -98,6 +98,34 @@ def test_the_messages_due_already_are_taken_together_and_no_more() -> None:
     assert schedule.scheduled == 11
 
 
+def _due_one_by_one(schedule: Schedule, now_ns: int, before_ns: int, most: int, early_ns: int) -> list[int]:
+    """take_due as it was, message by message: what the constant rate's arithmetic must give."""
+    due: list[int] = []
+    while len(due) < most and (intended := schedule._upcoming()) <= now_ns + early_ns and intended < before_ns:
+        due.append(int(intended))
+        schedule._advance()
+    return due
+
+
+def test_the_due_messages_of_a_constant_rate_are_exactly_those_one_by_one_gives() -> None:
+    """Rates whose intervals are not whole nanoseconds, wake-ups and bounds that fall on an
+    intended time, between two, far behind and before the start: the same times, the same count."""
+    rng = random.Random(11)
+    for _ in range(20_000):
+        rate = rng.choice([3, 7, 1000, 30_000, 110_000, 333_333, rng.uniform(0.5, 2_000_000)])
+        start = rng.randrange(0, 10**12)
+        fast, slow = Schedule(rate, start), Schedule(rate, start)
+        for _ in range(rng.randrange(0, 4)):
+            sent = rng.randrange(0, 10**6)
+            fast._sent = slow._sent = sent
+            at = start + int(rng.choice([sent, sent + rng.randrange(-5, 300)]) * 1e9 / rate)
+            now = at + rng.choice([0, 1, -1, rng.randrange(-(10**6), 10**7)])
+            before = rng.choice([2**62, at + rng.choice([0, 1, -1, rng.randrange(-(10**6), 10**7)])])
+            most, early = rng.choice([1, 2, 27, 256, 1024]), rng.choice([0, 50_000, rng.randrange(0, 10**6)])
+            assert fast.take_due(now, before, most, early) == _due_one_by_one(slow, now, before, most, early)
+            assert fast.scheduled == slow.scheduled
+
+
 def test_due_poisson_arrivals_are_the_ones_next_intended_would_give() -> None:
     one, other = Schedule(rate_per_s=1000, start_ns=0, poisson=True, seed=5), Schedule(1000, 0, True, seed=5)
     expected = [other.next_intended(now_ns=0) for _ in range(40)]
