@@ -210,6 +210,35 @@ def test_a_qos_0_burst_goes_out_in_joined_writes_and_arrives_whole(monkeypatch: 
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("qos", [0, 1])
+def test_a_burst_is_written_by_the_hand_over_without_a_turn_of_the_loop(qos: int) -> None:
+    """`publish_many` writes its burst before it returns: a QoS 0 burst is settled (written) by
+    then, and a QoS 1 one has reached Mosquitto, whose PUBACKs come back, with no writer left
+    registered on the loop. Before, paho's wish to write registered one, and the burst waited
+    for the loop's next turn to learn that the socket would take it."""
+    url = f"mqtt://127.0.0.1:1883/maestro/burst-{uuid.uuid4().hex[:8]}?qos={qos}"
+    settled: list[int] = []
+    count = 200
+
+    async def scenario() -> tuple[int, bool, int]:
+        sender = _driver(url)
+        sender.on_settled = lambda n, error: settled.append(n if error is None else -n)
+        await connect_within(sender, 10)
+        sock = sender._client.socket()
+        assert isinstance(sock, socket.socket)
+        done = sender.publish_many((n.to_bytes(4, "big") * 16 for n in range(count)), 0)
+        written_by_then = sum(settled)
+        writer_left = asyncio.get_running_loop()._selector.get_key(sock).events & 2  # type: ignore[attr-defined]
+        await until(lambda: sum(settled) == count, 20, "every message settled")
+        await sender.close()
+        return done.handed, bool(writer_left), written_by_then
+
+    handed, writer_left, written_by_then = asyncio.run(scenario())
+    assert handed == count and not writer_left
+    assert written_by_then == (count if qos == 0 else 0)  # QoS 1 waits for its PUBACKs, read later
+
+
+@pytest.mark.timeout(60)
 def test_a_try_dropped_before_it_ended_is_followed_by_another() -> None:
     """Through a proxy whose broker is down, a try connects and the proxy drops it at once; the
     drop can be read on the loop before the try's thread has returned. The client then tried no

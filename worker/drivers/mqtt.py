@@ -35,7 +35,7 @@ import ssl
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 import paho.mqtt.client as mqtt
@@ -53,6 +53,7 @@ from worker.drivers.base import (
     Driver,
     DriverError,
     Endpoint,
+    Handover,
     OnMessages,
     OnRequests,
     SendError,
@@ -96,6 +97,10 @@ class MqttDriver(Driver):
         # QoS 0: what paho was handed and has not yet written, in the order it writes.
         self._unwritten: collections.deque[mqtt.MQTTMessageInfo] = collections.deque()
         self._joins = False  # QoS 0 on a plain socket: a burst's packets go in one send()
+        # While a burst is handed to paho, its wish to write waits for the burst's end, when the
+        # burst is written at once (publish_many); set: paho asked meanwhile.
+        self._bursting = False
+        self._burst_wants_write = False
         # What one read brought in, handed over when it ends: acknowledgements, messages,
         # replies and requests; `_packets` counts them, to tell a read that found more.
         self._acked: list[int] = []
@@ -177,6 +182,25 @@ class MqttDriver(Driver):
 
     def publish(self, body: bytes, token: int) -> None:
         self._publish(self.destination, body, token)
+
+    def publish_many(self, bodies: Iterable[bytes], first_token: int) -> Handover:
+        """Each message to paho, then the burst written at once, on the loop's turn that made it.
+        Left to paho's wish to write, each burst cost a writer registered on the loop's selector,
+        another turn of the loop to learn that the socket takes it, and the writer taken off again:
+        at 4,000 bursts a second (a sender at 100,000 msg/s) that was a tenth of its core. A
+        socket that does not take it all gets the writer then."""
+        self._bursting = True
+        try:
+            done = super().publish_many(bodies, first_token)
+        finally:
+            self._bursting = False
+        if self._burst_wants_write:
+            self._burst_wants_write = False
+            sock = self._client.socket()
+            self._writable()
+            if self._client.want_write() and sock is not None and sock is self._client.socket():
+                self._want_write(sock)
+        return done
 
     def _publish(self, topic: str, body: bytes, token: int, properties: Properties | None = None) -> None:
         if self._connected is None or not self._connected.is_set():
@@ -309,7 +333,9 @@ class MqttDriver(Driver):
 
     def _want_write(self, sock: Any) -> None:
         assert self._loop is not None
-        if sock.fileno() >= 0:
+        if self._bursting:  # written when the burst ends (publish_many)
+            self._burst_wants_write = True
+        elif sock.fileno() >= 0:
             self._loop.add_writer(sock, self._writable)
 
     def _on_unregister_write(self, _c: mqtt.Client, _u: Any, sock: Any) -> None:
