@@ -25,14 +25,19 @@ def _body(test_id: str, sender: str, sequence: int, intended_ns: int, sent_ns: i
     return make_body(MessageHeader(key_of(test_id), key_of(sender), sequence, intended_ns, sent_ns), 100, bytes(100))
 
 
-def test_a_burst_is_counted_timed_and_written_exactly(tmp_path: Path) -> None:
-    driver = MemoryDriver()
-    run = ReceiverRun(
+def _receiver_of(directory: Path, driver: MemoryDriver) -> ReceiverRun:
+    """A receiver of test t-1 with one client, `driver`, writing into `directory`."""
+    return ReceiverRun(
         ReceiverPlan(test_id="t-1", urls=["memory://x/q"], parallel_count=1),
-        RateFileWriter(tmp_path, "receiver", {}),
-        LatencyRecorder(tmp_path),
+        RateFileWriter(directory, "receiver", {}),
+        LatencyRecorder(directory),
         driver_for=lambda _client: driver,
     )
+
+
+def test_a_burst_is_counted_timed_and_written_exactly(tmp_path: Path) -> None:
+    driver = MemoryDriver()
+    run = _receiver_of(tmp_path, driver)
 
     async def scenario() -> None:
         await run.start()
@@ -72,12 +77,7 @@ def test_a_burst_is_counted_timed_and_written_exactly(tmp_path: Path) -> None:
 
 def _receiver(directory: Path) -> ReceiverRun:
     directory.mkdir()
-    return ReceiverRun(
-        ReceiverPlan(test_id="t-1", urls=["memory://x/q"], parallel_count=1),
-        RateFileWriter(directory, "receiver", {}),
-        LatencyRecorder(directory),
-        driver_for=lambda _client: MemoryDriver(),
-    )
+    return _receiver_of(directory, MemoryDriver())
 
 
 @pytest.mark.parametrize("stamped_once", [False, True], ids=["stamped-each", "stamped-once"])
@@ -143,12 +143,7 @@ def test_a_drain_before_the_first_message_waits_for_it(tmp_path: Path) -> None:
     """Nothing has come yet when the drain begins: it waits its idle time from its start, so a
     message 0.2 s later is taken and the drain ends 0.4 s after that one, not at once."""
     driver = MemoryDriver()
-    run = ReceiverRun(
-        ReceiverPlan(test_id="t-1", urls=["memory://x/q"], parallel_count=1),
-        RateFileWriter(tmp_path, "receiver", {}),
-        LatencyRecorder(tmp_path),
-        driver_for=lambda _client: driver,
-    )
+    run = _receiver_of(tmp_path, driver)
 
     async def scenario() -> tuple[bool, float]:
         await run.start()
