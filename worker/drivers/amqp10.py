@@ -456,7 +456,7 @@ class _Handler(MessagingHandler):
         self.took(event.receiver)
 
     def took(self, receiver: Any) -> None:
-        """A message was taken from `receiver`."""
+        """A message was taken from `receiver`: a slow consumer's time over it, then its credit back."""
         if self.processing_delay_s:
             time.sleep(self.processing_delay_s)  # a slow consumer: the credit comes back after it
         # Keep the credit window full: one credit back for each message taken, unless paused.

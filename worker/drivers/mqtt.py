@@ -187,8 +187,9 @@ class MqttDriver(Driver):
         """Each message to paho, then the burst written at once, on the loop's turn that made it.
         Left to paho's wish to write, each burst cost a writer registered on the loop's selector,
         another turn of the loop to learn that the socket takes it, and the writer taken off again:
-        at 4,000 bursts a second (a sender at 100,000 msg/s) that was a tenth of its core. A
-        socket that does not take it all gets the writer then."""
+        a QoS 0 sender at 108,000 msg/s (4,000 bursts a second) took 95-98 % of its core, 92-93 %
+        this way, and sent unbounded 121,000-141,000 msg/s against 158,000-176,000 (bench/README.md,
+        session 19). A socket that does not take it all gets the writer then."""
         self._bursting = True
         try:
             done = super().publish_many(bodies, first_token)
