@@ -559,8 +559,8 @@ async def send_part(s: Sizes, kafka: str) -> None:
         ways: list[tuple[float, float]] = []
 
         async def raw_mqtt(topic: str = topic, qos: int = qos, ways: list[tuple[float, float]] = ways) -> float:
-            ways.append((await asyncio.to_thread(raw_mqtt_send, topic, n, body, qos), 0.0))
-            ways[-1] = (ways[-1][0], await raw_mqtt_send_on_loop(topic, n, body, qos))
+            threaded = await asyncio.to_thread(raw_mqtt_send, topic, n, body, qos)
+            ways.append((threaded, await raw_mqtt_send_on_loop(topic, n, body, qos)))
             return max(ways[-1])
 
         url = f"mqtt://127.0.0.1:1883/{topic}?qos={qos}"
