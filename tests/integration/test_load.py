@@ -160,7 +160,10 @@ def check_results(daemons: Daemons, maestro: Maestro, test_id: str, idle_receive
     # broker's own numbering shows it passed over: tansu can skip one when two producers write a
     # partition at once (worker.drivers.kafka), and the receivers count those. Elsewhere: none.
     assert received_total + skipped_total == sent_total == 2 * RATE_PER_CLIENT * CLIENTS * SECONDS
-    assert skipped_total <= 2, f"the broker skipped {skipped_total}: more than its rare race explains"
+    # How often tansu's race comes depends on the machine's load: none in 8 runs of this test
+    # alone, 5 of 2,000 once in CI beside another test. A receiver that lost a burst of its own
+    # would show as hundreds, in a run: that is what this bound is for.
+    assert skipped_total <= 10, f"the broker skipped {skipped_total}: more than its rare race explains"
     lost = 0
     for key, sent in sent_by_key.items():
         merged = merge_bitsets(bitsets[key], deliveries[key])
