@@ -46,6 +46,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import cProfile
+import functools
 import multiprocessing
 import os
 import pstats
@@ -565,7 +566,7 @@ async def send_part(s: Sizes, kafka: str) -> None:
 
         url = f"mqtt://127.0.0.1:1883/{topic}?qos={qos}"
         await measured_row(
-            f"mqtt qos{qos} (Mosquitto)", s.rounds, raw_mqtt, lambda url=url: worker_send_rate(url, n, size)
+            f"mqtt qos{qos} (Mosquitto)", s.rounds, raw_mqtt, functools.partial(worker_send_rate, url, n, size)
         )
         _paho_ways(ways)
     for confirms in (False, True):
@@ -574,8 +575,8 @@ async def send_part(s: Sizes, kafka: str) -> None:
         await measured_row(
             f"amqp 0-9-1 {'confirms' if confirms else 'no confirms'} (RabbitMQ)",
             s.rounds,
-            lambda raw_q=raw_q, confirms=confirms: raw_amqp_send(raw_q, n, body, confirms),
-            lambda url=url: worker_send_rate(url, n, size),
+            functools.partial(raw_amqp_send, raw_q, n, body, confirms),
+            functools.partial(worker_send_rate, url, n, size),
         )
     for settle in ("presettled", "at-least-once"):
         raw_q, worker_q = name("bench-raw"), name("bench")
@@ -585,10 +586,8 @@ async def send_part(s: Sizes, kafka: str) -> None:
         await measured_row(
             f"amqp 1.0 {settle} (RabbitMQ)",
             s.rounds,
-            lambda raw_q=raw_q, settle=settle: asyncio.to_thread(
-                raw_amqp10_send, raw_q, n, body, settle == "presettled"
-            ),
-            lambda url=url: worker_send_rate(url, n, size),
+            functools.partial(asyncio.to_thread, raw_amqp10_send, raw_q, n, body, settle == "presettled"),
+            functools.partial(worker_send_rate, url, n, size),
         )
     # Kafka sends fifty times the messages, as it receives them: 20,000 took its raw producer 22
     # to 63 ms, and the ratio swung from 0.28 to 0.88 between two runs.
