@@ -11,15 +11,14 @@ string body failed the receiver's handler (`bytes()` of a str).
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from pathlib import Path
 
-import aio_pika
 import pytest
 from proton import Message
 from proton.utils import BlockingConnection
+from support.rabbit_queues import declare_queue, delete_queue
 from support.worker_runs import drain, send_unbounded
 
 from worker.payload import MessageHeader, key_of, make_body
@@ -27,20 +26,6 @@ from worker.payload import MessageHeader, key_of, make_body
 OURS = 100
 DECORATED = 50
 TEST = "t-foreign10"
-
-
-async def _declare(queue: str) -> None:
-    connection = await aio_pika.connect("amqp://guest:guest@127.0.0.1:5672/")
-    async with connection:
-        channel = await connection.channel()
-        await channel.declare_queue(queue)
-
-
-async def _delete(queue: str) -> None:
-    connection = await aio_pika.connect("amqp://guest:guest@127.0.0.1:5672/")
-    async with connection:
-        channel = await connection.channel()
-        await channel.queue_delete(queue)
 
 
 def _send_others(queue: str) -> None:
@@ -72,14 +57,14 @@ def _send_others(queue: str) -> None:
 def test_foreign_bodies_are_counted_and_decorated_messages_of_ours_are_read(rabbitmq: None, tmp_path: Path) -> None:
     queue = f"foreign10-{uuid.uuid4().hex[:8]}"
     url = f"amqp10://guest:guest@127.0.0.1:5672//queue/{queue}?settle=at-least-once"
-    asyncio.run(_declare(queue))
+    declare_queue(queue)
     try:
         send_unbounded(url, TEST, "s1", OURS // 2, tmp_path / "first")
         _send_others(queue)
         send_unbounded(url, TEST, "s2", OURS // 2, tmp_path / "second")
         receiver = drain(url, TEST, tmp_path / "receiver")
     finally:
-        asyncio.run(_delete(queue))
+        delete_queue(queue)
     assert receiver.stats.foreign == {"no_header": 2}
     assert receiver.stats.received == OURS + DECORATED
     assert receiver.stats.duplicates_per_s.total() == 0

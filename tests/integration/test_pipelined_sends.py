@@ -12,13 +12,13 @@ below). The proxy is the nearest real thing to a slower network that needs no ro
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from pathlib import Path
 
 import pytest
 from support.processes import Daemons
 from support.proxy_process import ProxyProcess
+from support.rabbit_queues import declare_queue
 from support.runs import run_with
 
 from coordinator import Fail, FixedRateTest
@@ -86,7 +86,7 @@ def test_a_confirmed_send_through_20_ms_more_keeps_its_rate_and_adds_20_ms(
     url, _root = data_server
     test_id = uuid.uuid4().hex[:8]
     if case.startswith("amqp10"):
-        _declare_queue(f"pipe-{test_id}")  # RabbitMQ's AMQP 1.0 address /queue/NAME needs the queue
+        declare_queue(f"pipe-{test_id}")  # RabbitMQ's AMQP 1.0 address /queue/NAME needs the queue
     _workers(daemons)
     with ProxyProcess(broker_port) as proxy:
         through = template.format(port=proxy.port, id=test_id)
@@ -123,15 +123,3 @@ def test_kafka_acks_all_through_20_ms_more_keeps_its_rate(
     assert 2 * _DELAY_MS * 0.95 <= rise <= (4 * _DELAY_MS + _FETCH_WAIT_MS) * 1.05, (
         f"p50 {base:.2f} ms -> {delayed:.2f} ms"
     )
-
-
-def _declare_queue(name: str) -> None:
-    import aio_pika  # noqa: PLC0415
-
-    async def declare() -> None:
-        connection = await aio_pika.connect("amqp://guest:guest@127.0.0.1:5672/")
-        async with connection:
-            channel = await connection.channel()
-            await channel.declare_queue(name, auto_delete=False)
-
-    asyncio.run(declare())
