@@ -21,8 +21,10 @@ swings by 0.2-0.7.
    timed from the first arrival to the last.
 3. Schedule lag at 100, 1,000 and 5,000 msg/s and at 80 % of the unbounded rate (MQTT QoS 0),
    with the process's CPU, for the default timing (the process's precise timer) and for
-   `precise_timing` (a yield-spin per client); then at 80 % of Kafka's unbounded rate, whose
-   library does its network work in C threads.
+   `precise_timing` (a yield-spin per client); then paho's own loop paced by `time.sleep` at 80 %
+   of its own unbounded rate, and the worker at that same rate: what the library keeps where the
+   process is as busy; then at 80 % of Kafka's unbounded rate, whose library does its network
+   work in C threads.
 4. Senders (MQTT QoS 0) and receivers (a 4-partition Kafka topic) with 4 clients in 1 and 2
    processes, unbounded; then the raw clients' own speed-up from 1 to 2 processes (paho
    sending, confluent-kafka reading assigned partitions): what this machine allows. Each row
@@ -76,7 +78,7 @@ from protocol.ratefile import RateFileWriter, read_rate_file
 from worker.latency import LatencyRecorder
 from worker.processes import MultiProcessReceiver, MultiProcessSender
 from worker.receiver import ReceiverPlan, ReceiverRun
-from worker.sender import SenderPlan, SenderRun
+from worker.sender import _BURST_GAP_NS, SenderPlan, SenderRun
 
 MOSQUITTO = ("127.0.0.1", 1883)
 RABBIT = "amqp://guest:guest@127.0.0.1:5672/"
@@ -155,6 +157,39 @@ async def raw_mqtt_send_on_loop(topic: str, n: int, body: bytes, qos: int) -> fl
     client.disconnect()
     client.loop_write()
     return rate
+
+
+def raw_mqtt_paced(topic: str, rate: int, n: int, body: bytes) -> tuple[float, float, list[int]]:
+    """paho's own loop (its network thread writing) paced at `rate` by the cheapest wake-up there
+    is, `time.sleep` in this thread, with the worker's default burst gap: each wake-up publishes
+    every message due by then. Its achieved rate (first message to last), the process's CPU (%
+    of a core) over that span, and each message's schedule lag (µs), taken as the worker takes
+    its own: the clock read just before the library is handed the message."""
+    client = mqtt.Client(callback_api_version=CallbackAPIVersion.VERSION2)
+    client.max_queued_messages_set(0)
+    client.connect(*MOSQUITTO)
+    client.loop_start()
+    time.sleep(0.3)  # connected before the schedule starts
+    clock, interval, lags = time.perf_counter_ns, 1e9 / rate, [0] * n
+    cpu0 = os.times()
+    start = clock() + 1_000_000
+    last, sent = start - _BURST_GAP_NS, 0
+    while sent < n:
+        wake = max(int(start + sent * interval), last + _BURST_GAP_NS)
+        last = int(start + sent * interval)
+        if (wait := wake - clock()) > 0:
+            time.sleep(wait / 1e9)
+        now = clock()
+        while sent < n and (intended := int(start + sent * interval)) <= now:
+            lags[sent] = (clock() - intended) // 1000
+            client.publish(topic, body, qos=0)
+            sent += 1
+    span_s = (clock() - start) / 1e9
+    cpu1 = os.times()
+    client.disconnect()
+    client.loop_stop()
+    cpu_s = cpu1.user + cpu1.system - cpu0.user - cpu0.system
+    return (n - 1) / span_s, 100 * cpu_s / span_s, lags
 
 
 async def raw_amqp_send(queue: str, n: int, body: bytes, confirms: bool) -> float:
@@ -680,11 +715,23 @@ async def lag_row(url: str, s: Sizes, target: int, precise: bool = False) -> Non
     sent = sorted(ata for _, ata in rows)
     achieved = (count - 1) / ((sent[-1] - sent[0]) / 1e6)  # count - 1 gaps, first send to last
     p50, p99 = lag.get_value_at_percentile(50), lag.get_value_at_percentile(99)
+    _print_lag_row("precise" if precise else "sleep", target, achieved, cpu_percent, (p50, p99, lag.get_max_value()))
+
+
+def _print_lag_row(timing: str, target: int, achieved: float, cpu_percent: float, lags: tuple[int, int, int]) -> None:
+    """A row of part 3: the rate asked and kept, the CPU, and the lag's p50, p99 and max (µs)."""
+    p50, p99, most = lags
     print(
-        f"{'precise' if precise else 'sleep':>8} {target:>9} {achieved / target:>16.4f} {cpu_percent:>6.0f} "
-        f"{p50:>11} {p99:>11} {lag.get_max_value():>11}",
+        f"{timing:>8} {target:>9} {achieved / target:>16.4f} {cpu_percent:>6.0f} {p50:>11} {p99:>11} {most:>11}",
         flush=True,
     )
+
+
+def raw_lag_row(topic: str, s: Sizes, target: int) -> None:
+    """`lag_row` for `raw_mqtt_paced`."""
+    achieved, cpu_percent, lags = raw_mqtt_paced(topic, target, int(target * s.seconds), b"x" * s.size)
+    lags.sort()
+    _print_lag_row("raw", target, achieved, cpu_percent, (lags[len(lags) // 2], lags[len(lags) * 99 // 100], lags[-1]))
 
 
 async def lag_part(s: Sizes, kafka: str) -> None:
@@ -706,6 +753,13 @@ async def lag_part(s: Sizes, kafka: str) -> None:
     for precise in (False, True):
         for target in (100, 1000, 5000, eighty):
             await lag_row(url, s, target, precise)
+    # What the library itself keeps at 80 % of its own maximum, paced by the cheapest wake-up
+    # (time.sleep) with the same burst gap; then the worker at that same rate.
+    raw_top = await asyncio.to_thread(raw_mqtt_send, topic, int(probe * s.seconds / 2), b"x" * s.size, 0)
+    raw_eighty = int(0.8 * raw_top) // 100 * 100
+    print(f"  raw paho (its network thread), paced by time.sleep: unbounded {raw_top:,.0f}/s")
+    await asyncio.to_thread(raw_lag_row, topic, s, raw_eighty)
+    await lag_row(url, s, raw_eighty)
     # The same at 80 % with a library whose network threads are C, not Python: paho's reads and
     # writes above are Python, on the sender's own loop.
     async with kafka_topic(kafka, "bench-lag") as topic:
