@@ -135,10 +135,16 @@ def _paho_on_loop(loop: asyncio.AbstractEventLoop, client: mqtt.Client, progress
             if client.loop_read() or progress() == before:
                 return
 
+    def unregister_write(_c: mqtt.Client, _u: Any, sock: Any) -> None:
+        loop.remove_writer(sock)
+
+    def close(_c: mqtt.Client, _u: Any, sock: Any) -> None:
+        loop.remove_reader(sock)
+
     client.on_socket_open = lambda _c, _u, sock: loop.add_reader(sock, readable)
-    client.on_socket_close = lambda _c, _u, sock: loop.remove_reader(sock)
+    client.on_socket_close = close
     client.on_socket_register_write = lambda _c, _u, sock: loop.add_writer(sock, client.loop_write)
-    client.on_socket_unregister_write = lambda _c, _u, sock: loop.remove_writer(sock)
+    client.on_socket_unregister_write = unregister_write
 
 
 async def raw_mqtt_send_on_loop(topic: str, n: int, body: bytes, qos: int) -> float:
@@ -211,7 +217,7 @@ async def raw_amqp_send(queue: str, n: int, body: bytes, confirms: bool) -> floa
         return n / (time.perf_counter() - started)
 
 
-class _ProtonSender(MessagingHandler):  # type: ignore[misc]
+class _ProtonSender(MessagingHandler):
     def __init__(self, address: str, n: int, body: bytes, presettled: bool) -> None:
         super().__init__()
         self.address, self.n, self.body, self.presettled = address, n, body, presettled
@@ -348,7 +354,7 @@ async def raw_amqp_receive(queue: str, n: int) -> float:
     return _rate(arrivals)
 
 
-class _ProtonReceiver(MessagingHandler):  # type: ignore[misc]
+class _ProtonReceiver(MessagingHandler):
     def __init__(self, address: str, n: int) -> None:
         super().__init__(prefetch=100)
         self.address, self.n = address, n
@@ -805,7 +811,7 @@ async def processes_part(s: Sizes, kafka: str, smoke: bool = False) -> None:
                 url = f"{kafka}/{ktopic}?partitions=4&group=g-{uuid.uuid4().hex[:6]}&fetch_wait_max_ms=5"
                 feed = f"{kafka}/{ktopic}?acks=1&linger_ms=5"
                 count, first_s, last_s = await worker_receive_span(
-                    url, n, lambda feed=feed: in_process(feed, n, s.size), parallel=4, processes=processes
+                    url, n, functools.partial(in_process, feed, n, s.size), parallel=4, processes=processes
                 )
             receive_rate = _span_rate(count, first_s, last_s)
             receive_cpu = cpu.percent(first_s, last_s)
@@ -926,7 +932,7 @@ class _EveryThread:
             finally:
                 profile.disable()
 
-        threading.Thread.run = run  # type: ignore[method-assign]
+        threading.Thread.run = run  # type: ignore[method-assign,assignment]
         mine = cProfile.Profile()
         profiles.append(mine)
         mine.enable()

@@ -95,7 +95,9 @@ def duckdb_baseline(test_dir: Path) -> int | None:
             f"SELECT count(*) FROM (SELECT ({base_us} + sum(ata) OVER (ROWS UNBOUNDED PRECEDING)) // 1000000 AS s "
             f"FROM read_csv('{path}', skip=1, header=true)) GROUP BY s"
         )
-        total += sum(n for (n,) in duckdb.sql(query).fetchall())
+        counts = duckdb.sql(query)
+        assert counts is not None  # a SELECT always has a relation
+        total += sum(n for (n,) in counts.fetchall())
     return total
 
 
