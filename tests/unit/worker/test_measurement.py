@@ -196,6 +196,15 @@ def test_rate_file_round_trip_with_rotation(tmp_path: Path) -> None:
     assert text[1:4] == ["eta,ata", "0,56", "1000,994"]
 
 
+def test_rate_files_are_compressed_at_zlibs_fastest_level(tmp_path: Path) -> None:
+    writer = RateFileWriter(tmp_path, "sender", {})
+    writer.write_many(np.arange(10_000, dtype=np.int64) * 25, np.arange(10_000, dtype=np.int64) * 25 + 7)
+    writer.close()
+    # A gzip member's XFL byte says how it was compressed: 4 is "fastest" (RFC 1952, 2.3.1).
+    assert writer.paths[0].read_bytes()[8] == 4
+    assert len(list(read_rate_file(writer.paths[0]))) == 10_000
+
+
 def test_rows_written_a_burst_at_a_time_are_the_same_bytes(tmp_path: Path) -> None:
     rows = [(1_700_000_000_000_000 + i * 1000, 1_700_000_000_000_000 + i * 1000 + 50 + i % 7) for i in range(2500)]
     (tmp_path / "one").mkdir()
