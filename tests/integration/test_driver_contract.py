@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 from support.proxy_process import ProxyProcess
+from support.rabbit_queues import declare_queue
 
 from coordinator.local import LocalCluster
 from worker.drivers import parse_endpoint
@@ -61,16 +62,6 @@ def _driver(url: str, client: int = 0) -> Driver:
     return cls(endpoint, client)
 
 
-async def _declare_for_amqp10(url: str) -> None:
-    if url.startswith("amqp10"):  # RabbitMQ's /queue/NAME address needs the queue to exist
-        import aio_pika  # noqa: PLC0415
-
-        connection = await aio_pika.connect("amqp://guest:guest@127.0.0.1:5672/")
-        async with connection:
-            channel = await connection.channel()
-            await channel.declare_queue(url.rsplit("/", 1)[1].split("?", maxsplit=1)[0])
-
-
 @pytest.mark.timeout(90)
 def test_round_trip_and_publish_never_waits(url: str) -> None:
     settled: list[tuple[int, SendError | None]] = []
@@ -82,7 +73,6 @@ def test_round_trip_and_publish_never_waits(url: str) -> None:
         received.extend(batch)
 
     async def scenario() -> tuple[int, float]:
-        await _declare_for_amqp10(url)
         receiver, sender = _driver(url, 0), _driver(url, 1)
         await connect_within(receiver, 20)
         await receiver.receive(on_messages)
@@ -113,6 +103,8 @@ def test_round_trip_and_publish_never_waits(url: str) -> None:
             await sender.close()
             await receiver.close()
 
+    if url.startswith("amqp10"):  # RabbitMQ's /queue/NAME address needs the queue to exist
+        declare_queue(url.rsplit("/", 1)[1].split("?", maxsplit=1)[0])
     settled_during_burst, first_sent = asyncio.run(scenario())
     # Nothing can settle while the loop had no turn: every publish returned without waiting.
     assert settled_during_burst == 0

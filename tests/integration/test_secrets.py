@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.rabbit_queues import declare_queue
 
 from coordinator import FixedRateTest, Flow, Maestro
 from reports.report import build_report
@@ -40,25 +41,12 @@ def rabbit_user(rabbitmq: None) -> Iterator[str]:
         _rabbitmqctl("delete_user", USER)
 
 
-def _declare(queue: str) -> None:
-    import asyncio  # noqa: PLC0415
-
-    import aio_pika  # noqa: PLC0415
-
-    async def declare() -> None:
-        connection = await aio_pika.connect(f"amqp://{USER}:{PASSWORD}@127.0.0.1:5672/")
-        async with connection:
-            await (await connection.channel()).declare_queue(queue)
-
-    asyncio.run(declare())
-
-
 @pytest.mark.timeout(180)
 @pytest.mark.usefixtures("mosquitto_url")
 def test_no_password_reaches_any_file_or_log(rabbit_user: str, tmp_path: Path) -> None:
     tag = uuid.uuid4().hex[:6]
     amqp10_queue = f"secret-amqp10-{tag}"
-    _declare(amqp10_queue)
+    declare_queue(amqp10_queue, f"amqp://{USER}:{PASSWORD}@127.0.0.1:5672/")
     credentials = f"{rabbit_user}:{PASSWORD}@127.0.0.1"
     test = FixedRateTest(
         send_url=f"amqp://{credentials}:5672/secret-amqp-{tag}",

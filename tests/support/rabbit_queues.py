@@ -4,25 +4,26 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import aio_pika
+import aio_pika.abc
 
 GUEST = "amqp://guest:guest@127.0.0.1:5672/"
 
 
 def declare_queue(name: str, url: str = GUEST) -> None:
-    async def declare() -> None:
-        connection = await aio_pika.connect(url)
-        async with connection:
-            await (await connection.channel()).declare_queue(name, auto_delete=False)
-
-    asyncio.run(declare())
+    _on_a_channel(url, lambda channel: channel.declare_queue(name, auto_delete=False))
 
 
 def delete_queue(name: str, url: str = GUEST) -> None:
-    async def delete() -> None:
+    _on_a_channel(url, lambda channel: channel.queue_delete(name))
+
+
+def _on_a_channel(url: str, action: Callable[[aio_pika.abc.AbstractChannel], Awaitable[object]]) -> None:
+    async def run() -> None:
         connection = await aio_pika.connect(url)
         async with connection:
-            await (await connection.channel()).queue_delete(name)
+            await action(await connection.channel())
 
-    asyncio.run(delete())
+    asyncio.run(run())
