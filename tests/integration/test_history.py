@@ -25,6 +25,7 @@ def maestro(*args: str, cwd: Path, timeout: float = 150) -> subprocess.Completed
 
 @pytest.mark.rabbitmq
 @pytest.mark.embedded_broker
+@pytest.mark.timeout(240)  # six runs and a data server: 45-52 s in CI with three workers, beside other tests
 def test_five_real_runs_make_a_history_listed_from_a_folder_and_from_a_data_server(tmp_path: Path) -> None:
     name = f"history {uuid.uuid4().hex[:6]}"
     queue = f"amqp://guest:guest@127.0.0.1:5672/maestro-history-{uuid.uuid4().hex[:8]}"

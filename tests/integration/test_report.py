@@ -171,6 +171,7 @@ def test_maestro_report_cli_writes_reports_and_the_index(tmp_path: Path) -> None
     assert bad.returncode == 2 and "test id" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.timeout(240)  # two runs and three Spark reports: 62-72 s in CI beside other tests, 120 s the default
 def test_a_baseline_comparison_gates_on_a_regression(tmp_path: Path) -> None:
     one_loss_one_duplicate(tmp_path, "base")
     one_loss_one_duplicate(tmp_path, "same")
