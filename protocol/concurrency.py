@@ -4,8 +4,8 @@ paho-mqtt, python-qpid-proton and confluent-kafka each run their own thread; the
 hand work to an asyncio loop through `call_in_loop`, or, where it comes per message, through a
 `LoopBatch` that crosses once per burst; blocking calls (systemctl, iptables) go off the
 loop through `run_blocking`. Sync code that needs an asyncio service
-(the embedded broker) runs it on a `BackgroundLoop`; work that releases the GIL (compressing a
-rate file) runs beside its caller, in order, on a `SerialThread`. No other module starts threads.
+(the embedded broker) runs it on a `BackgroundLoop`; work that waits outside the GIL (a rate
+file's writes) runs beside its caller, in order, on a `SerialThread`. No other module starts threads.
 `wait_event` is the loop's timed wait on an event, one that a cancellation always ends.
 """
 
@@ -185,8 +185,10 @@ class BackgroundLoop:
 class SerialThread:
     """Jobs run one after another, in the order given, on a thread of their own.
 
-    For work that spends much of its time outside the GIL (zlib): done here, that part runs
-    on another core while the caller's thread (an event loop) goes on. The caller never waits for
+    For work that spends most of its time outside the GIL (a file's writes): done here, the
+    caller's thread (an event loop) goes on meanwhile. Work that holds the GIL belongs on the
+    caller's thread: here it took the GIL in turns with the caller, each hand-over costing more
+    than the work (protocol.ratefile). The caller never waits for
     a job unless `backlog` of them are still queued (so memory stays bounded when the disk is
     slow) or it asks to with `wait`. A job that raised is raised to the caller at its next
     `submit`, `wait` or `join`: nothing fails unseen.

@@ -23,7 +23,6 @@ leaves no piece, and its rows are read instead.
 
 from __future__ import annotations
 
-import gzip
 import json
 import time
 import zlib
@@ -32,6 +31,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -61,71 +61,110 @@ PIECE_SUFFIX = "-seconds.json"
 # clock that is wrong, clamped rather than let into the eta bits.
 _OFFSET_BITS = 21
 _OFFSET_HALF = 1 << (_OFFSET_BITS - 1)
-# zlib's fastest level: the disk thread compresses every row a sender or receiver writes, on the
-# cores the process and the broker share. A paced sender's rows took 288-321 ns each at level 6
+# zlib's fastest level: every row a sender or receiver writes is compressed, on the cores the
+# process and the broker share. A paced sender's rows took 288-321 ns each at level 6
 # and 62-65 ns at level 1, for 0.94 bytes a row against 0.64; two unbounded MQTT sender processes
 # went from 85,000-92,000 to 100,000 msg/s on 2 cores (bench/README.md, session 20).
 _COMPRESS_LEVEL = 1
 
 
 @dataclass
-class _Disk:
-    """What a writer keeps on its disk thread, and only there: the open file, the last row
-    written (the next delta's origin), and the piece's cells."""
+class _Encoder:
+    """What a writer keeps on its caller's thread: the open file's gzip stream, the last row
+    encoded (the next delta's origin), and the piece's cells. Rows become compressed bytes here,
+    and only the bytes go to the disk thread: that thread, making text and compressing it
+    itself, held the GIL in turns with the caller, and each hand-over of the GIL between them
+    cost more than the work (a Kafka receiver's burst of 1,000 messages: 480 ns a message with
+    the work on the disk thread, 310 with it here; bench/README.md, session 22)."""
 
-    file: gzip.GzipFile | None = None
+    compressor: Any = None  # a zlib compress object making the open file's gzip stream
     prev_eta: int = 0
     prev_ata: int = 0
     cells: Counter[int] = field(default_factory=Counter)  # packed (eta second, ata offset) -> rows
     first_ata: int | None = None
     last_ata: int | None = None
 
-    def open(self, path: Path, header: bytes, base_us: int) -> None:
-        # Open across many writes and closed by close(): a with-block cannot span that.
-        self.file = gzip.GzipFile(path, "wb", compresslevel=_COMPRESS_LEVEL)
-        self.file.write(header)
+    def start(self, header: bytes, base_us: int) -> bytes:
+        """A new file's first bytes: the gzip header, then the text's header (compressed)."""
+        self.compressor = zlib.compressobj(_COMPRESS_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
         self.prev_eta = self.prev_ata = base_us
+        return bytes(self.compressor.compress(header))
 
-    def write(self, eta: np.ndarray, ata: np.ndarray) -> None:
-        """Rows as text, each `eta,ata` a delta from the row before: the bytes one f-string per
-        row would make (`rows_text`). Arrow's CSV writer took 60-70 ns a row outside the GIL,
-        but a worker that imported pyarrow sent 15-25 % less over MQTT with four clients
+    def rows(self, eta: np.ndarray, ata: np.ndarray) -> bytes:
+        """Rows as compressed text, each `eta,ata` a delta from the row before: the bytes one
+        f-string per row would make (`rows_text`). Arrow's CSV writer took 60-70 ns a row outside
+        the GIL, but a worker that imported pyarrow sent 15-25 % less over MQTT with four clients
         (bench/README.md)."""
-        assert self.file is not None
         deltas = np.empty(2 * len(eta), dtype=np.int64)
         deltas[0::2] = np.diff(eta, prepend=self.prev_eta)
         deltas[1::2] = np.diff(ata, prepend=self.prev_ata)
         self.prev_eta, self.prev_ata = int(eta[-1]), int(ata[-1])
         self._count_seconds(eta, ata)
-        self.file.write(rows_text(deltas))
+        return bytes(self.compressor.compress(rows_text(deltas)))
 
-    def sync(self) -> None:
-        assert self.file is not None
-        self.file.flush(zlib.Z_SYNC_FLUSH)
+    def sync(self) -> bytes:
+        """What makes every row so far readable from the file (a sync flush of the stream)."""
+        return bytes(self.compressor.flush(zlib.Z_SYNC_FLUSH))
 
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            self.file = None
+    def finish(self) -> bytes:
+        """The open file's last bytes: the end of its gzip stream."""
+        data, self.compressor = self.compressor.flush(), None
+        return bytes(data)
 
-    def piece(self, path: Path, files: list[str], rows: int) -> None:
-        """The piece of the files closed so far (`files`, holding `rows`)."""
+    def piece(self, files: list[str], rows: int) -> str:
+        """The piece of the files closed so far (`files`, holding `rows`), as JSON."""
         cells = []
         for key, count in sorted(self.cells.items()):
             eta_s = key >> _OFFSET_BITS
             cells.append([eta_s, eta_s + (key & ((1 << _OFFSET_BITS) - 1)) - _OFFSET_HALF, count])
         piece = RatePiece(files, rows, self.first_ata, self.last_ata, cells)
-        write_text_atomically(path, json.dumps(piece.__dict__, separators=(",", ":")))
+        return json.dumps(piece.__dict__, separators=(",", ":"))
 
     def _count_seconds(self, eta: np.ndarray, ata: np.ndarray) -> None:
-        """The piece's cells for these rows: a sort of one packed column, a few distinct keys."""
+        """The piece's cells for these rows: one packed column, counted by runs of one key (rows
+        come nearly in order, a few runs in thousands of rows), or sorted if the runs are many."""
         eta_s = eta // 1_000_000
         offset = np.clip(ata // 1_000_000 - eta_s, -_OFFSET_HALF, _OFFSET_HALF - 1)
-        keys, counts = np.unique((eta_s << _OFFSET_BITS) + offset + _OFFSET_HALF, return_counts=True)
-        self.cells.update(dict(zip(keys.tolist(), counts.tolist(), strict=True)))
+        packed = (eta_s << _OFFSET_BITS) + offset + _OFFSET_HALF
+        starts = np.flatnonzero(packed[1:] != packed[:-1]) + 1
+        if len(starts) > len(packed) // 16:
+            keys, counts = np.unique(packed, return_counts=True)
+        else:
+            bounds = np.concatenate(([0], starts, [len(packed)]))
+            keys, counts = packed[bounds[:-1]], np.diff(bounds)
+        cells = self.cells
+        for key, count in zip(keys.tolist(), counts.tolist(), strict=True):  # runs may share a key
+            cells[key] += count
         low, high = int(ata.min()), int(ata.max())
         self.first_ata = low if self.first_ata is None else min(self.first_ata, low)
         self.last_ata = high if self.last_ata is None else max(self.last_ata, high)
+
+
+@dataclass
+class _Disk:
+    """What a writer keeps on its disk thread, and only there: the open file."""
+
+    file: BinaryIO | None = None
+
+    def open(self, path: Path, data: bytes) -> None:
+        # Open across many writes and closed by close(): a with-block cannot span that.
+        self.file = path.open("wb")
+        self.file.write(data)
+
+    def write(self, data: bytes) -> None:
+        assert self.file is not None
+        self.file.write(data)
+
+    def sync(self, data: bytes) -> None:
+        assert self.file is not None
+        self.file.write(data)
+        self.file.flush()
+
+    def close(self, data: bytes) -> None:
+        if self.file is not None:
+            self.file.write(data)
+            self.file.close()
+            self.file = None
 
 
 def rows_text(deltas: np.ndarray) -> bytes:
@@ -154,9 +193,10 @@ def rows_text(deltas: np.ndarray) -> bytes:
 
 class RateFileWriter:
     """Rows are taken on the caller's thread (the event loop) into two int64 columns; every
-    `_ROWS_PER_WRITE` rows, and at `flush`, they go to the writer's own disk thread, which
-    makes their text, compresses and writes it in order (`protocol.concurrency.SerialThread`).
-    The loop's cost per row is two appends; zlib releases the GIL and runs on another core."""
+    `_ROWS_PER_WRITE` rows, and at `flush`, they become compressed text there (`_Encoder`, a
+    column at a time: about 70 ns a row), and the bytes go to the writer's own disk thread,
+    which writes them in order (`protocol.concurrency.SerialThread`): a slow disk never holds
+    up the loop."""
 
     def __init__(
         self,
@@ -178,6 +218,7 @@ class RateFileWriter:
         self._eta: array[int] = array("q")  # rows not yet handed to the disk thread, absolute µs
         self._ata: array[int] = array("q")
         self._last_flush = time.monotonic()
+        self._encoder = _Encoder()
         self._disk = _Disk()
         self._thread: SerialThread | None = None
         self._piece: Path | None = None
@@ -186,7 +227,7 @@ class RateFileWriter:
     def write(self, eta_us: int, ata_us: int) -> None:
         if not self._open or self._rows_in_file >= self.rows_per_file:
             self._rotate(eta_us)
-        # Two appends per message; deltas and text are made a column at a time on the disk thread.
+        # Two appends per message; deltas and text are made a column at a time at flush.
         self._eta.append(eta_us)
         self._ata.append(ata_us)
         self._rows_in_file += 1
@@ -208,7 +249,7 @@ class RateFileWriter:
             self.flush()
 
     def flush(self) -> None:
-        """Hand what is pending to the disk thread, and a sync flush when `flush_every_s` has
+        """Encode what is pending and hand its bytes to the disk thread, and a sync flush when `flush_every_s` has
         passed since the last (the owner calls this about once a second: a crash loses at most
         that much). `written` waits until it is on disk."""
         if not self._open:
@@ -218,9 +259,11 @@ class RateFileWriter:
             # The arrays' buffers go with the job: the next rows start new ones.
             eta, ata = np.frombuffer(self._eta, dtype=np.int64), np.frombuffer(self._ata, dtype=np.int64)
             self._eta, self._ata = array("q"), array("q")
-            thread.submit(self._disk.write, eta, ata)
+            data = self._encoder.rows(eta, ata)
+            if data:
+                thread.submit(self._disk.write, data)
         if time.monotonic() - self._last_flush >= self.flush_every_s:
-            thread.submit(self._disk.sync)
+            thread.submit(self._disk.sync, self._encoder.sync())
             self._last_flush = time.monotonic()
 
     def written(self) -> None:
@@ -240,9 +283,9 @@ class RateFileWriter:
     def _close_file(self, thread: SerialThread) -> None:
         """The open file closed on the disk thread, then the piece of every file so far: a
         writer killed after a rotation leaves one for the files it closed."""
-        thread.submit(self._disk.close)
+        thread.submit(self._disk.close, self._encoder.finish())
         piece = self.directory / f"{self.stem}{PIECE_SUFFIX}"
-        thread.submit(self._disk.piece, piece, [p.name for p in self.paths], self.rows)
+        thread.submit(write_text_atomically, piece, self._encoder.piece([p.name for p in self.paths], self.rows))
         self._piece = piece
 
     def _rotate(self, base_us: int) -> None:
@@ -252,7 +295,7 @@ class RateFileWriter:
         path = self.directory / f"{self.stem}-{len(self.paths):04d}.csv.gz"
         labels = " ".join(f"{k}={v}" for k, v in self.labels.items())
         header = f"{_HEADER}base_us={base_us} {labels} part={len(self.paths)}\neta,ata\n".encode()
-        self._disk_thread().submit(self._disk.open, path, header, base_us)
+        self._disk_thread().submit(self._disk.open, path, self._encoder.start(header, base_us))
         self.paths.append(path)
         self._open = True
         self._rows_in_file = 0

@@ -303,6 +303,20 @@ def test_a_writers_piece_gives_the_rows_figures_for_any_whole_second_cut(tmp_pat
         piece.seconds(7_002_500_000)
 
 
+def test_a_piece_counts_runs_of_one_cell_that_come_back(tmp_path: Path) -> None:
+    """Rows nearly in order are counted by runs of one (eta second, ata second) cell; a cell
+    whose run comes back later in the same write (an arrival second that alternates) adds up."""
+    eta = np.arange(5_000_000, 5_000_000 + 3000 * 300, 300, dtype=np.int64)  # all in second 5
+    ata = eta + np.where((np.arange(3000) // 500) % 2 == 0, 0, 1_000_000)  # runs of 500: 5, 6, 5, 6...
+    written = RateFileWriter(tmp_path, "receiver", {})
+    written.write_many(eta, ata)
+    written.close()
+    piece = RatePiece.read(written.directory / "receiver-seconds.json")
+    truth = Counter((int(e) // 1_000_000, int(a) // 1_000_000) for e, a in zip(eta, ata, strict=True))
+    assert {(e, a): n for e, a, n in piece.cells} == dict(truth)
+    assert truth == Counter({(5, 5): 1500, (5, 6): 1500}) and piece.rows == 3000
+
+
 def test_a_rotation_leaves_a_piece_for_the_files_closed_so_far(tmp_path: Path) -> None:
     """A writer killed after a rotation leaves a piece covering the closed files only: the
     summary reads the rest row by row."""

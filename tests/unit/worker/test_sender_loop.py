@@ -134,6 +134,7 @@ def test_the_window_bounds_what_is_in_flight_and_the_wait_is_lag_not_failure(tmp
         await task
 
     asyncio.run(scenario())
+    run.rate_file.close()
     assert driver.max_in_flight == 5
     assert run.stats.sent == 12 and not run.stats.errors and run.failure is None
     # Messages 5..7 waited ~0.2 s for room: schedule lag, as an unbounded schedule intended them at once.
@@ -162,6 +163,7 @@ def test_a_full_window_reopens_once_a_sixteenth_of_it_settled(tmp_path: Path) ->
         await task
 
     asyncio.run(scenario())
+    run.rate_file.close()
     assert driver.max_in_flight == 32
     assert run.stats.sent == 40 and not run.stats.errors and run.failure is None
 
@@ -172,6 +174,7 @@ def test_a_slow_acknowledgement_does_not_slow_the_schedule(tmp_path: Path) -> No
     driver = MemoryDriver(confirm_delay_s=0.5)
     run = _run(_plan(rate_per_s=100.0, duration=Duration(seconds=0.3)), tmp_path, {0: driver})
     asyncio.run(run.run())
+    run.rate_file.close()
     assert run.stats.sent == 30 and not run.stats.errors
     assert driver.max_in_flight == 30  # all in flight at once: nothing waited for a confirm
     assert run.stats.lag_us.get_max_value() < 250_000
@@ -184,6 +187,7 @@ def test_refused_and_unconfirmed_messages_count_by_kind_and_stay_sent(tmp_path: 
     driver = MemoryDriver(verdict=verdict)
     run = _run(_plan(duration=Duration(messages=30)), tmp_path, {0: driver})
     asyncio.run(run.run())
+    run.rate_file.close()
     # Sequence numbers are spent: the receivers count the nacked ones as lost if they never arrive.
     assert run.stats.sent == 30
     assert dict(run.stats.errors) == {"nacked": 10}
@@ -220,6 +224,7 @@ def test_a_message_refused_outright_is_counted_by_kind_and_never_in_flight(tmp_p
         await task
 
     asyncio.run(scenario())
+    run.rate_file.close()
     assert run.stats.sent == 12  # their numbers are spent: the receivers count them lost
     assert dict(run.stats.errors) == {"refused": 3}  # not "unconfirmed" as well
 
@@ -236,6 +241,7 @@ def test_what_never_settles_is_counted_unconfirmed_when_the_run_ends(tmp_path: P
         await task
 
     asyncio.run(scenario())
+    run.rate_file.close()
     assert run.stats.sent == 4
     assert dict(run.stats.errors) == {"unconfirmed": 3}
 
