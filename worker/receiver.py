@@ -245,6 +245,45 @@ class ReceiverRun(ReceivingAccount):
         the sequence bits set per sender, latencies and rate rows as columns. The same counts,
         bits, samples and rows as the message-by-message path (tests/unit/worker)."""
         stats = self.stats
+        read = self._headers(batch)
+        if read is None:
+            return
+        heads, arrived = read
+        ours = heads["magic"] == MAGIC
+        clean = bool(ours.all())
+        if not clean:
+            stats.foreign["no_header"] += int((~ours).sum())
+        other = ours & (heads["test"] != self.test_key)
+        if other.any():
+            clean = False
+            stats.foreign["other_test"] += int(other.sum())
+            ours &= ~other
+        senders, sequences = heads["sender"], heads["sequence"].astype(np.int64)
+        if clean and bool((senders == senders[0]).all()):
+            # The usual burst, all of it one sender's: no masks to make and apply.
+            first = self._tracker(int(senders[0])).record_many(sequences)
+        else:
+            first = np.zeros(len(heads), dtype=bool)
+            keys = senders[ours]
+            for key in np.unique(keys).tolist():
+                mine = ours & (senders == key)
+                first[mine] = self._tracker(key).record_many(sequences[mine])
+        intended, sent = heads["intended"], heads["sent"]
+        if not first.all():
+            again = ours & ~first
+            if again.any():
+                stats.duplicates_per_s.update(Counter((arrived[again] // 1_000_000_000).tolist()))
+            arrived, intended, sent = arrived[first], intended[first], sent[first]
+        intended, sent = intended.astype(np.int64), sent.astype(np.int64)
+        self.latency.record_many((arrived - intended) // 1000, (arrived - sent) // 1000)
+        self.rate_file.write_many(intended // 1000, arrived // 1000)
+        stats.received += len(arrived)
+        stats.last_message_mono = time.monotonic()
+
+    def _headers(self, batch: Sequence[tuple[bytes, int]]) -> tuple[np.ndarray, np.ndarray] | None:
+        """A burst's headers as one record array, and its arrival times (ns); bodies too short
+        for a header counted foreign and left out (None if nothing is left)."""
+        stats = self.stats
         stamps: list[int] | None = None  # None: all stamped at once (a Burst)
         if isinstance(batch, Burst):
             bodies = batch.bodies
@@ -252,18 +291,18 @@ class ReceiverRun(ReceivingAccount):
             # Not zip(*batch): its iterator per message sets off a garbage collection every 700.
             bodies = [body for body, _ in batch]
             stamps = [stamp for _, stamp in batch]
-        lengths = list(map(len, bodies))
-        shortest = min(lengths)
+        lengths = np.fromiter(map(len, bodies), dtype=np.int64, count=len(bodies))
+        shortest = int(lengths.min())
         if shortest < HEADER_BYTES:
-            whole = [i for i, length in enumerate(lengths) if length >= HEADER_BYTES]
+            whole = np.flatnonzero(lengths >= HEADER_BYTES).tolist()
             stats.foreign["no_header"] += len(bodies) - len(whole)
             if not whole:
-                return
-            bodies, lengths = [bodies[i] for i in whole], [lengths[i] for i in whole]
+                return None
+            bodies, lengths = [bodies[i] for i in whole], lengths[whole]
             stamps = None if stamps is None else [stamps[i] for i in whole]
-            shortest = min(lengths)
-        if shortest == max(lengths):  # one size, as a fixed-size sender's: headers read in place
-            heads = np.frombuffer(b"".join(bodies), dtype=headers_every(lengths[0]))
+            shortest = int(lengths.min())
+        if shortest == int(lengths.max()):  # one size, as a fixed-size sender's: headers read in place
+            heads = np.frombuffer(b"".join(bodies), dtype=headers_every(shortest))
         else:
             heads = np.frombuffer(b"".join([body[:HEADER_BYTES] for body in bodies]), dtype=HEADER_DTYPE)
         if stamps is None:
@@ -271,33 +310,13 @@ class ReceiverRun(ReceivingAccount):
             arrived = np.full(len(bodies), batch.arrived_ns, dtype=np.int64)
         else:
             arrived = np.array(stamps, dtype=np.int64)
-        ours = heads["magic"] == MAGIC
-        if not ours.all():
-            stats.foreign["no_header"] += int((~ours).sum())
-        other = ours & (heads["test"] != self.test_key)
-        if other.any():
-            stats.foreign["other_test"] += int(other.sum())
-            ours &= ~other
-        first = np.zeros(len(bodies), dtype=bool)
-        senders, sequences = heads["sender"], heads["sequence"].astype(np.int64)
-        keys = senders[ours]
-        one_sender = len(keys) > 0 and bool((keys == keys[0]).all())  # the usual burst: skip the sort
-        for key in [int(keys[0])] if one_sender else np.unique(keys).tolist():
-            mine = ours & (senders == key)
-            tracker = self.trackers.get(key)
-            if tracker is None:
-                tracker = self.trackers[key] = SequenceTracker()
-            first[mine] = tracker.record_many(sequences[mine])
-        again = ours & ~first
-        if again.any():
-            stats.duplicates_per_s.update(Counter((arrived[again] // 1_000_000_000).tolist()))
-        arrived, intended = arrived[first], heads["intended"][first].astype(np.int64)
-        self.latency.record_many(
-            (arrived - intended) // 1000, (arrived - heads["sent"][first].astype(np.int64)) // 1000
-        )
-        self.rate_file.write_many(intended // 1000, arrived // 1000)
-        stats.received += len(arrived)
-        stats.last_message_mono = time.monotonic()
+        return heads, arrived
+
+    def _tracker(self, sender_key: int) -> SequenceTracker:
+        tracker = self.trackers.get(sender_key)
+        if tracker is None:
+            tracker = self.trackers[sender_key] = SequenceTracker()
+        return tracker
 
     def reconnects_ns(self) -> list[int]:
         """When its clients' libraries reconnected by themselves (wall clock, ns)."""

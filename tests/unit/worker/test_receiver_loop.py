@@ -131,6 +131,45 @@ def test_a_large_burst_read_in_columns_gives_what_message_by_message_gives(
             run.latency.close()
 
 
+@pytest.mark.parametrize("stamped_once", [False, True], ids=["stamped-each", "stamped-once"])
+def test_one_senders_bursts_read_in_columns_give_what_message_by_message_gives(
+    tmp_path: Path, stamped_once: bool
+) -> None:
+    """The usual burst, every message one sender's and this test's, taken without masks: in
+    order, then a burst delivered again (duplicates), one out of order, and one that repeats
+    messages within itself."""
+    rng = random.Random(11)
+    runs = [list(range(start, start + 400)) for start in range(0, 2000, 400)]
+    runs.append(runs[1])  # delivered again
+    runs.append(rng.sample(range(2000, 2400), 400))  # out of order
+    runs.append([*range(2400, 2600), *range(2500, 2700)])  # repeats within the burst
+    one, columns = _receiver(tmp_path / "one"), _receiver(tmp_path / "columns")
+    try:
+        for number, run in enumerate(runs):
+            burst = []
+            for sequence in run:
+                intended = T0 + sequence * 1_000_000
+                arrived = intended + 2_000_000 + (number * 1_000 if stamped_once else rng.randint(0, 900_000))
+                burst.append((_body("t-1", "a", sequence, intended, intended + 500_000), arrived))
+            if stamped_once:
+                arrival = max(t for _, t in burst)
+                burst = [(body, arrival) for body, _ in burst]
+            for message in burst:
+                one._on_messages([message])
+            columns._on_columns(Burst([body for body, _ in burst], burst[0][1]) if stamped_once else burst)
+        assert columns.stats.received == one.stats.received == 2700
+        assert columns.stats.duplicates_per_s == one.stats.duplicates_per_s
+        assert sum(one.stats.duplicates_per_s.values()) == 500
+        assert columns.per_sender() == one.per_sender()
+        assert columns.latency.corrected_us == one.latency.corrected_us
+        assert columns.latency.service_us == one.latency.service_us
+        assert (columns.rate_file._eta, columns.rate_file._ata) == (one.rate_file._eta, one.rate_file._ata)
+    finally:
+        for receiver in (one, columns):
+            receiver.rate_file.close()
+            receiver.latency.close()
+
+
 def test_a_burst_reads_as_the_pairs_it_stands_for() -> None:
     burst = Burst([b"a", b"b", b"c"], 7)
     assert len(burst) == 3
