@@ -291,19 +291,18 @@ class ReceiverRun(ReceivingAccount):
             # Not zip(*batch): its iterator per message sets off a garbage collection every 700.
             bodies = [body for body, _ in batch]
             stamps = [stamp for _, stamp in batch]
-        lengths = np.fromiter(map(len, bodies), dtype=np.int64, count=len(bodies))
-        shortest = int(lengths.min())
-        if shortest < HEADER_BYTES:
-            whole = np.flatnonzero(lengths >= HEADER_BYTES).tolist()
+        sizes = set(map(len, bodies))  # one pass in C: 24 µs for 1,000 bodies, a list and its min and max 45
+        if len(sizes) == 1 and (size := sizes.pop()) >= HEADER_BYTES:
+            # One size, as a fixed-size sender's: the headers are read in place.
+            heads = np.frombuffer(b"".join(bodies), dtype=headers_every(size))
+        else:
+            whole = [i for i, body in enumerate(bodies) if len(body) >= HEADER_BYTES]
             stats.foreign["no_header"] += len(bodies) - len(whole)
             if not whole:
                 return None
-            bodies, lengths = [bodies[i] for i in whole], lengths[whole]
-            stamps = None if stamps is None else [stamps[i] for i in whole]
-            shortest = int(lengths.min())
-        if shortest == int(lengths.max()):  # one size, as a fixed-size sender's: headers read in place
-            heads = np.frombuffer(b"".join(bodies), dtype=headers_every(shortest))
-        else:
+            if len(whole) < len(bodies):
+                bodies = [bodies[i] for i in whole]
+                stamps = None if stamps is None else [stamps[i] for i in whole]
             heads = np.frombuffer(b"".join([body[:HEADER_BYTES] for body in bodies]), dtype=HEADER_DTYPE)
         if stamps is None:
             assert isinstance(batch, Burst)
