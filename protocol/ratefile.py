@@ -74,8 +74,8 @@ class _Encoder:
     encoded (the next delta's origin), and the piece's cells. Rows become compressed bytes here,
     and only the bytes go to the disk thread: that thread, making text and compressing it
     itself, held the GIL in turns with the caller, and each hand-over of the GIL between them
-    cost more than the work (a Kafka receiver's burst of 1,000 messages: 480 ns a message with
-    the work on the disk thread, 310 with it here; bench/README.md, session 22)."""
+    cost more than the work (a receiver's bursts of 1,000 Kafka-like messages: 476-515 ns a
+    message with the work on the disk thread, 281-299 with it here; bench/README.md, session 22)."""
 
     compressor: Any = None  # a zlib compress object making the open file's gzip stream
     prev_eta: int = 0
