@@ -117,18 +117,9 @@ def test_a_large_burst_read_in_columns_gives_what_message_by_message_gives(
             columns._on_columns(Burst([body for body, _ in burst], burst[0][1]) if stamped_once else burst)
         assert columns.stats.received == one.stats.received > 2000
         assert columns.stats.foreign == one.stats.foreign and set(one.stats.foreign) == {"no_header", "other_test"}
-        assert columns.stats.duplicates_per_s == one.stats.duplicates_per_s
-        assert columns.per_sender() == one.per_sender()
-        assert {k: t.bitset.rstrip(b"\0") for k, t in columns.trackers.items()} == {
-            k: t.bitset.rstrip(b"\0") for k, t in one.trackers.items()
-        }
-        assert columns.latency.corrected_us == one.latency.corrected_us
-        assert columns.latency.service_us == one.latency.service_us
-        assert (columns.rate_file._eta, columns.rate_file._ata) == (one.rate_file._eta, one.rate_file._ata)
+        _assert_the_same_accounting(columns, one)
     finally:
-        for run in (one, columns):
-            run.rate_file.close()
-            run.latency.close()
+        _close(one, columns)
 
 
 @pytest.mark.parametrize("stamped_once", [False, True], ids=["stamped-each", "stamped-once"])
@@ -158,16 +149,28 @@ def test_one_senders_bursts_read_in_columns_give_what_message_by_message_gives(
                 one._on_messages([message])
             columns._on_columns(Burst([body for body, _ in burst], burst[0][1]) if stamped_once else burst)
         assert columns.stats.received == one.stats.received == 2700
-        assert columns.stats.duplicates_per_s == one.stats.duplicates_per_s
         assert sum(one.stats.duplicates_per_s.values()) == 500
-        assert columns.per_sender() == one.per_sender()
-        assert columns.latency.corrected_us == one.latency.corrected_us
-        assert columns.latency.service_us == one.latency.service_us
-        assert (columns.rate_file._eta, columns.rate_file._ata) == (one.rate_file._eta, one.rate_file._ata)
+        _assert_the_same_accounting(columns, one)
     finally:
-        for receiver in (one, columns):
-            receiver.rate_file.close()
-            receiver.latency.close()
+        _close(one, columns)
+
+
+def _assert_the_same_accounting(columns: ReceiverRun, one: ReceiverRun) -> None:
+    """What the column path recorded is what the message-by-message path recorded."""
+    assert columns.stats.duplicates_per_s == one.stats.duplicates_per_s
+    assert columns.per_sender() == one.per_sender()
+    assert {k: t.bitset.rstrip(b"\0") for k, t in columns.trackers.items()} == {
+        k: t.bitset.rstrip(b"\0") for k, t in one.trackers.items()
+    }
+    assert columns.latency.corrected_us == one.latency.corrected_us
+    assert columns.latency.service_us == one.latency.service_us
+    assert (columns.rate_file._eta, columns.rate_file._ata) == (one.rate_file._eta, one.rate_file._ata)
+
+
+def _close(*runs: ReceiverRun) -> None:
+    for run in runs:
+        run.rate_file.close()
+        run.latency.close()
 
 
 def test_a_burst_reads_as_the_pairs_it_stands_for() -> None:
