@@ -249,9 +249,9 @@ class RateFileWriter:
             self.flush()
 
     def flush(self) -> None:
-        """Encode what is pending and hand its bytes to the disk thread, and a sync flush when `flush_every_s` has
-        passed since the last (the owner calls this about once a second: a crash loses at most
-        that much). `written` waits until it is on disk."""
+        """Encode what is pending and hand its bytes to the disk thread, and a sync flush when
+        `flush_every_s` has passed since the last (the owner calls this about once a second: a
+        crash loses at most that much). `written` waits until it is on disk."""
         if not self._open:
             return
         thread = self._disk_thread()
