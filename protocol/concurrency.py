@@ -188,10 +188,10 @@ class SerialThread:
     For work that spends most of its time outside the GIL (a file's writes): done here, the
     caller's thread (an event loop) goes on meanwhile. Work that holds the GIL belongs on the
     caller's thread: here it took the GIL in turns with the caller, each hand-over costing more
-    than the work (protocol.ratefile). The caller never waits for
-    a job unless `backlog` of them are still queued (so memory stays bounded when the disk is
-    slow) or it asks to with `wait`. A job that raised is raised to the caller at its next
-    `submit`, `wait` or `join`: nothing fails unseen.
+    than the work (protocol.ratefile). The caller never waits for a job unless `backlog` of them
+    are still queued (so memory stays bounded when the disk is slow) or it asks to with `wait`.
+    A job that raised is raised to the caller at its next `submit`, `wait` or `join`: nothing
+    fails unseen.
     """
 
     def __init__(self, name: str, backlog: int = 8) -> None:

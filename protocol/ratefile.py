@@ -215,7 +215,7 @@ class RateFileWriter:
         self.rows = 0
         self._open = False  # a file is open (on the disk thread)
         self._rows_in_file = 0
-        self._eta: array[int] = array("q")  # rows not yet handed to the disk thread, absolute µs
+        self._eta: array[int] = array("q")  # rows not yet encoded, absolute µs
         self._ata: array[int] = array("q")
         self._last_flush = time.monotonic()
         self._encoder = _Encoder()
@@ -256,7 +256,7 @@ class RateFileWriter:
             return
         thread = self._disk_thread()
         if self._eta:
-            # The arrays' buffers go with the job: the next rows start new ones.
+            # Read in place; the next rows start new arrays (an array viewed cannot be cleared).
             eta, ata = np.frombuffer(self._eta, dtype=np.int64), np.frombuffer(self._ata, dtype=np.int64)
             self._eta, self._ata = array("q"), array("q")
             data = self._encoder.rows(eta, ata)
