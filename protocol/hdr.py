@@ -49,8 +49,7 @@ def record_values(histogram: HdrHistogram, values: np.ndarray) -> None:
     if not len(values):
         return
     h = histogram
-    values = values.astype(np.int64, copy=False)
-    index = bucket_indexes(values, h)
+    index = bucket_indexes(values, h)  # it takes the values as int64 itself
     counts = np.ctypeslib.as_array(h.counts)
     if len(index) > 4096:
         counts += np.bincount(index, minlength=h.counts_len).astype(counts.dtype)
