@@ -104,7 +104,7 @@ def test_round_trip_and_publish_never_waits(url: str) -> None:
             await receiver.close()
 
     if url.startswith("amqp10"):  # RabbitMQ's /queue/NAME address needs the queue to exist
-        declare_queue(url.rsplit("/", 1)[1].split("?", maxsplit=1)[0])
+        declare_queue(parse_endpoint(url)[1].destination.removeprefix("/queue/"))
     settled_during_burst, first_sent = asyncio.run(scenario())
     # Nothing can settle while the loop had no turn: every publish returned without waiting.
     assert settled_during_burst == 0
