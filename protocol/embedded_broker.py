@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import socket
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -15,11 +17,39 @@ __all__ = ["EmbeddedBroker", "free_port"]
 log = logging.getLogger(__name__)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PORT = 10_000
+
+
+def ephemeral_ports() -> range:
+    """The ports the kernel hands out as the local end of outgoing connections."""
+    try:
+        low, high = map(int, _EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    return range(low, high + 1)
+
+
+def free_port(host: str = "127.0.0.1", tries: int = 100) -> int:
+    """A port nothing listens on, below the ephemeral range.
+
+    A port the kernel picked from its ephemeral range can become, while our server is down
+    between a stop and a start on it, the local end of some client's connection; the server
+    then cannot bind it again. Below the range only another listener can take it."""
+    ephemeral = ephemeral_ports()
+    candidates = range(_LOWEST_PORT, ephemeral.start)
+    for _ in range(tries if len(candidates) > 0 else 0):
+        port = random.choice(candidates)
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as sock:
         sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+        any_port: int = sock.getsockname()[1]
+        return any_port
 
 
 class EmbeddedBroker:

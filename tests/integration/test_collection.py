@@ -24,7 +24,7 @@ import pytest
 from support.processes import BIN, Daemons
 
 from coordinator import FixedRateTest, Maestro
-from coordinator.local import wait_for_port
+from coordinator.local import LocalError, wait_for_port
 from protocol.embedded_broker import free_port
 
 pytestmark = [pytest.mark.mosquitto, pytest.mark.rabbitmq]
@@ -45,7 +45,15 @@ class DataServerProcess:
         argv = [sys.executable, "-m", "reports", "serve", "--data", str(self.root), "--port", str(self.port)]
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        wait_for_port(self.port, timeout_s=20)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                wait_for_port(self.port, timeout_s=0.5)
+                return
+            except LocalError:
+                pass
+        tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
+        raise AssertionError(f"the data server on port {self.port} did not listen (exit {self.proc.poll()}):\n{tail}")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
