@@ -25,6 +25,7 @@ __all__ = ["BuildState", "ReportQueue"]
 log = logging.getLogger(__name__)
 
 _BUILDER_STOP_S = 30.0  # a build under way when the server stops, and Spark's own stop
+_TRY_AGAIN_AFTER_S = 30.0  # a failed report, asked for again
 
 
 @dataclass
@@ -34,6 +35,13 @@ class BuildState:
     started_mono: float = 0.0
     step: str = "waiting for its turn"
     error: str = ""
+    ended_mono: float = 0.0
+
+    def tried_again(self, now_mono: float) -> bool:
+        """A failed report is tried again when asked again, but not in a tight loop of refreshes:
+        from 30 s after it failed. (After it started, a build that took longer than that, as
+        Spark's start on a busy machine can, was queued again by the first look at its failure.)"""
+        return self.state == "failed" and now_mono - self.ended_mono > _TRY_AGAIN_AFTER_S
 
     def as_dict(self) -> dict[str, object]:
         elapsed = round(time.monotonic() - self.started_mono, 1) if self.started_mono else 0.0
@@ -116,7 +124,7 @@ class ReportQueue:
                 return BuildState("done")
             state = self._states.get(test_id)
             # Done without a page (removed since), or failed a while ago: once more.
-            if state is None or state.state == "done" or self._asked_again(state):
+            if state is None or state.state == "done" or state.tried_again(time.monotonic()):
                 state = self._states[test_id] = BuildState("queued")
                 self._waiting.append(test_id)
                 self._start()
@@ -145,10 +153,6 @@ class ReportQueue:
             builder.kill()
         if worker is not None:
             worker.join(_BUILDER_STOP_S)
-
-    def _asked_again(self, state: BuildState) -> bool:
-        # A failed report is tried again when asked again, but not in a tight loop of refreshes.
-        return state.state == "failed" and time.monotonic() - state.started_mono > 30
 
     def _start(self) -> None:  # under the lock
         if self._closing:
@@ -196,6 +200,7 @@ class ReportQueue:
         if why is not None:
             builder.close()
         with self._lock:
+            state.ended_mono = time.monotonic()
             if why is None:
                 state.state, state.step = "done", "done"
             else:
