@@ -32,12 +32,18 @@ class LocalError(Exception):
     pass
 
 
-def wait_for_port(port: int, host: str = "127.0.0.1", timeout_s: float = 10.0) -> None:
+def wait_for_port(
+    port: int, host: str = "127.0.0.1", timeout_s: float = 10.0, proc: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Until something listens on `host:port`; with `proc`, the process that is to listen there,
+    whose exit ends the wait at once (a port it could not bind, a bad argument)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with socket.socket() as sock:
             if sock.connect_ex((host, port)) == 0:
                 return
+        if proc is not None and proc.poll() is not None:
+            raise LocalError(f"nothing listens on {host}:{port}: its process exited with code {proc.returncode}")
         time.sleep(0.05)
     raise LocalError(f"nothing listens on {host}:{port} after {timeout_s:g} s")
 
@@ -119,8 +125,11 @@ class LocalCluster:
         listener = f"tcp://127.0.0.1:{port}"
         advertised = f"tcp://127.0.0.1:{advertised_port or port}"
         argv = [binary, "broker", "--listener-url", listener, "--advertised-listener-url", advertised]
-        self._spawn("tansu", [*argv, "--storage-engine", "memory://tansu/"])
-        wait_for_port(port, timeout_s=20)
+        proc = self._spawn("tansu", [*argv, "--storage-engine", "memory://tansu/"])
+        try:
+            wait_for_port(port, timeout_s=20, proc=proc)
+        except LocalError as exc:
+            raise LocalError(f"tansu: {exc}\n{self.log_tail('tansu')}") from None
         return f"kafka://127.0.0.1:{port}"
 
     def _check_alive(self, name: str) -> None:

@@ -45,15 +45,11 @@ class DataServerProcess:
         argv = [sys.executable, "-m", "reports", "serve", "--data", str(self.root), "--port", str(self.port)]
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                wait_for_port(self.port, timeout_s=0.5)
-                return
-            except LocalError:
-                pass
-        tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
-        raise AssertionError(f"the data server on port {self.port} did not listen (exit {self.proc.poll()}):\n{tail}")
+        try:
+            wait_for_port(self.port, timeout_s=20, proc=self.proc)
+        except LocalError as exc:
+            tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
+            raise AssertionError(f"the data server: {exc}\n{tail}") from None
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
