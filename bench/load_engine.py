@@ -574,15 +574,13 @@ async def delete(queues: list[str]) -> None:
             await channel.queue_delete(queue)
 
 
-def _send_process(url: str, n: int, size: int) -> None:
-    """The worker's own messages (headers and all) from a process of their own, for the receive parts."""
-    asyncio.run(worker_send(url, n, size))
+async def _send(url: str, n: int, size: int) -> None:
+    await worker_send(url, n, size)
 
 
 async def in_process(url: str, n: int, size: int) -> None:
-    proc = multiprocessing.get_context("spawn").Process(target=_send_process, args=(url, n, size))
-    proc.start()
-    await asyncio.to_thread(proc.join, 120)
+    """The worker's own messages (headers and all) from a process of their own, for the receive parts."""
+    await in_fresh_process(_send, url, n, size, timeout_s=120)
 
 
 def _measure_in_child(conn: Any, measure: Callable[..., Any], args: tuple[Any, ...]) -> None:
@@ -595,9 +593,9 @@ def _measure_in_child(conn: Any, measure: Callable[..., Any], args: tuple[Any, .
         conn.close()
 
 
-async def in_fresh_process(measure: Callable[..., Any], *args: Any, timeout_s: float = 300) -> float:
+async def in_fresh_process(measure: Callable[..., Any], *args: Any, timeout_s: float = 300) -> Any:
     """`measure(*args)` (a function, or a coroutine function) in a spawned process of its own:
-    its figure. The Kafka rows are measured so, raw and worker alike: in the bench's own process,
+    what it returns. The Kafka rows are measured so, raw and worker alike: in the bench's own process,
     after the rounds before, a Kafka row's per-round ratios spread over 0.75-0.99, where six
     rounds each side in a process of its own read 0.81-1.09 (bench/README.md, session 22)."""
     context = multiprocessing.get_context("spawn")
@@ -619,7 +617,7 @@ async def in_fresh_process(measure: Callable[..., Any], *args: Any, timeout_s: f
             proc.join()
     if kind != "ok":
         raise RuntimeError(f"{measure.__name__}: {value}")
-    return float(value)
+    return value
 
 
 # --- the parts -------------------------------------------------------------------------------------
