@@ -19,6 +19,7 @@ import os
 import signal
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
@@ -30,6 +31,7 @@ from agent.targets import Change, NetworkTarget, ProxyTarget, ServiceTarget, Tar
 from protocol.codes import Role
 from protocol.concurrency import run_blocking
 from protocol.daemon_cli import daemon_parser, run_daemon
+from protocol.file_check import check_files
 from protocol.notes import (
     AgentAction,
     AgentSource,
@@ -41,7 +43,8 @@ from protocol.notes import (
     StopTest,
     UserCommand,
 )
-from protocol.runtime import Peer, PeerConfig, PeerError, write_peer_json
+from protocol.results import write_peer_json
+from protocol.runtime import Peer, PeerConfig, PeerError
 
 __all__ = ["Agent", "main"]
 
@@ -125,7 +128,7 @@ class Agent(Peer):
             "command": note.command,
             "args": list(note.args),
             "test_id": self.test_id,
-            "options": self.raw_options,
+            "options": self.given,
             "agent": self.config.name,
         }
         self.spawn(self._run_handler(note.command, handler_argv(path, list(note.args), context), list(note.args)))
@@ -232,11 +235,9 @@ class Agent(Peer):
         directory.mkdir(parents=True, exist_ok=True)
         with (directory / "agent-events.csv").open("w", newline="") as f:
             _write_events(f, self.events)
-        info = self.peer_record() | {
-            "events": self.events,
-            "files": ["agent-events.csv"],
-        }
-        write_peer_json(directory, info)
+        files = ("agent-events.csv",)
+        checks = check_files(directory, files)
+        write_peer_json(directory, replace(self.peer_record(), events=tuple(self.events), files=files, checks=checks))
 
     async def shutdown(self) -> None:
         await super().shutdown()

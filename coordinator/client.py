@@ -14,6 +14,7 @@ from coordinator.errors import MaestroError
 from coordinator.peer_bus import DEFAULT_TIMEOUT_S, PeerBus
 from coordinator.registry import ClockSample, PeerInfo, PeerState
 from coordinator.targets import Target
+from protocol.clock_probe import ClockProber
 from protocol.codes import Activity, Role
 from protocol.correlation import Replies
 from protocol.notes import (
@@ -32,8 +33,13 @@ __all__ = ["DEFAULT_TIMEOUT_S", "MaestroClient", "Target"]
 
 log = logging.getLogger(__name__)
 
+# PINGs through the control broker for a peer that does not answer clock probes: the best of these.
+_BROKER_SAMPLES = 3
+
 
 class MaestroClient(PeerBus):
+    _prober: ClockProber | None = None  # made at the first direct measurement
+
     def find(self, name: str, host: str | None = None) -> PeerInfo:
         matches = [p for p in self.peers if p.name == name and (host is None or p.host == host)]
         if len(matches) != 1:
@@ -77,13 +83,45 @@ class MaestroClient(PeerBus):
             self._record_pong(pong.note, pong.clock)
         return answered
 
+    def measure_clocks(self, peers: list[PeerInfo], direct_only: bool = False) -> None:
+        """Each peer's clock against ours, kept as its `clock`: over UDP where it answers probes
+        (protocol.clock_probe: four stamps, the best of a burst), else by PINGs through the
+        control broker, whose round trip a stock broker's Nagle delay makes ~40 ms and lopsided.
+        `direct_only`: UDP alone, nothing through the broker (while load runs)."""
+        if not direct_only:
+            self.ping_all(peers)  # state, where each answers probes, the control plane's round trip
+        measured = self._probe(peers)
+        rest = [p for p in peers if p.peer_id not in measured]
+        if rest and not direct_only:
+            self.ping_all(rest, samples=_BROKER_SAMPLES - 1)
+
+    def _probe(self, peers: list[PeerInfo]) -> set[str]:
+        """The direct measurement, for the peers that advertise a clock port; whom it reached."""
+        endpoints = {p.peer_id: [(host, port) for host, port in p.clock_endpoints] for p in peers}
+        if not any(endpoints.values()):
+            return set()
+        if self._prober is None:
+            self._prober = ClockProber(self.bus.key)
+        exchanges = self._prober.measure(endpoints)
+        for peer in peers:
+            if (exchange := exchanges.get(peer.peer_id)) is not None:
+                peer.record_clock(ClockSample.of_exchange(exchange))
+        return set(exchanges)
+
+    def close(self) -> None:
+        if self._prober is not None:
+            self._prober.close()
+        super().close()
+
     def _record_pong(self, note: PingResponse, clock: ClockSample) -> None:
         h = note.header
         peer = self.registry.upsert(h.sender_id, h.sender_name, h.sender_host, h.sender_role)
         peer.version, peer.pid = note.version, note.pid
+        peer.answers_probes_at(note.clock_port, note.clock_hosts)
         # A peer busy with a test (another coordinator's, or one left running) says so.
         peer.state = PeerState.RUNNING if note.state == Activity.RUNNING else PeerState.READY
         peer.test_id = note.test_id
+        peer.signed_only = note.signed_only
         peer.record_clock(clock)
 
     def wait_for_peers(

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 from coordinator.cli_support import EXIT_CANNOT_RUN, EXIT_FAILED, connected, report
 from coordinator.collection import collect
 from coordinator.results import TestResult, now_iso
 from coordinator.storage import DataServer
+from protocol.results import PeerRecord
 from protocol.topics import DEFAULT_PREFIX
 
 __all__ = ["add_collect", "cmd_collect"]
@@ -26,11 +28,13 @@ def add_collect(commands: Any) -> None:
         "lost, or the data server was down at collection), upload them to the data server, update test.json "
         "and write the report.",
     )
-    p.add_argument("test_id", metavar="TEST-ID")
+    p.add_argument("test_id", metavar="TEST-ID", help="the test whose files to gather (its folder's name)")
     p.add_argument("--broker", help="control broker URL (default: $MAESTRO_BROKER)")
     p.add_argument("--topic-prefix", default=DEFAULT_PREFIX, help="MQTT topic prefix (default: %(default)s)")
     p.add_argument("--data-server", help="data server URL (default: $MAESTRO_DATA_SERVER, or one started here)")
-    p.add_argument("--data", default="results", help="results folder when the data server is started here")
+    p.add_argument(
+        "--data", default="results", help="results folder when the data server is started here (default: %(default)s)"
+    )
     p.add_argument("--discover", type=float, default=2.0, help="seconds to wait for peers to answer (default: 2)")
     p.add_argument("--no-report", action="store_true", help="do not write the report")
     p.set_defaults(run=cmd_collect)
@@ -48,10 +52,13 @@ def cmd_collect(args: argparse.Namespace) -> int:
         holders = {who: why for who, why in collected.outcome.items() if not why.startswith("0 files")}
         for who, why in sorted(holders.items()):
             print(f"  {who}: {why}")
+        # The coordinator's own record when it finished one; else the one it opened as the test
+        # started (kind, name, labels, definition, start, peers and their clocks), completed.
+        on_server = store.record(args.test_id)
         record = (
-            store.record(args.test_id)
+            (on_server if on_server is not None and on_server.get("outcome") else None)
             or store.unstored_record(args.test_id)
-            or _record_of_a_lost_coordinator(args.test_id)
+            or _completed(on_server or {"test_id": args.test_id, "kind": "unknown"}, store.peer_records(args.test_id))
         )
         # The clocks of a record kept here (not yet on the server) correct its latency too.
         figures = store.summary(args.test_id, record.get("peers"))
@@ -64,18 +71,24 @@ def cmd_collect(args: argparse.Namespace) -> int:
         result = TestResult(args.test_id, record["outcome"], record.get("reason"), figures, record, store.url)
         store.store(result, [result])
         root = maestro.local_root
+    print(f"test id: {args.test_id}")
     print(result)
-    report(result, root, args.no_report)
-    return EXIT_FAILED if collected.failures or "error" in figures else 0
+    if report(result, root, args.no_report) is not None or collected.failures or "error" in figures:
+        return EXIT_FAILED
+    return 0
 
 
-def _record_of_a_lost_coordinator(test_id: str) -> dict[str, Any]:
-    return {
-        "test_id": test_id,
-        "name": "",
-        "kind": "unknown",
+def _completed(opened: dict[str, Any], peers: list[PeerRecord]) -> dict[str, Any]:
+    """The record of a test whose coordinator was lost before it ended: as it was opened, with
+    its end the last peer's (each peer.json says when its part ended), and the reason."""
+
+    def when(key: str, pick: Any) -> str | None:
+        stamps = [stamp for p in peers if (stamp := getattr(p, key))]
+        return datetime.fromtimestamp(pick(stamps) / 1e9, UTC).isoformat() if stamps else None
+
+    return opened | {
         "outcome": "failure",
         "reason": "the coordinator was lost before the test ended; its files were collected later",
-        "started": "",  # unknown: the coordinator that knew is gone
-        "ended": "",
+        "started": opened.get("started") or when("started_ns", min) or "",
+        "ended": when("ended_ns", max) or "",
     }

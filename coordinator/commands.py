@@ -16,14 +16,28 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from coordinator.cli_support import EXIT_CANNOT_RUN, EXIT_FAILED, add_where, cluster, key_value, report, scalar
+from coordinator.cli_support import (
+    EXIT_CANNOT_RUN,
+    EXIT_FAILED,
+    add_where,
+    cluster,
+    conclude,
+    exit_code,
+    key_value,
+    live_page,
+    report,
+    scalar,
+)
 from coordinator.collect_command import add_collect
 from coordinator.declared import KINDS, build_test, load_test_file
 from coordinator.definitions import DefinitionError, TestDefinition
 from coordinator.demo import add_demo
+from coordinator.fixed_rate import FixedRateTest
 from coordinator.results import new_test_id
 from coordinator.run import FINISHED
+from coordinator.storage import DATA_SERVER_ENV
 from coordinator.topology.cli import add_topology_command
+from protocol.broker_url import BROKER_ENV
 from protocol.secrets import redact_text
 from protocol.upload import UploadError, upload_bytes
 
@@ -65,17 +79,35 @@ def _add_test(commands: Any) -> None:
     fail.add_argument("--fail-min-rate-ratio", type=float, help="achieved/target rate below this fails (default: 0)")
     fail.add_argument("--fail-max-loss-ratio", type=float, help="lost/sent above this fails (default: 0)")
     fail.add_argument("--fail-stall-s", type=float, help="no progress this long fails (default: 30)")
+    fail.add_argument(
+        "--fail-latency-uncertainty-ratio",
+        type=float,
+        help="latency across hosts is a figure only while the clocks are known to within this fraction of its "
+        "p50 (default: 0.1; 0: no bound)",
+    )
+    fail.add_argument(
+        "--fail-untrusted-latency",
+        choices=["invalid", "failure", "warn"],
+        help="what a test whose latency is no figure (a clamped sample, a clock step, clocks known worse than "
+        "the bound) becomes (default: invalid, exit code 4)",
+    )
+    fail.add_argument(
+        "--fail-max-generator-shortfall",
+        type=float,
+        help="a run whose load generator was the limit and whose senders fell more than this fraction short of "
+        "the target measured the generator, not the SUT: invalid (default: 0.05)",
+    )
     _add_request_reply_flags(p)
     inc = p.add_argument_group("incremental")
-    inc.add_argument("--initial-rate", type=float)
-    inc.add_argument("--ceiling-rate", type=float)
-    inc.add_argument("--rate-step", type=float)
-    inc.add_argument("--initial-parallel", type=int)
-    inc.add_argument("--ceiling-parallel", type=int)
-    inc.add_argument("--parallel-step", type=int)
+    inc.add_argument("--initial-rate", type=float, help="msg/s per client of the first step (needed)")
+    inc.add_argument("--ceiling-rate", type=float, help="the highest rate per client; then clients grow (needed)")
+    inc.add_argument("--rate-step", type=float, help="msg/s per client added each step (needed)")
+    inc.add_argument("--initial-parallel", type=int, help="clients of the first steps (default: 1)")
+    inc.add_argument("--ceiling-parallel", type=int, help="the most clients (default: 1)")
+    inc.add_argument("--parallel-step", type=int, help="clients added past the rate's ceiling (default: 1)")
     search = p.add_argument_group("search (bisection on the rate per client)")
-    search.add_argument("--low-rate", type=float)
-    search.add_argument("--high-rate", type=float)
+    search.add_argument("--low-rate", type=float, help="the lowest rate per client to try (needed)")
+    search.add_argument("--high-rate", type=float, help="the highest rate per client to try (needed)")
     search.add_argument("--resolution", type=float, help="stop when the gap is under this fraction (default 0.05)")
     rep = p.add_argument_group("repeated")
     rep.add_argument("--times", type=int, help="repetitions (default: 3)")
@@ -103,6 +135,7 @@ def _add_request_reply_flags(p: argparse.ArgumentParser) -> None:
     rr.add_argument("--repliers", type=int, help="replying workers (default: --receivers)")
 
 
+_SEARCH_FLAGS = ("low_rate", "high_rate", "resolution")
 _FLAG_FIELDS = ("rate", "size", "parallel", "duration", "count", "senders", "receivers", "name")
 _FAIL_FLAGS = {
     "fail_latency_ms": "latency_ms",
@@ -111,6 +144,9 @@ _FAIL_FLAGS = {
     "fail_min_rate_ratio": "min_rate_ratio",
     "fail_max_loss_ratio": "max_loss_ratio",
     "fail_stall_s": "stall_s",
+    "fail_latency_uncertainty_ratio": "latency_uncertainty_ratio",
+    "fail_untrusted_latency": "untrusted_latency",
+    "fail_max_generator_shortfall": "max_generator_shortfall",
 }
 _REQUEST_REPLY_FLAGS = (
     "request_url",
@@ -133,40 +169,56 @@ _INCREMENTAL_FLAGS = (
 
 
 def test_from_args(args: argparse.Namespace) -> tuple[TestDefinition, str | None]:
+    """The test the command line defines; with `--file`, the file's, with each flag given over
+    the file's value (options, labels and fail conditions key by key)."""
+    table = _given_flags(args)
     if args.file:
-        test, text = load_test_file(args.file)
-        return test, text
-    names = (*_FLAG_FIELDS, *_REQUEST_REPLY_FLAGS)
-    table: dict[str, Any] = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+        return load_test_file(args.file, table)
     if args.kind == "request-reply" and not args.request_url:
         raise DefinitionError("a request-reply test needs --request-url")
     if not args.send_url and not args.request_url:
         raise DefinitionError("--send-url is needed (or --request-url, or --file)")
-    if args.send_url:
-        table["send_url"] = args.send_url if len(args.send_url) > 1 else args.send_url[0]
-    if args.receive_url:
-        table["receive_url"] = args.receive_url if len(args.receive_url) > 1 else args.receive_url[0]
+    kind = table.pop("kind", "fixed-rate")
+    series: dict[str, Any] = {"repeated": {"times": 3}, "sweep": {"grid": {}}}
+    if kind in series:
+        table[kind] = series[kind] | table.get(kind, {})
+    return build_test(kind, table), None
+
+
+def _given_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """What the flags given say, as a test file's table (a flag not given: not in it)."""
+    names = (*_FLAG_FIELDS, *_REQUEST_REPLY_FLAGS)
+    table: dict[str, Any] = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    if args.kind:
+        table["kind"] = args.kind
+    for flag in ("send_url", "receive_url"):
+        if urls := getattr(args, flag):
+            table[flag] = urls if len(urls) > 1 else urls[0]
     if args.warm_up is not None:
         table["warm_up"] = args.warm_up
-    table["options"] = {k: scalar(v) for k, v in args.option}
-    table["labels"] = dict(args.label)
-    table["inspectors"] = args.inspector
-    table["agents"] = args.agent
+    if args.option:
+        table["options"] = {k: scalar(v) for k, v in args.option}
+    if args.label:
+        table["labels"] = dict(args.label)
+    if args.inspector:
+        table["inspectors"] = args.inspector
+    if args.agent:
+        table["agents"] = args.agent
     fail = {field: getattr(args, flag) for flag, field in _FAIL_FLAGS.items() if getattr(args, flag) is not None}
     if fail:
         table["fail"] = fail
-    kind = args.kind or "fixed-rate"
-    series: dict[str, Any] = {
+    series: dict[str, dict[str, Any]] = {
         "incremental": {k: getattr(args, k) for k in _INCREMENTAL_FLAGS if getattr(args, k) is not None},
-        "search": {
-            k: getattr(args, k) for k in ("low_rate", "high_rate", "resolution") if getattr(args, k) is not None
-        },
-        "repeated": {"times": args.times if args.times is not None else 3},
+        "search": {k: getattr(args, k) for k in _SEARCH_FLAGS if getattr(args, k) is not None},
+        "repeated": {"times": args.times} if args.times is not None else {},
         "sweep": {"grid": {key: [scalar(v) for v in values.split(",")] for key, values in args.grid}},
     }
-    if kind in series:
+    if not args.grid:
+        del series["sweep"]
+    kind = args.kind or "fixed-rate"
+    if series.get(kind):
         table[kind] = series[kind]
-    return build_test(kind, table), None
+    return table
 
 
 def cmd_test(args: argparse.Namespace) -> int:
@@ -175,17 +227,30 @@ def cmd_test(args: argparse.Namespace) -> int:
     except (DefinitionError, TypeError) as exc:
         print(f"maestro test: {exc}", file=sys.stderr)
         return EXIT_CANNOT_RUN
+    print(f"test:    {workload(test)}", flush=True)
     test_id = args.test_id or new_test_id()
     with cluster(args, test, args.local) as maestro:
         maestro.local_data_root = args.data
         print(f"test id: {test_id}", flush=True)
-        result = maestro.run(test, test_id=test_id, progress=not args.quiet)
-        if text is not None:
-            _store_definition(result.data_server, test_id, text, maestro.upload_token)
+        print(f"live:    {live_page(maestro.data_server_url(), test, test_id)}", flush=True)
+        if text is not None:  # before the run: a coordinator that dies leaves it stored
+            _store_definition(maestro.data_server_url(), test_id, text, maestro.upload_token)
+        result = maestro.run(test, test_id=test_id, progress=not args.quiet, log_interval_s=args.log_interval)
         root = maestro.local_root
+        dead = maestro.dead_local_processes()
     print(result)
-    report(result, root, args.no_report)
-    return 0 if result.passed else EXIT_FAILED
+    return conclude("test", result, report(result, root, args.no_report), dead)
+
+
+def workload(test: TestDefinition) -> str:
+    """The test as it will run, in a line: kind, rate per client and in all, clients, size,
+    length, where (a URL's password hidden)."""
+    base = test if isinstance(test, FixedRateTest) else test.base  # a series' steps are its base test's
+    rate = f"{base.rate:g} msg/s per client, {base.target_rate():g} in all" if base.rate else "unbounded"
+    clients = f"{base.parallel} client(s) in each of {base.senders} sender(s) and {base.receivers} receiver(s)"
+    length = f"{base.count:,} messages per sender" if base.count is not None else f"{base.duration}"
+    urls = base.send_url if isinstance(base.send_url, str) else ", ".join(base.send_url)
+    return redact_text(f"{test.KIND}: {rate}; {clients}; {base.size} B; {length}, warm-up {base.warm_up}; {urls}")
 
 
 def _store_definition(data_server: str, test_id: str, text: str, token: str | None) -> None:
@@ -217,9 +282,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"maestro run: no script {args.script}", file=sys.stderr)
         return EXIT_CANNOT_RUN
     if args.broker:
-        os.environ["MAESTRO_BROKER"] = args.broker
+        os.environ[BROKER_ENV] = args.broker
     if args.data_server:
-        os.environ["MAESTRO_DATA_SERVER"] = args.data_server
+        os.environ[DATA_SERVER_ENV] = args.data_server
     FINISHED.clear()
     sys.argv = [str(args.script), *args.args]
     sys.path.insert(0, str(args.script.resolve().parent))
@@ -228,10 +293,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     except SystemExit as exc:
         if exc.code not in (None, 0):
             return exc.code if isinstance(exc.code, int) else EXIT_FAILED
-    failed = [r for r in FINISHED if not r.passed]
-    for result in failed:
-        print(f"maestro run: test {result.test_id} failed: {result.reason}", file=sys.stderr)
-    return EXIT_FAILED if failed else 0
+    for result in FINISHED:
+        if not result.passed:
+            print(f"maestro run: test {result.test_id} {result.outcome}: {result.reason}", file=sys.stderr)
+    return exit_code(FINISHED)
 
 
 # --- maestro report, maestro serve ------------------------------------------------------------
@@ -241,7 +306,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 DELEGATED = {
     "report": "write the HTML report and summary.json of tests (PySpark); --baseline gates on regressions",
     "serve": "run the data server and report browser (peers upload results to it)",
-    "history": "every run of a test by name with change points in its figures; --gate fails a nightly job",
+    "history": "every run of a test by name with change points in its figures; --gate: PASS, REGRESSION or "
+    "INCONCLUSIVE",
+    "index": "rebuild the results index (SQLite beside the results, or --db postgresql://...) from the files",
 }
 
 

@@ -121,15 +121,26 @@ def build_test(kind: str, table: dict[str, Any]) -> TestDefinition:
     return cls(base=base, **_known(cls, series, f"[{kind}]"))
 
 
-def load_test_file(path: Path) -> tuple[TestDefinition, str]:
-    """The test a file declares, and the file's text (stored with the results)."""
+def read_test_file(path: Path) -> tuple[dict[str, Any], str]:
+    """The table a test file declares (its `kind` in it), and the file's text."""
     try:
         text = path.read_text()
-        table = tomllib.loads(text)
+        return tomllib.loads(text), text
     except OSError as exc:
         raise DefinitionError(f"{path}: {exc.strerror or exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise DefinitionError(f"{path}: not valid TOML: {exc}") from exc
+
+
+def load_test_file(path: Path, overrides: dict[str, Any] | None = None) -> tuple[TestDefinition, str]:
+    """The test a file declares, with `overrides` (a table of the same shape: the command
+    line's flags) over its values, and the file's text (stored with the results)."""
+    table, text = read_test_file(path)
+    for key, value in (overrides or {}).items():
+        if isinstance(value, dict) and isinstance(table.get(key), dict):
+            table[key] = table[key] | value  # options, labels, fail, a series' table: key by key
+        else:
+            table[key] = value
     kind = table.pop("kind", "fixed-rate")
     try:
         return build_test(kind, table), text

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 import time
 import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
-from coordinator.cli_support import EXIT_FAILED, add_where, report
+from coordinator.cli_support import add_where, conclude, given_broker, given_data_server, live_page, report
 from coordinator.definitions import FixedRateTest
 from coordinator.local import LocalCluster, LocalError
 from coordinator.maestro import Maestro
@@ -27,7 +28,11 @@ def add_demo(commands: Any) -> None:
         "available), an inspector and an agent, run a short fixed-rate test, write the report and print where "
         "the results are.",
     )
-    p.add_argument("--sut", help="a real SUT URL instead (amqp://, amqp10://, kafka://, mqtt://)")
+    p.add_argument(
+        "--sut",
+        help="a real SUT URL instead (amqp://, amqp10://, kafka://, mqtt://, rabbitmq-stream://, nats://; "
+        "a stream is read whole by each receiving client: give each its own with %%d and destinations=1-N)",
+    )
     p.add_argument("--rate", type=float, default=100.0, help="msg/s per client (default: %(default)s)")
     p.add_argument("--parallel", type=int, default=2, help="clients (default: %(default)s)")
     p.add_argument("--duration", default="15s", help="(default: %(default)s)")
@@ -40,12 +45,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     root = args.data.resolve()
     run_dir = root / ".local" / time.strftime("%Y%m%d-%H%M%S")
     test_id = f"demo-{new_test_id()}"
-    with LocalCluster(run_dir, topic_prefix=args.topic_prefix, broker_url=args.broker or "") as local:
+    given = given_data_server(args)
+    with LocalCluster(run_dir, topic_prefix=args.topic_prefix, broker_url=given_broker(args) or "") as local:
         print(f"control broker: {local.broker_url}", flush=True)
         sut = args.sut or _demo_sut(local, args.parallel)
         print(f"SUT:            {sut}", flush=True)
-        data_server = args.data_server or local.data_server(root)
-        print(f"data server:    {data_server} (files under {root})", flush=True)
+        data_server = given or local.data_server(root)
+        print(f"data server:    {data_server}" + ("" if given else f" (files under {root})"), flush=True)
         test = FixedRateTest(
             send_url=sut,
             rate=args.rate,
@@ -65,25 +71,46 @@ def cmd_demo(args: argparse.Namespace) -> int:
         # An agent with no configuration: it joins the test and may touch nothing.
         local.daemon("maestro-agent", "demo-agent", run_dir / "peers" / "agent")
         with Maestro.connect(
-            local.broker_url, topic_prefix=args.topic_prefix, discover_s=0, data_server=data_server
+            local.broker_url,
+            topic_prefix=args.topic_prefix,
+            discover_s=0,
+            data_server=data_server,
+            key_file=local.key_file(),
         ) as maestro:
             maestro.wait_for_peers(4, timeout_s=30)
             print(f"inspectors:     {', '.join(i.split('=')[0] for i in test.inspectors)}", flush=True)
             print(f"test id:        {test_id}", flush=True)
-            result = maestro.run(test, test_id=test_id, progress=not args.quiet)
+            print(f"live:           {live_page(data_server, test, test_id)}", flush=True)
+            result = maestro.run(test, test_id=test_id, progress=not args.quiet, log_interval_s=args.log_interval)
+        dead = local.dead()
     print(result)
-    report(result, root, args.no_report)
-    return 0 if result.passed else EXIT_FAILED
+    return conclude("demo", result, report(result, None if given else root, args.no_report), dead)
 
 
 def demo_inspectors(sut: str) -> tuple[str, ...]:
     """The host, and the inspector that fits the SUT where there is one: RabbitMQ's management
-    API for amqp:// (on its default port, with the SUT URL's credentials)."""
+    API for amqp:// and rabbitmq-stream:// (on its default port, with the SUT URL's
+    credentials), and a NATS server's monitoring port (8222) for nats:// where it answers."""
     parts = urlsplit(sut)
-    if parts.scheme in ("amqp", "amqps"):
+    if parts.scheme in ("amqp", "amqps", "rabbitmq-stream", "rabbitmq-stream+tls"):
         user = f"{parts.username or 'guest'}:{parts.password or 'guest'}@"
         return (f"rabbitmq=http://{user}{parts.hostname}:15672", "host")
+    if parts.scheme in ("nats", "nats+tls") and parts.hostname and _answers(parts.hostname, _NATS_MONITORING):
+        return (f"nats=http://{parts.hostname}:{_NATS_MONITORING}", "host")
     return ("host",)
+
+
+_NATS_MONITORING = 8222  # nats-server -m 8222, the port its documentation uses
+
+
+def _answers(host: str, port: int) -> bool:
+    """Whether something listens on host:port (a NATS server runs without monitoring unless
+    told: an inspector that could only fail is left out)."""
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 def _demo_sut(local: LocalCluster, consumers: int) -> str:

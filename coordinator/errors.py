@@ -7,11 +7,51 @@ from collections.abc import Callable
 from protocol.correlation import Replies
 from protocol.notes import InternalErrorResponse, Note, OkResponse, ProtocolErrorResponse
 
-__all__ = ["MaestroError", "PeerRequestError"]
+__all__ = [
+    "MaestroError",
+    "PeerRequestError",
+    "Terminated",
+    "interruption",
+    "note_interruption",
+    "stop_if_interrupted",
+    "was_interrupted",
+]
 
 
 class MaestroError(Exception):
     pass
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, as `timeout` and a CI job's time limit send it: a test stops as on Ctrl-C, and
+    its files are still collected and its record written."""
+
+
+def interruption(exc: KeyboardInterrupt) -> str:
+    """A test's reason when it was interrupted."""
+    return f"interrupted ({exc})" if isinstance(exc, Terminated) else "interrupted (Ctrl-C)"
+
+
+# Process-wide on purpose: a test takes the interrupt into its result (its files are collected
+# and recorded), and the script that ran it must still stop instead of starting its next test.
+_INTERRUPTED: list[KeyboardInterrupt] = []
+
+
+def note_interruption(exc: KeyboardInterrupt) -> str:
+    """A test was interrupted: no other test starts in this process (`stop_if_interrupted`);
+    the test's reason."""
+    _INTERRUPTED.append(exc)
+    return interruption(exc)
+
+
+def was_interrupted() -> bool:
+    return bool(_INTERRUPTED)
+
+
+def stop_if_interrupted() -> None:
+    """Before a test starts: the interrupt again, when an earlier test took one."""
+    if _INTERRUPTED:
+        raise _INTERRUPTED[0]
 
 
 class PeerRequestError(MaestroError):

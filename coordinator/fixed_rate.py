@@ -16,6 +16,7 @@ from typing import Any
 from protocol.fail import FailConditions
 from protocol.options import (
     OptionError,
+    TestOptions,
     parse_duration,
     parse_message_size,
     parse_options,
@@ -33,6 +34,17 @@ class DefinitionError(ValueError):
 
 # The fail conditions are one type with the peers that check them (protocol/fail.py).
 Fail = FailConditions
+
+# A script's names for the SET options a test sets on its own, and their defaults: the SET
+# options' own (protocol.options.TestOptions). Anything else goes in `options` by its SET name.
+SCRIPT_NAMES = {
+    "rate": "rate_per_s",
+    "size": "message_size",
+    "parallel": "parallel_count",
+    "duration": "duration",  # or `count`: messages per sender
+    "warm_up": "warm_up_s",
+}
+_DEFAULTS = TestOptions()
 
 
 @dataclass(frozen=True)
@@ -79,12 +91,12 @@ class FixedRateTest:
 
     send_url: str | list[str] = ""
     receive_url: str | list[str] = ""
-    rate: float = 100.0
-    size: int | str = 256
-    parallel: int = 1
-    duration: str | float = "60s"  # a number is seconds; `count` bounds by messages instead
+    rate: float = _DEFAULTS.rate_per_s
+    size: int | str = _DEFAULTS.message_size.min_bytes
+    parallel: int = _DEFAULTS.parallel_count
+    duration: str | float = str(_DEFAULTS.duration)  # a number is seconds; `count` bounds by messages instead
     count: int | None = None  # messages per sender
-    warm_up: str | float = 0
+    warm_up: str | float = _DEFAULTS.warm_up_s
     senders: int = 1
     receivers: int = 1
     flows: tuple[Flow, ...] = ()
@@ -129,6 +141,13 @@ class FixedRateTest:
                 raise DefinitionError(f"action {action.command}: {exc}") from exc
         if self.rate < 0 or self.parallel < 1 or self.senders < 0 or self.receivers < 0:
             raise DefinitionError("rate must be >= 0, parallel >= 1, senders and receivers >= 0")
+        # A warm-up the whole run long leaves nothing to measure: every figure would read 0.
+        seconds, warm_up_s = self.expected_seconds(), parse_seconds(self.warm_up)
+        if seconds is not None and warm_up_s >= seconds:
+            raise DefinitionError(
+                f"the warm-up ({warm_up_s:g} s) is as long as the run ({seconds:g} s) or longer: nothing would be "
+                "measured; give a shorter warm-up or a longer duration"
+            )
 
     def duration_option(self) -> str | int:
         if self.count is not None:
@@ -150,14 +169,17 @@ class FixedRateTest:
         if self.profile:
             steps = [list(step) for step in self.profile]
             profile = {"profile": steps, "parallel_count": max(int(step[2]) for step in steps)}
+        script = {
+            "rate": self.rate if flow.rate is None else flow.rate,
+            "size": self.size,
+            "parallel": flow.parallel,
+            "duration": self.duration_option(),
+            "warm_up": parse_seconds(self.warm_up),
+        }
         return {
             **self.options,
             "send_url": send,
-            "rate_per_s": self.rate if flow.rate is None else flow.rate,
-            "parallel_count": flow.parallel,
-            "duration": self.duration_option(),
-            "message_size": self.size,
-            "warm_up_s": parse_seconds(self.warm_up),
+            **{SCRIPT_NAMES[name]: value for name, value in script.items()},
             **self.fail.options(),
             **profile,
         }
@@ -167,8 +189,8 @@ class FixedRateTest:
         return {
             **{k: v for k, v in self.options.items() if k not in ("duration",)},
             "receive_url": receive,
-            "parallel_count": flow.parallel,
-            "warm_up_s": parse_seconds(self.warm_up),
+            SCRIPT_NAMES["parallel"]: flow.parallel,
+            SCRIPT_NAMES["warm_up"]: parse_seconds(self.warm_up),
             **self.fail.options(),
         }
 

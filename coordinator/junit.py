@@ -5,7 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from datetime import datetime
 
-from coordinator.results import TestResult
+from coordinator.results import TestResult, latency_line
 
 __all__ = ["junit_xml"]
 
@@ -19,14 +19,16 @@ def _seconds(start: str, end: str) -> float:
 
 def junit_xml(result: TestResult, cases: list[TestResult]) -> bytes:
     """One test case per phase (a fixed-rate test has one; an incremental test one per step)."""
-    failures = sum(1 for c in cases if not c.passed)
+    # An invalid case did not measure the SUT: an error, as a test that could not run is.
+    failures = sum(1 for c in cases if c.outcome == "failure")
+    errors = sum(1 for c in cases if c.outcome == "invalid")
     record = result.record
     suite = ET.Element(
         "testsuite",
         name=f"maestro.{record.get('kind', 'test')}",
         tests=str(len(cases)),
         failures=str(failures),
-        errors="0",
+        errors=str(errors),
         time=f"{_seconds(record.get('started', ''), record.get('ended', '')):.3f}",
         timestamp=record.get("started", ""),
     )
@@ -42,12 +44,24 @@ def junit_xml(result: TestResult, cases: list[TestResult]) -> bytes:
             name=case.test_id,
             time=f"{_seconds(c.get('started', ''), c.get('ended', '')):.3f}",
         )
-        if not case.passed:
+        if case.outcome == "invalid":
+            ET.SubElement(element, "error", type="invalid", message=case.reason or "invalid").text = case.reason or ""
+        elif not case.passed:
             ET.SubElement(element, "failure", message=case.reason or "failed").text = case.reason or ""
         s = case.summary
         if "sent" in s:
+            latency = (
+                "latency=none"
+                if s.get("latency_untrusted")
+                else f"p50_us={s['latency_us']['p50']:.0f} p99_us={s['latency_us']['p99']:.0f}"
+                + (
+                    f" latency_uncertainty_us={s['latency_uncertainty_us']:.0f}"
+                    if s.get("latency_uncertainty_us")
+                    else ""
+                )
+            )
             ET.SubElement(element, "system-out").text = (
                 f"sent={s['sent']} received={s['received']} lost={s['lost']} duplicates={s['duplicates']} "
-                f"receive_rate={s['receive_rate']['mean']:.1f}/s p99_us={s['latency_us']['p99']:.0f}"
+                f"receive_rate={s['receive_rate']['mean']:.1f}/s {latency}\n{latency_line(s)}"
             )
     return ET.tostring(suite, encoding="utf-8", xml_declaration=True)

@@ -2,23 +2,29 @@
 
 Each service is a process of its own (daemons, the data server, the tansu SUT), logging to a
 file under the run's log folder, and all of them are stopped when the `LocalCluster` closes,
-whatever happened in between.
+whatever happened in between, and when the process that started them dies, however it died.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from protocol.broker_url import BROKER_ENV
+from protocol.die_with_parent import guarded
 from protocol.embedded_broker import EmbeddedBroker, free_port
+from protocol.secrets import KEY_FILE_ENV, env_path
+from protocol.signing import write_new_key
 from protocol.topics import DEFAULT_PREFIX
 
 __all__ = ["LocalCluster", "LocalError", "wait_for_port"]
@@ -57,6 +63,8 @@ class LocalCluster:
     broker_url: str = ""  # empty: an embedded control broker is started
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _broker: EmbeddedBroker | None = None
+    _key_dir: tempfile.TemporaryDirectory[str] | None = None
+    _key_file: Path | None = None
 
     def __enter__(self) -> LocalCluster:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -69,15 +77,21 @@ class LocalCluster:
     def __exit__(self, _t: type[BaseException] | None, _e: BaseException | None, _tb: TracebackType | None) -> None:
         self.close()
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         if name in self.procs:
             raise LocalError(f"a local process named {name} runs already")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with (self.log_dir / f"{name}.log").open("ab") as out:
             # A session of its own: Ctrl-C in the terminal reaches the coordinator only, which then
             # stops the test and collects the files before it stops these.
+            # And each ends with this process, kill -9 included (protocol.die_with_parent).
             proc = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                guarded(argv),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=None if env is None else {**os.environ, **env},
             )
         self.procs[name] = proc
         return proc
@@ -89,11 +103,24 @@ class LocalCluster:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
+    def key_file(self) -> Path:
+        """The key this cluster's notes are signed with: $MAESTRO_KEY_FILE's, else one made for
+        this cluster alone (mode 600, in a folder of mode 700, deleted on close). A one-machine run
+        is signed too: a daemon without a key obeys anyone who can publish on its broker (#38)."""
+        if self._key_file is None:
+            self._key_file = env_path(KEY_FILE_ENV)
+        if self._key_file is None:
+            self._key_dir = tempfile.TemporaryDirectory(prefix="maestro-key-")
+            self._key_file = write_new_key(Path(self._key_dir.name) / "cluster.key")
+        return self._key_file
+
     def daemon(self, command: str, name: str, data_dir: Path, *extra: str) -> subprocess.Popen[bytes]:
-        """A `maestro-worker`/`-inspector`/`-agent` connected to this cluster's control broker."""
-        argv = [str(BIN / command), "--broker", self.broker_url, "--name", name]
+        """A `maestro-worker`/`-inspector`/`-agent` connected to this cluster's control broker,
+        whose URL (and password) and key file it gets in its environment: a command line is for
+        ps to show."""
+        argv = [str(BIN / command), "--name", name]
         argv += ["--topic-prefix", self.topic_prefix, "--data-dir", str(data_dir), *extra]
-        return self._spawn(name, argv)
+        return self._spawn(name, argv, env={BROKER_ENV: self.broker_url, KEY_FILE_ENV: str(self.key_file())})
 
     def data_server(self, root: Path, port: int | None = None) -> str:
         """`maestro serve` on a free loopback port; returns its URL once it answers."""
@@ -157,3 +184,6 @@ class LocalCluster:
         if self._broker is not None:
             self._broker.stop()
             self._broker = None
+        if self._key_dir is not None:
+            self._key_dir.cleanup()
+            self._key_dir = None

@@ -22,7 +22,7 @@ from coordinator.definitions import TestDefinition
 from coordinator.local import LocalCluster
 from coordinator.results import TestResult
 from coordinator.run import run_test
-from coordinator.storage import DataServer
+from coordinator.storage import DATA_SERVER_ENV, DataServer
 from protocol.broker_url import BrokerUrl, default_broker_url
 from protocol.bus import ControlBus, Identity
 from protocol.codes import Role
@@ -42,18 +42,27 @@ def open_bus(
     key: NoteKey | None = None,
 ) -> ControlBus:
     """The coordinator's connection to the control broker, subscribed to what peers send it.
-    With a key it signs every note; it takes unsigned answers too, from peers without the key."""
+    With a key it signs every note and takes only signed ones: an unsigned notification could be
+    anyone's (#38: a forged NOTIFY_FAIL failed a signed test)."""
     identity = Identity.new("maestro", socket.gethostname(), Role.COORDINATOR.value)
     topics = Topics(topic_prefix)
     # Its last will tells the peers running its test that it is gone (protocol/presence.py).
     bus = ControlBus(
-        BrokerUrl.parse(url or default_broker_url()), identity, topics, will_topic=topics.coordinator, key=key
+        BrokerUrl.parse(url or default_broker_url()),
+        identity,
+        topics,
+        will_topic=topics.coordinator,
+        key=key,
+        require_signed=key is not None,
     )
     # Answers at QoS 0: Mosquitto holds at most 20 QoS 1 messages in flight and queues 1,000 per
     # client, and drops the rest, so a thousand peers answering at once would lose answers; at
     # QoS 0 they all flow, and a peer whose answer is lost anyway is asked again (asking.py).
     bus.subscribe([topics.maestro], qos=0)
     bus.subscribe([topics.notifications])
+    # Its own presence topic too: a copy of its last will published there while it is connected
+    # is answered at once with PEER_ONLINE (peer_bus.py), before the peers' grace runs out.
+    bus.subscribe([topics.coordinator])
     bus.connect(timeout_s)
     return bus
 
@@ -62,9 +71,10 @@ class Maestro(MaestroClient):
     def __init__(self, bus: ControlBus, data_server: str | None = None, upload_token: str | None = None) -> None:
         super().__init__(bus)
         # Where peers upload results: given, else $MAESTRO_DATA_SERVER, else one started here.
-        self.data_server = data_server or os.environ.get("MAESTRO_DATA_SERVER") or None
+        self.data_server = data_server or os.environ.get(DATA_SERVER_ENV) or None
         self.upload_token = upload_token  # the data server's bearer token, when it wants one
-        self._local: LocalCluster | None = None
+        self._local: LocalCluster | None = None  # a data server started on demand
+        self._cluster: LocalCluster | None = None  # what `Maestro.local` started
         self.local_root: Path | None = None  # the data server's folder, when it runs on this machine
         self.local_data_root = Path("results")  # where to start one when none is given
 
@@ -105,10 +115,11 @@ class Maestro(MaestroClient):
         data: Path = Path("results"),
         broker: str | None = None,
         topic_prefix: str = DEFAULT_PREFIX,
+        data_server: str | None = None,
     ) -> Iterator[Maestro]:
         """Everything on this machine: an embedded control broker (unless `broker`), the data
-        server over `data`, `workers` role-less worker daemons, `inspectors` inspector daemons and
-        an agent daemon per name in `agents`; all stopped on leaving.
+        server over `data` (unless `data_server`), `workers` role-less worker daemons, `inspectors`
+        inspector daemons and an agent daemon per name in `agents`; all stopped on leaving.
 
             with Maestro.local(workers=2) as maestro:
                 print(maestro.run(FixedRateTest(send_url="amqp://127.0.0.1/q", rate=100)))
@@ -116,15 +127,22 @@ class Maestro(MaestroClient):
         root = data.resolve()
         run_dir = root / ".local" / time.strftime("%Y%m%d-%H%M%S")
         with LocalCluster(run_dir, topic_prefix=topic_prefix, broker_url=broker or "") as cluster:
-            server = cluster.data_server(root)
+            server = data_server or cluster.data_server(root)
             tag = uuid.uuid4().hex[:4]
             names = [("maestro-worker", f"worker-{n}-{tag}") for n in range(1, workers + 1)]
             names += [("maestro-inspector", f"inspector-{n}-{tag}") for n in range(1, inspectors + 1)]
             names += [("maestro-agent", name) for name in agents]
             for command, name in names:
                 cluster.daemon(command, name, run_dir / "peers" / name)
-            with cls.connect(cluster.broker_url, topic_prefix=topic_prefix, discover_s=0, data_server=server) as m:
-                m.local_root = root
+            with cls.connect(
+                cluster.broker_url,
+                topic_prefix=topic_prefix,
+                discover_s=0,
+                data_server=server,
+                key_file=cluster.key_file(),
+            ) as m:
+                m.local_root = None if data_server else root
+                m._cluster = cluster
                 m.wait_for_peers(len(names), timeout_s=30)
                 yield m
 
@@ -134,12 +152,21 @@ class Maestro(MaestroClient):
             self._local.close()
             self._local = None
 
+    def dead_local_processes(self) -> dict[str, int]:
+        """Processes started on this machine for the tests (daemons, the data server) that
+        exited while they should run, with their exit codes."""
+        return {name: code for c in (self._cluster, self._local) if c is not None for name, code in c.dead().items()}
+
     # --- tests --------------------------------------------------------------------------------
 
-    def run(self, test: TestDefinition, *, test_id: str | None = None, progress: bool = True) -> TestResult:
+    def run(
+        self, test: TestDefinition, *, test_id: str | None = None, progress: bool = True, log_interval_s: float = 1.0
+    ) -> TestResult:
         """Run a test to its end and return its outcome and figures; the files are on the data
-        server under the test id whatever happened."""
-        return run_test(self, test, DataServer(self.data_server_url(), self.upload_token), test_id, progress)
+        server under the test id whatever happened. `progress`: a line on standard error, in place
+        on a terminal, else one every `log_interval_s`."""
+        store = DataServer(self.data_server_url(), self.upload_token)
+        return run_test(self, test, store, test_id, progress, log_interval_s=log_interval_s)
 
     def data_server_url(self) -> str:
         """Where peers upload: the one given, else one started on this machine over

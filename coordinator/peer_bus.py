@@ -7,6 +7,7 @@ scripts use on top.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Collection, Iterable, Sequence
 from types import TracebackType
@@ -19,13 +20,16 @@ from coordinator.liveness import Liveness
 from coordinator.registry import PeerInfo, PeerRegistry
 from coordinator.targets import Target, Targets
 from protocol.bus import ControlBus
-from protocol.codec import ProtocolError
 from protocol.codes import NoteType, Role
 from protocol.correlation import Replies
 from protocol.notes import (
     AbnormalDisconnect,
+    LogRequest,
     Note,
     PeerOnline,
+    PingRequest,
+    SetRequest,
+    StartTest,
     StatsReport,
 )
 from protocol.version import VERSION
@@ -51,8 +55,11 @@ class PeerBus:
         self.inbox = Inbox()  # notifications until taken; live statistics (lossy by design) apart
         self.live_stats: deque[StatsReport] = deque(maxlen=_STATS_KEPT)
         bus.on_note = self._on_note
-        bus.on_bad_note = self._on_bad_note
         bus.on_connected = self._on_connected
+        bus.guard.offset_of = self._clock_offset_ns
+        bus.guard.bound_test = self._bound_test
+        # Keyed, a note sealed for no test is no exception: peers seal what they send for their test.
+        bus.guard.exact_test = bus.key is not None
 
     def close(self) -> None:
         self.bus.close()
@@ -81,6 +88,7 @@ class PeerBus:
     ) -> Replies:
         """Send `note` and wait for every live peer `to` selects; raises PeerRequestError
         unless each of them answered OK (or the command's own response)."""
+        self._names_test(note)
         target = self.targets.of(to)
         expected = self._expected(target)
         if not expected:
@@ -100,6 +108,8 @@ class PeerBus:
     ) -> Replies:
         """Several `request_all`s out at once (a SET of their own to each flow's senders and
         receivers): one round trip for them all."""
+        for note, _peers in asks:
+            self._names_test(note)
         live = self.registry.live()
         sends = [(note, t, self._expected(t)) for note, peers in asks for t in self.targets.covering(peers, live)]
         stamped = [self.bus.send_request(t.topic, note, expected) for note, t, expected in sends]
@@ -186,9 +196,55 @@ class PeerBus:
         log.error("peer lost: %s (%s, and no answer to a PING)", peer.label, why)
         self.inbox.wake()  # whoever waits on it gives up now
 
+    def _names_test(self, note: Note) -> None:
+        """An order naming a test makes it the one this coordinator acts on: its orders are sealed
+        for it, and only notifications of it are taken (a hand-driven session's, a collection's)."""
+        match note:
+            case StartTest(test_id=str(test_id)) | LogRequest(test_id=str(test_id)) if test_id:
+                self.bus.test_id = test_id
+            case SetRequest(options={"test_id": str(test_id)}) if test_id:
+                self.bus.test_id = test_id
+
+    def _bound_test(self, note: Note) -> str | None:
+        """The test a note must be sealed for (protocol.signing.NoteGuard): a notification or
+        statistics act on this coordinator's test. Presence notes act on none, and answers are
+        taken only as answers to a request this process sent, by its message id."""
+        if isinstance(note, AbnormalDisconnect | PeerOnline):
+            return None
+        return self.bus.test_id if note.TYPE in (NoteType.NOTIFICATION, NoteType.DATA) else None
+
+    def _of_another_test(self, note: Note) -> bool:
+        """A note naming another test than this coordinator's (a copy of an earlier run's, or a
+        late one of a previous phase). Without a key, any test is taken until one is named."""
+        named = getattr(note, "test_id", None)
+        if not isinstance(named, str) or (self.bus.key is None and not self.bus.test_id):
+            return False
+        return named != self.bus.test_id
+
+    def _on_own_will(self, note: Note) -> None:
+        """Our own last will, seen while connected: not the broker's (that comes only once we are
+        gone) but a copy someone published again, which the peers would take for our end and
+        stop the test after their grace. Announcing ourselves again cancels that."""
+        if isinstance(note, AbnormalDisconnect) and self.bus.connected:
+            log.warning("our own last will was published while we are connected: announcing ourselves again")
+            self.bus.publish(self.topics.coordinator, PeerOnline(version=VERSION))
+
     def _on_note(self, topic: str, note: Note) -> None:
         h = note.header
+        if topic == self.topics.coordinator:  # coordinators' presence: only our own will matters
+            if h.sender_id == self.bus.identity.peer_id:
+                self._on_own_will(note)
+            return
         if h.sender_id == self.bus.identity.peer_id:
+            return
+        if self._of_another_test(note):
+            log.info(
+                "dropped a %s of test %s from %s: this coordinator runs test %s",
+                type(note).__name__,
+                getattr(note, "test_id", ""),
+                h.sender_name,
+                self.bus.test_id or "(none)",
+            )
             return
         match note:
             case AbnormalDisconnect():
@@ -197,14 +253,32 @@ class PeerBus:
                 self.liveness.suspect(h.sender_id, "last will")
                 self.inbox.wake()  # a waiter's idle check asks it now
             case PeerOnline():
+                came_back = self.registry.get(h.sender_id) is not None
                 self.liveness.clear(h.sender_id)
-                self.registry.upsert(h.sender_id, h.sender_name, h.sender_host, h.sender_role).version = note.version
+                peer = self.registry.upsert(h.sender_id, h.sender_name, h.sender_host, h.sender_role)
+                peer.version = note.version
+                peer.answers_probes_at(note.clock_port, note.clock_hosts)
+                if came_back:
+                    self._check_in(h.sender_id)
             case StatsReport():
                 self.live_stats.append(note)  # read by scripts; nobody waits on it
             case _ if note.TYPE == NoteType.NOTIFICATION:
                 self.inbox.put(note)
             case _:
                 log.debug("late or stray %s from %s on %s", type(note).__name__, h.sender_name, topic)
+
+    def _clock_offset_ns(self, peer_id: str) -> int | None:
+        """A peer's clock minus ours, where measured: its notes' stamps are judged by it."""
+        peer = self.registry.get(peer_id)
+        return None if peer is None or peer.clock is None else round(peer.clock.offset_us * 1000)
+
+    def _check_in(self, peer_id: str) -> None:
+        """Tell a peer that came back to the broker that this coordinator is here. It may have
+        subscribed again only after this coordinator announced its own return (once), and then
+        it takes the will it heard as the coordinator's end (#34). Its PEER_ONLINE comes after its
+        subscriptions on the same connection, so this PING reaches it whatever the order of the
+        two returns; the answer is not waited for."""
+        self.bus.publish(self.topics.by_id(peer_id), PingRequest(coordinator_time_ns=time.time_ns()))
 
     def _on_connected(self) -> None:
         # Peers whose test this coordinator runs learn it is (back) here.
@@ -213,6 +287,3 @@ class PeerBus:
             log.warning("back on the control broker: asking every peer whether it is still there")
             self.liveness.reconnected(p.peer_id for p in self.registry.live())
             self.inbox.wake()
-
-    def _on_bad_note(self, topic: str, error: ProtocolError) -> None:
-        log.warning("unreadable note on %s: %s", topic, error.reason)

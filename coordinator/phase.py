@@ -1,9 +1,9 @@
 """One phase of a test: one run of load through the SUT under one test id.
 
-SET → clocks (PING) → START_TEST → receivers → inspectors and agents → senders at one
-scheduled start → watch (progress, fail conditions, lost peers, Ctrl-C) → stop → drain →
-clocks again → collect (LOG: every peer uploads to the data server) → figures → outcome,
-test.json and junit.xml in the result store. Whatever ends the phase, the peers are stopped
+SET → clocks (UDP probes, else PING) → START_TEST → receivers → inspectors and agents → senders
+at one scheduled start → watch (progress, fail conditions, lost peers, Ctrl-C, the clocks every
+2 s) → stop → drain → clocks again → collect (LOG: every peer uploads to the data server) →
+figures → outcome, test.json and junit.xml in the result store. Whatever ends the phase, the peers are stopped
 and what they wrote is collected.
 """
 
@@ -21,11 +21,11 @@ from coordinator.client import MaestroClient
 from coordinator.collection import collect
 from coordinator.definitions import FixedRateTest
 from coordinator.ending import Ending
-from coordinator.errors import MaestroError, PeerRequestError
+from coordinator.errors import MaestroError, PeerRequestError, note_interruption
 from coordinator.live import LiveFeed
 from coordinator.progress import Progress
-from coordinator.registry import PeerInfo
-from coordinator.results import TestResult, loss_verdict, now_iso, outages_between, peer_record, phase_record
+from coordinator.registry import ClockSample, PeerInfo
+from coordinator.results import TestResult, judge, now_iso, outages_between, peer_record, phase_record
 from coordinator.storage import ResultStore
 from protocol.clock_correction import clock_corrections
 from protocol.notes import (
@@ -38,6 +38,7 @@ from protocol.notes import (
     TestFailed,
     TestSucceeded,
 )
+from protocol.testbed import testbed_record
 
 __all__ = ["Phase"]
 
@@ -47,7 +48,8 @@ log = logging.getLogger(__name__)
 _START_MARGIN_S = 1.0
 # How long past its duration a sender may take to say it finished.
 _FINISH_GRACE_S = 30.0
-_PING_SAMPLES = 3
+# The clocks are measured again this often while the load runs: drift is fitted, a step found.
+_CLOCK_EVERY_S = 2.0
 
 
 @dataclass
@@ -61,6 +63,7 @@ class Phase:
     cast: Cast
     show_progress: bool = True
     reason: str | None = None
+    log_interval_s: float = 1.0  # between progress lines without a terminal
     notes: list[str] = field(default_factory=list)
     clocks: dict[str, dict[str, Any]] = field(default_factory=dict)
     collection: dict[str, str] = field(default_factory=dict)
@@ -77,6 +80,8 @@ class Phase:
         t = self.test
         self.live = LiveFeed(self.store, self.test_id, t.name, t.KIND, t.expected_seconds(), self.cast.everyone)
         self.ending = Ending(self.maestro, self.cast, t.drain_timeout_s, self.fail, self.finished, self.notes)
+        # As the test starts: what it runs on, for a history to compare it with runs alike only.
+        self.testbed = testbed_record(p.host for p in self.cast.everyone)
 
     def fail(self, reason: str) -> None:
         if self.reason is None:
@@ -91,18 +96,19 @@ class Phase:
         try:
             self._prepare()
             started = True
+            self._open()
             self._start()
             self.live.mark(self._ids(self.cast.everyone), "running")
             self._watch()
-        except KeyboardInterrupt:
-            self.fail("interrupted (Ctrl-C)")
+        except KeyboardInterrupt as exc:
+            self.fail(note_interruption(exc))
         except MaestroError as exc:
             self.fail(str(exc))
         finally:
             # Each step on its own: a failure in one must not keep the peers running or their files.
             if started:
                 self._guarded(lambda: self.ending.stop_and_drain(self.started_senders))
-                self._guarded(lambda: self._ping("after"))
+                self._guarded(lambda: self._measure_clocks("after"))
             self._guarded(self._collect)
             self.ended_iso = now_iso()
         try:
@@ -114,8 +120,8 @@ class Phase:
     def _guarded(self, step: Any) -> None:
         try:
             step()
-        except KeyboardInterrupt:
-            self.fail("interrupted (Ctrl-C)")
+        except KeyboardInterrupt as exc:
+            self.fail(note_interruption(exc))
         except MaestroError as exc:
             self.fail(str(exc))
 
@@ -126,6 +132,7 @@ class Phase:
 
     def _prepare(self) -> None:
         m, t = self.maestro, self.test
+        m.bus.test_id = self.test_id  # what the orders of this test are signed for
         common = {"test_id": self.test_id, "data_server_url": self.store.url}
         # Each request goes once to every peer it concerns (their role's topic where it can), all
         # the SETs at once.
@@ -138,16 +145,44 @@ class Phase:
         watchers = [*self.cast.inspector_peers, *self.cast.agents]
         sets.append((SetRequest(options=common | {"labels": t.labels} | inspection), watchers))
         m.request_each(sets)
-        self._ping("before")
+        self._measure_clocks("before")
         m.request_all(StartTest(test_id=self.test_id, name=t.name, labels=t.labels), self.cast.everyone)
 
-    def _ping(self, when: str) -> None:
+    def _open(self) -> None:
+        """test.json as the load is about to start: what runs, on which peers, with the clocks
+        measured before. If the coordinator dies (kill -9), `maestro collect` completes it."""
+        peers = [self._record_of(p) for p in self.cast.everyone]
+        series = {"phase_of": self.phase_of} if self.phase_of is not None else {}
+        self.store.open(
+            self.test_id,
+            phase_record(
+                self.test,
+                self.test_id,
+                None,
+                None,
+                started=self.started_iso,
+                peers=peers,
+                testbed=self.testbed,
+                **series,
+            ),
+        )
+
+    def _measure_clocks(self, when: str) -> None:
+        """Every peer's clock against ours `when`: "before" and "after" the load (directly, or
+        through the broker for a peer out of reach), or "during" it (directly, and only the
+        peers measured so before)."""
         peers = self.maestro.not_lost(self.cast.everyone)
+        if when == "during":
+            peers = [p for p in peers if self.clocks.get(p.peer_id, {}).get("path") == "udp"]
         for peer in peers:
-            peer.clock = None  # this phase's samples only
-        self.maestro.ping_all(peers, samples=_PING_SAMPLES)
+            peer.clock = None  # this measurement's samples only
+        self.maestro.measure_clocks(peers, direct_only=when == "during")
         for peer in peers:
-            self.clocks.setdefault(peer.peer_id, {})[when] = peer.clock_record()
+            clock = self.clocks.setdefault(peer.peer_id, {"samples": []})
+            if when != "during":
+                clock[when] = peer.clock_record()
+            if peer.clock is not None:
+                _keep_sample(clock, peer.clock)
 
     def _start(self) -> None:
         m = self.maestro
@@ -184,9 +219,13 @@ class Phase:
         expected = t.expected_seconds()
         deadline = None if expected is None else time.monotonic() + _START_MARGIN_S + expected + _FINISH_GRACE_S
         down_at_start = m.bus.downtime_s()  # a control-broker outage does not count against it
-        progress = Progress(expected, enabled=self.show_progress)
+        progress = Progress(expected, enabled=self.show_progress, interval_s=self.log_interval_s)
         m.live_stats.clear()
+        next_clock = time.monotonic() + _CLOCK_EVERY_S
         while pending:
+            if time.monotonic() >= next_clock:
+                self._measure_clocks("during")
+                next_clock = time.monotonic() + _CLOCK_EVERY_S
             for refusal in self.actions.fire_due(self.load_start_s, time.time()):
                 self.fail(refusal)
             self.actions.take_events()
@@ -236,10 +275,12 @@ class Phase:
         # With the clocks: the result, junit.xml and the loss verdict carry the latency the
         # report shows, corrected where senders and receivers run on different hosts.
         summary = self.store.summary(self.test_id, peers)
-        verdict = loss_verdict(summary, self.test.fail.max_loss_ratio)
-        if verdict is not None:
-            self.fail(verdict)
+        verdict = judge(summary, self.test)
+        if verdict.failure is not None:
+            self.fail(verdict.failure)
         outcome = "success" if self.reason is None else "failure"
+        if verdict.invalid and outcome == "success":
+            outcome, self.reason = "invalid", "; ".join(verdict.invalid)
         record = phase_record(
             self.test,
             self.test_id,
@@ -249,6 +290,7 @@ class Phase:
             ended=self.ended_iso,
             failed_at=self.failed_iso,
             peers=peers,
+            testbed=self.testbed,
             collection=self.collection,
             events=self.actions.events,
             notes=self.notes,
@@ -260,3 +302,14 @@ class Phase:
         self.store.store(result, [result])
         self.live.end(outcome, self.reason, summary)
         return result
+
+
+def _keep_sample(clock: dict[str, Any], sample: ClockSample) -> None:
+    """Add a sample to a peer's clock record ([when µs, offset µs, ± µs, path], as
+    protocol.clock_correction fits them, weighted by their ±: one through the broker, a hundred
+    times as wide as a direct one, still shows a step where the direct path was lost)."""
+    if clock.get("path") != "udp":
+        clock["path"] = sample.path
+    clock["samples"].append(
+        [round(sample.at_us), round(sample.offset_us, 1), round(sample.uncertainty_us, 1), sample.path]
+    )

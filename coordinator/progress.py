@@ -1,7 +1,9 @@
 """Live progress of a running test in the terminal: elapsed/remaining with a bar, the send and
 receive rates and the latest latency, from the workers' once-a-second statistics.
 
-On a terminal one line is redrawn; otherwise (CI logs) a line is printed every 10 s.
+On a terminal one line is redrawn; otherwise (CI logs, a file) a line is printed every
+`interval_s` (1 s: a run's log reads as PerfTest's does, a line a second to paste in a ticket).
+No latency is shown before a receiver reported one, and the clock stops at the test's length.
 """
 
 from __future__ import annotations
@@ -31,11 +33,13 @@ class Progress:
     label: str = ""
     stream: TextIO = field(default_factory=lambda: sys.stderr)
     enabled: bool = True
+    interval_s: float = 1.0  # between lines without a terminal
     _started: float = field(default_factory=time.monotonic)
     _senders: dict[str, _PeerRate] = field(default_factory=dict)
     _receivers: dict[str, _PeerRate] = field(default_factory=dict)
     _latency_p99_us: dict[str, float] = field(default_factory=dict)
     _last_line: float = 0.0
+    _printed: str = ""  # the last line a log got
 
     def __post_init__(self) -> None:
         self._tty = self.stream.isatty()
@@ -63,8 +67,8 @@ class Progress:
     def line(self) -> str:
         elapsed = time.monotonic() - self._started
         if self.total_s:
-            done = min(1.0, elapsed / self.total_s)
-            filled = int(done * _BAR)
+            elapsed = min(elapsed, self.total_s)  # the drain after the load is not "7/6 s"
+            filled = int(elapsed / self.total_s * _BAR)
             head = f"[{'#' * filled}{'.' * (_BAR - filled)}] {elapsed:5.0f}/{self.total_s:.0f} s"
         else:
             head = f"{elapsed:5.0f} s"
@@ -72,10 +76,10 @@ class Progress:
         received = sum(p.count for p in self._receivers.values())
         send_rate = sum(p.rate for p in self._senders.values())
         receive_rate = sum(p.rate for p in self._receivers.values())
-        p99 = max(self._latency_p99_us.values(), default=0.0)
+        latency = f"  p99 {max(self._latency_p99_us.values()) / 1000:.2f} ms" if self._latency_p99_us else ""
         return (
             f"{self.label}{head}  sent {sent:,} ({send_rate:,.0f}/s)  received {received:,} ({receive_rate:,.0f}/s)"
-            f"  p99 {p99 / 1000:.2f} ms"
+            + latency
         )
 
     def show(self) -> None:
@@ -85,14 +89,16 @@ class Progress:
         if self._tty:
             self.stream.write("\r\x1b[K" + self.line())
             self.stream.flush()
-        elif now - self._last_line >= 10:
+        elif now - self._last_line >= self.interval_s:
             self._last_line = now
-            print(self.line(), file=self.stream, flush=True)
+            self._printed = self.line()
+            print(self._printed, file=self.stream, flush=True)
 
     def done(self, message: str) -> None:
         if not self.enabled:
             return
         if self._tty:
             self.stream.write("\r\x1b[K")
-        print(self.line(), file=self.stream)
+        if (last := self.line()) != self._printed:  # a log does not get the same line twice
+            print(last, file=self.stream)
         print(message, file=self.stream, flush=True)

@@ -7,7 +7,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
+from protocol.clock_probe import Exchange
 from protocol.codes import Role
 
 __all__ = ["ClockSample", "PeerInfo", "PeerRegistry", "PeerState", "estimate_clock"]
@@ -21,20 +23,45 @@ class PeerState(StrEnum):
 
 @dataclass(frozen=True)
 class ClockSample:
-    """One PING exchange: the peer's clock against the midpoint of our send and receive."""
+    """A peer's clock against ours, from one exchange: over UDP with four stamps
+    (protocol.clock_probe), or a PING through the control broker (the peer's clock against the
+    midpoint of our send and receive)."""
 
     rtt_us: float
     offset_us: float  # peer clock minus coordinator clock
+    uncertainty_us: float  # the true offset is within ± this of `offset_us`
+    at_us: float = 0.0  # when, on the coordinator's clock (µs since the epoch)
+    path: str = "mqtt"  # "udp": direct; "mqtt": through the control broker
 
-    @property
-    def uncertainty_us(self) -> float:
-        # The peer read its clock somewhere inside the round trip.
-        return self.rtt_us / 2
+    @classmethod
+    def of_exchange(cls, exchange: Exchange) -> ClockSample:
+        return cls(
+            rtt_us=exchange.rtt_ns / 1000,
+            offset_us=exchange.offset_ns / 1000,
+            uncertainty_us=exchange.uncertainty_ns / 1000,
+            at_us=exchange.at_ns / 1000,
+            path="udp",
+        )
+
+    def record(self) -> dict[str, Any]:
+        """As test.json keeps it."""
+        return {
+            "offset_us": round(self.offset_us, 1),
+            "uncertainty_us": round(self.uncertainty_us, 1),
+            "rtt_us": round(self.rtt_us, 1),
+            "path": self.path,
+        }
 
 
 def estimate_clock(sent_wall_ns: int, rtt_ns: int, peer_wall_ns: int) -> ClockSample:
+    """A PING's sample: the peer read its clock somewhere inside the round trip."""
     midpoint_ns = sent_wall_ns + rtt_ns / 2
-    return ClockSample(rtt_us=rtt_ns / 1000, offset_us=(peer_wall_ns - midpoint_ns) / 1000)
+    return ClockSample(
+        rtt_us=rtt_ns / 1000,
+        offset_us=(peer_wall_ns - midpoint_ns) / 1000,
+        uncertainty_us=rtt_ns / 2000,
+        at_us=midpoint_ns / 1000,
+    )
 
 
 @dataclass
@@ -47,32 +74,34 @@ class PeerInfo:
     version: str = ""
     pid: int = 0
     test_id: str = ""  # the test it was last SET for, as it said when last PINGed
-    clock: ClockSample | None = None  # the sample with the smallest round trip so far
+    clock: ClockSample | None = None  # the sample with the smallest uncertainty so far
+    bus_rtt_us: float | None = None  # the smallest PING round trip through the control broker
+    clock_endpoints: tuple[tuple[str, int], ...] = ()  # where it answers clock probes (UDP)
+    signed_only: bool | None = None  # whether it takes only signed notes, as it said when last PINGed
+
+    def answers_probes_at(self, port: int, hosts: list[str]) -> None:
+        self.clock_endpoints = tuple((host, port) for host in hosts) if port else ()
 
     def record_clock(self, sample: ClockSample) -> None:
-        if self.clock is None or sample.rtt_us < self.clock.rtt_us:
+        if sample.path == "mqtt" and (self.bus_rtt_us is None or sample.rtt_us < self.bus_rtt_us):
+            self.bus_rtt_us = sample.rtt_us
+        if self.clock is None or sample.uncertainty_us < self.clock.uncertainty_us:
             self.clock = sample
 
     def correction_ns(self) -> int:
         """What to add to a coordinator time to get this peer's: its measured clock offset, or 0
-        when that is within the measurement's uncertainty. A round trip is rarely symmetric (a
-        broker's Nagle delay on one leg is tens of ms), and applying such an estimate to clocks
-        that agree (one host, or NTP) would move a start by up to half the round trip."""
+        when that is within the measurement's uncertainty. A round trip through a broker is
+        rarely symmetric (a stock Mosquitto's Nagle delay on one leg is ~40 ms), and applying
+        such an estimate to clocks that agree (one host, or NTP) would move a start by up to half
+        the round trip."""
         c = self.clock
         if c is None or abs(c.offset_us) <= c.uncertainty_us:
             return 0
         return int(c.offset_us * 1000)
 
-    def clock_record(self) -> dict[str, float] | None:
+    def clock_record(self) -> dict[str, Any] | None:
         """The clock as test.json keeps it."""
-        c = self.clock
-        if c is None:
-            return None
-        return {
-            "offset_us": round(c.offset_us, 1),
-            "uncertainty_us": round(c.uncertainty_us, 1),
-            "rtt_us": round(c.rtt_us, 1),
-        }
+        return None if self.clock is None else self.clock.record()
 
     @property
     def label(self) -> str:

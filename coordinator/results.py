@@ -9,9 +9,15 @@ from typing import Any
 
 from coordinator.definitions import FixedRateTest, TestDefinition, to_dict
 from coordinator.registry import PeerInfo
+from protocol.clock_correction import untrusted_latency
 
 __all__ = [
     "TestResult",
+    "Verdict",
+    "accounting_verdict",
+    "generator_shortfall",
+    "judge",
+    "latency_line",
     "loss_verdict",
     "new_test_id",
     "now_iso",
@@ -33,7 +39,7 @@ def now_iso() -> str:
 @dataclass
 class TestResult:
     test_id: str
-    outcome: str  # "success" | "failure"
+    outcome: str  # "success" | "failure" | "invalid" (it did not measure the SUT: `reason` says why)
     reason: str | None
     summary: dict[str, Any]
     record: dict[str, Any]  # what test.json holds
@@ -55,15 +61,13 @@ class TestResult:
         s = self.summary
         text = f"test {self.test_id}: {self.outcome}" + (f" ({self.reason})" if self.reason else "")
         if "sent" in s:
-            lat = s.get("latency_us", {})
             send, receive = s["send_rate"]["mean"], s["receive_rate"]["mean"]
             text += (
                 f"\n  sent {s['sent']:,}  received {s['received']:,}  lost {s['lost']:,}"
                 f"  duplicates {s['duplicates']:,}"
                 + (f"  (the SUT skipped {s['skipped_by_sut']:,})" if s.get("skipped_by_sut") else "")
                 + f"\n  send rate {send:,.1f} msg/s  receive rate {receive:,.1f} msg/s"
-                f"\n  latency p50 {lat.get('p50', 0) / 1000:.3f} ms  p99 {lat.get('p99', 0) / 1000:.3f} ms"
-                f"  max {lat.get('max', 0) / 1000:.3f} ms"
+                + f"\n  {latency_line(s)}"
             )
         if rr := s.get("request_reply"):
             response, law = rr["response_time_us"], rr["littles_law"]
@@ -93,9 +97,28 @@ class TestResult:
         return text
 
 
-def phase_record(test: FixedRateTest, test_id: str, outcome: str, reason: str | None, **facts: Any) -> dict[str, Any]:
-    """test.json of one phase: what ran and how it ended, then `facts` as the phase gathered them
-    (started, ended, failed_at, peers, collection, events, notes, control_outages, summary)."""
+def latency_line(summary: dict[str, Any]) -> str:
+    """The latency as a person reads it: the figures with their clock ± where they crossed
+    hosts, or why there is no figure (a clamped or unknown latency is never printed as one)."""
+    if why := summary.get("latency_untrusted"):
+        return f"latency: no figure ({why})"
+    if not summary.get("latency_samples", 1):
+        return "latency: no samples"
+    lat = summary.get("latency_us", {})
+    uncertainty = summary.get("latency_uncertainty_us", 0.0)
+    return (
+        f"latency p50 {lat.get('p50', 0) / 1000:.3f} ms  p99 {lat.get('p99', 0) / 1000:.3f} ms"
+        f"  max {lat.get('max', 0) / 1000:.3f} ms"
+        + (f"  (± {uncertainty / 1000:.3f} ms: clocks across hosts)" if uncertainty else "")
+    )
+
+
+def phase_record(
+    test: FixedRateTest, test_id: str, outcome: str | None, reason: str | None, **facts: Any
+) -> dict[str, Any]:
+    """test.json of one phase: what ran and how it ended (no outcome while it runs), then `facts`
+    as the phase gathered them (started, ended, failed_at, peers, collection, events, notes,
+    control_outages, summary)."""
     return {
         "test_id": test_id,
         "name": test.name,
@@ -122,7 +145,9 @@ def peer_record(p: PeerInfo, clock: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def parent_record(test: TestDefinition, test_id: str, started: str, outcome: str, reason: str | None) -> dict[str, Any]:
+def parent_record(
+    test: TestDefinition, test_id: str, started: str, outcome: str | None, reason: str | None
+) -> dict[str, Any]:
     """test.json of a test made of several phases; each phase has its own beside it."""
     return {
         "test_id": test_id,
@@ -131,7 +156,7 @@ def parent_record(test: TestDefinition, test_id: str, started: str, outcome: str
         "definition": to_dict(test),
         "labels": test.labels,
         "started": started,
-        "ended": now_iso(),
+        "ended": now_iso() if outcome is not None else None,  # an opening record: still running
         "outcome": outcome,
         "reason": reason,
     }
@@ -149,7 +174,7 @@ def phase_row(result: TestResult) -> dict[str, Any]:
         "reason": result.reason,
         "send_rate": result.summary.get("send_rate", {}).get("mean"),
         "receive_rate": result.summary.get("receive_rate", {}).get("mean"),
-        "latency_us": result.summary.get("latency_us"),
+        "latency_us": None if result.summary.get("latency_untrusted") else result.summary.get("latency_us"),
         "lost": result.summary.get("lost"),
         **_closed_system_row(result.summary.get("request_reply")),
     }
@@ -184,6 +209,140 @@ def outages_between(outages: list[tuple[int, int]], started: str, ended: str) ->
                 }
             )
     return rows
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How a phase ended, from the figures: `failure` (the SUT did not do what the test asks:
+    lost messages, timed-out requests, a latency bound where the user made an untrusted latency
+    one), else `invalid` (the run did not measure the SUT: each reason says why), else success."""
+
+    failure: str | None = None
+    invalid: tuple[str, ...] = ()
+
+
+def judge(summary: dict[str, Any], test: FixedRateTest) -> Verdict:
+    """The figures' verdict on a phase; `summary` gets its `latency_untrusted` (why its latency
+    is no figure, or None)."""
+    fail = test.fail
+    failure = loss_verdict(summary, fail.max_loss_ratio)
+    if "error" in summary:
+        return Verdict(failure)
+    dropped, unreconciled = accounting_verdict(summary.get("accounting"), fail.max_loss_ratio)
+    failure = dropped or failure  # the same loss, told as what the SUT broke
+    summary["latency_untrusted"] = untrusted = untrusted_latency(summary, fail.latency_uncertainty_ratio)
+    invalid: list[str] = []
+    if untrusted and fail.untrusted_latency == "failure":
+        failure = failure or untrusted
+    elif untrusted and fail.untrusted_latency == "invalid":
+        invalid.append(untrusted)
+    invalid += unreconciled
+    invalid += generator_shortfall(summary, test.target_rate(), fail.max_generator_shortfall)
+    invalid += copies_of_everything(summary)
+    invalid += [why for p in summary.get("peers", []) for why in p.get("inspector_shortfall", []) if "no sample" in why]
+    return Verdict(failure, tuple(invalid))
+
+
+# Duplicates of at least this share of the messages received: every message came again, which is
+# a test reading each message with several clients (a stream, a topic), not a SUT's redelivery.
+_COPIES_RATIO = 0.9
+
+
+def copies_of_everything(summary: dict[str, Any]) -> list[str]:
+    """Why the run measured something else than one delivery per message: (nearly) every message
+    arrived more than once. The counts stay right (duplicates are counted by sequence number), but
+    the receive rate and the latency count each copy."""
+    received, duplicates = summary.get("received") or 0, summary.get("duplicates") or 0
+    if not received or duplicates < _COPIES_RATIO * received:
+        return []
+    return [
+        f"every message arrived {(received + duplicates) / received:.1f} times on average ({duplicates:,} duplicates "
+        f"of {received:,} received): receiving clients that each read every message (a stream or a topic read by "
+        "several: give each its own with %d), or a SUT that delivered everything again; the receive rate and "
+        "the latency count each copy"
+    ]
+
+
+def generator_shortfall(summary: dict[str, Any], target_per_s: float, bound: float) -> list[str]:
+    """Why the run measured its load generator: its senders were the limit (their CPU or event
+    loop, `generator_bound` on their rows) and sent more than `bound` short of the target."""
+    sent = float(summary.get("send_rate", {}).get("mean", 0.0))
+    if not target_per_s or sent >= (1 - bound) * target_per_s:
+        return []
+    bound_by = [p["generator_bound"] for p in summary.get("peers", []) if p.get("generator_bound")]
+    if not bound_by:
+        return []  # short by the SUT's doing (its window, its back-pressure): a figure of it
+    return [
+        f"the load generator was the limit: its senders sent {sent:,.1f} msg/s of the {target_per_s:,.1f} asked "
+        f"({sent / target_per_s:.0%}; bound {1 - bound:.0%}): {bound_by[0]}"
+    ]
+
+
+def accounting_verdict(accounting: dict[str, Any] | None, max_loss_ratio: float) -> tuple[str | None, list[str]]:
+    """The three counts against the delivery guarantee, sender by sender (reports.accounting):
+    why the SUT failed (it acknowledged messages and never delivered them, more than
+    `max_loss_ratio` of them), and why the counts cannot be reconciled at all (more received than
+    sent: the tool's count, not the SUT, is wrong). At most once (nothing acknowledged) may drop,
+    and duplicates are at least once's right: neither is judged here. A Kafka topic whose own
+    counters show it still holds every message it took did not drop what the receivers missed:
+    that loss is the loss bound's to judge (loss_verdict), not the SUT's breach."""
+    if not accounting:
+        return None, []
+    counters = accounting.get("sut_counters", [])
+    dropped, unreconciled = [], []
+    for row in accounting["per_sender"]:
+        sender, sent, accepted, received = row["sender"], row["sent"], row["accepted"], row["received"]
+        if received > sent:
+            unreconciled.append(
+                f"sender {sender}: {received:,} of its messages were received but it sent {sent:,}: "
+                "the counts cannot be reconciled"
+            )
+        elif accepted is not None and accepted - received > max_loss_ratio * accepted:
+            topic = _topic_counters(row.get("topic"), counters)
+            if topic is not None and not topic["deleted"]:
+                continue
+            # Messages the SUT did not acknowledge may have arrived all the same, and hide as many
+            # acknowledged ones that did not: exact only where it acknowledged all it was sent.
+            at_least = "" if accepted == sent else "at least "
+            dropped.append(
+                f"sender {sender}: the SUT ({row['sut']}) accepted {accepted:,} messages and delivered "
+                f"{received:,}: it dropped {at_least}{accepted - received:,} it had acknowledged"
+                + _sut_agrees(row, accounting["per_sender"], counters)
+            )
+    failure = None
+    if dropped:
+        failure = dropped[0] + (f" (and {len(dropped) - 1} more senders)" if len(dropped) > 1 else "")
+    return failure, unreconciled[:1]
+
+
+def _topic_counters(topic: str | None, counters: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The Kafka topic's own counters, where they had caught up with ours when read."""
+    return next((c for c in counters if c["source"] == "kafka" and c["topic"] == topic and c["caught_up"]), None)
+
+
+def _sut_agrees(row: dict[str, Any], rows: list[dict[str, Any]], counters: list[dict[str, Any]]) -> str:
+    """The SUT's own counters of the sender's queue or topic where they show drops and had
+    caught up with ours when read (reports.accounting): a witness. A topic witnesses where it
+    deleted some of what it took and no longer holds as many as its senders' receivers missed."""
+    if (topic := _topic_counters(row.get("topic"), counters)) is not None:
+        ours = [r for r in rows if r.get("topic") == topic["topic"] and r["accepted"] is not None]
+        missed = sum(r["accepted"] - r["received"] for r in ours)
+        if not topic["deleted"] or missed <= topic["kept"]:
+            return ""
+        return (
+            f"; its own counters agree: topic {topic['topic']} took {topic['took']:,}, kept {topic['kept']:,}"
+            f" and deleted {topic['deleted']:,} (its low watermark moved past them)"
+        )
+    seen = [
+        c
+        for c in counters
+        if c["source"] == "rabbitmq" and c["queue"] == row.get("queue") and c["dropped"] and c.get("caught_up")
+    ]
+    return "".join(
+        f"; its own counters agree: queue {c['queue']} took {c['published']:,}, delivered {c['delivered']:,},"
+        f" held {c['left']:,} and dropped {c['dropped']:,}"
+        for c in seen[:1]
+    )
 
 
 def loss_verdict(summary: dict[str, Any], max_loss_ratio: float) -> str | None:

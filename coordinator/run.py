@@ -6,6 +6,7 @@ from __future__ import annotations
 from coordinator.cast import Cast
 from coordinator.client import MaestroClient
 from coordinator.definitions import FixedRateTest, TestDefinition
+from coordinator.errors import stop_if_interrupted
 from coordinator.phase import Phase
 from coordinator.results import TestResult, new_test_id
 from coordinator.series import run_series
@@ -19,12 +20,20 @@ FINISHED: list[TestResult] = []
 
 
 def run_test(
-    client: MaestroClient, test: TestDefinition, store: ResultStore, test_id: str | None = None, progress: bool = True
+    client: MaestroClient,
+    test: TestDefinition,
+    store: ResultStore,
+    test_id: str | None = None,
+    progress: bool = True,
+    *,
+    log_interval_s: float = 1.0,
 ) -> TestResult:
+    stop_if_interrupted()  # a script whose test was interrupted ends here, not with its next test
     test_id = test_id or new_test_id()
     if isinstance(test, FixedRateTest):
-        result = Phase(client, test, test_id, store, Cast.choose(client, test), progress).run()
+        cast = Cast.choose(client, test)
+        result = Phase(client, test, test_id, store, cast, progress, log_interval_s=log_interval_s).run()
     else:
-        result = run_series(client, test, store, test_id, progress)
+        result = run_series(client, test, store, test_id, progress, log_interval_s=log_interval_s)
     FINISHED.append(result)
     return result

@@ -12,6 +12,7 @@ from typing import Any
 from coordinator.cast import Cast
 from coordinator.client import MaestroClient
 from coordinator.definitions import FixedRateTest, IncrementalTest, RepeatedTest, SearchTest, SweepTest
+from coordinator.errors import was_interrupted
 from coordinator.phase import Phase
 from coordinator.results import TestResult, now_iso, parent_record, phase_row
 from coordinator.statistics import estimate
@@ -26,12 +27,20 @@ Series = IncrementalTest | SearchTest | RepeatedTest | SweepTest
 
 class _Runner:
     def __init__(
-        self, maestro: MaestroClient, base: FixedRateTest, store: ResultStore, test_id: str, progress: bool
+        self,
+        maestro: MaestroClient,
+        base: FixedRateTest,
+        store: ResultStore,
+        test_id: str,
+        progress: bool,
+        *,
+        log_interval_s: float = 1.0,
     ) -> None:
         self.maestro = maestro
         self.store = store
         self.test_id = test_id
         self.progress = progress
+        self.log_interval_s = log_interval_s
         self.cast = Cast.choose(maestro, base)
         self.phases: list[TestResult] = []
 
@@ -40,13 +49,24 @@ class _Runner:
         if self.progress:
             print(f"{label}: {what}", file=sys.stderr, flush=True)
         phase_id = f"{self.test_id}.{label}"
-        result = Phase(self.maestro, test, phase_id, self.store, self.cast, self.progress, phase_of=self.test_id).run()
+        result = Phase(
+            self.maestro,
+            test,
+            phase_id,
+            self.store,
+            self.cast,
+            self.progress,
+            phase_of=self.test_id,
+            log_interval_s=self.log_interval_s,
+        ).run()
         self.phases.append(result)
         return result
 
     @property
     def cast_lost(self) -> bool:
-        return bool(self.maestro.lost_among({p.peer_id for p in self.cast.everyone}))
+        """No further phase can run: a peer of the cast is lost, or a phase was interrupted (the
+        series still writes its record; the script stops at its next test)."""
+        return was_interrupted() or bool(self.maestro.lost_among({p.peer_id for p in self.cast.everyone}))
 
 
 def _load(rate: float, parallel: int) -> str:
@@ -126,9 +146,18 @@ def _sweep(runner: _Runner, test: SweepTest) -> tuple[TestResult | None, dict[st
     return best, {"comparison": rows}
 
 
-def run_series(maestro: MaestroClient, test: Series, store: ResultStore, test_id: str, progress: bool) -> TestResult:
+def run_series(
+    maestro: MaestroClient,
+    test: Series,
+    store: ResultStore,
+    test_id: str,
+    progress: bool,
+    *,
+    log_interval_s: float = 1.0,
+) -> TestResult:
     started = now_iso()
-    runner = _Runner(maestro, test.base, store, test_id, progress)
+    store.open(test_id, parent_record(test, test_id, started, None, None))  # each phase opens its own too
+    runner = _Runner(maestro, test.base, store, test_id, progress, log_interval_s=log_interval_s)
     match test:
         case IncrementalTest():
             best, extra = _incremental(runner, test)

@@ -15,11 +15,12 @@ from typing import Any, Protocol
 from coordinator.junit import junit_xml
 from coordinator.results import TestResult
 from protocol.atomic import write_text_atomically
+from protocol.results import PeerRecord
 from protocol.runtime import resolve_test_dir
 from protocol.secrets import redact, redact_text
 from protocol.upload import UploadError, upload_bytes
 
-__all__ = ["DataServer", "ResultStore", "unstored_dir"]
+__all__ = ["DATA_SERVER_ENV", "DataServer", "ResultStore", "unstored_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,8 @@ log = logging.getLogger(__name__)
 # the test's seconds, not its messages, so one fixed bound serves an hour's soak too.
 _SUMMARY_TIMEOUT_S = 120.0
 _LIVE_TIMEOUT_S = 5.0
+# Where peers upload, when no --data-server (or data_server=) says.
+DATA_SERVER_ENV = "MAESTRO_DATA_SERVER"
 
 
 class ResultStore(Protocol):
@@ -46,6 +49,11 @@ class ResultStore(Protocol):
 
     def post_live(self, test_id: str, update: dict[str, Any]) -> None:
         """A running test's live statistics (coordinator.live); OSError when not taken."""
+        ...
+
+    def open(self, test_id: str, record: dict[str, Any]) -> None:
+        """test.json as the test starts (no outcome yet), for `maestro collect` to complete if
+        the coordinator dies; a failure is logged, never raised."""
         ...
 
 
@@ -86,6 +94,34 @@ class DataServer:
             write_text_atomically(kept / "junit.xml", junit.decode())
             log.error("could not store test.json/junit.xml for %s (%s): kept in %s", result.test_id, exc, kept)
             result.record.setdefault("notes", []).append(f"not stored on the data server ({exc}): kept in {kept}")
+
+    def open(self, test_id: str, record: dict[str, Any]) -> None:
+        text = json.dumps(redact(record), indent=2, sort_keys=True, default=str).encode()
+        try:
+            # Once: the test waits on it, and the closing record is stored (or kept) at the end anyway.
+            upload_bytes(self.url, test_id, "test.json", text, replace=True, token=self.token, attempts=1)
+        except UploadError as exc:
+            log.warning(
+                "could not store the opening test.json of %s (%s): a lost coordinator's record is then "
+                "rebuilt with less",
+                test_id,
+                exc,
+            )
+
+    def peer_records(self, test_id: str) -> list[PeerRecord]:
+        """Every peer.json the data server holds for a test (as collected)."""
+        base = self.url.rstrip("/")
+        try:
+            with urllib.request.urlopen(f"{base}/api/results/{test_id}", timeout=30) as response:
+                files = [f["path"] for f in json.loads(response.read()).get("files", [])]
+            records = []
+            for path in sorted(p for p in files if p.endswith("/peer.json")):
+                with urllib.request.urlopen(f"{base}/results/{test_id}/{path}", timeout=30) as response:
+                    records.append(PeerRecord.from_json(json.loads(response.read())))
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            log.warning("could not read the peers' records of %s: %s", test_id, exc)
+            return []
+        return records
 
     def post_live(self, test_id: str, update: dict[str, Any]) -> None:
         # No URL from the test reaches it: the update carries counters, names and hosts only.

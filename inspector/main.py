@@ -3,7 +3,8 @@
 START_INSPECTOR names a source (`rabbitmq`, `host`; see `inspector/sources.py`) and its
 management URL; several may run at once. Each writes `<source>-<data set>.csv` under
 `<data dir>/<test id>/inspector/<name>/`, one row per entity per interval (default 10 s as
-Maestro, down to 1 s). A sample that fails is logged and counted, and the inspector goes on.
+Maestro, down to 1 s) and once more when it stops. A sample that fails is logged and counted,
+and the inspector goes on.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -22,6 +23,7 @@ from inspector.sources import Source, SourceError, redact
 from protocol.codes import Activity, Role
 from protocol.concurrency import wait_event
 from protocol.daemon_cli import daemon_parser, run_daemon
+from protocol.file_check import check_files
 from protocol.notes import (
     Note,
     OkResponse,
@@ -30,7 +32,8 @@ from protocol.notes import (
     StopTest,
     TestFailed,
 )
-from protocol.runtime import Peer, PeerError, UnsupportedError, write_peer_json
+from protocol.results import InspectorSummary, write_peer_json
+from protocol.runtime import Peer, PeerError, UnsupportedError
 
 __all__ = ["Inspector", "main"]
 
@@ -61,15 +64,15 @@ class _Running:
             for entry in entries:
                 writer.write(entry)
 
-    def summary(self) -> dict[str, Any]:
-        return {
-            "url": redact(self.url),
-            "interval_s": self.interval_s,
-            "samples": self.samples,
-            "errors": self.errors,
-            "last_error": self.last_error,
-            "files": sorted(w.path.name for w in self.writers.values()),
-        }
+    def summary(self) -> InspectorSummary:
+        return InspectorSummary(
+            url=redact(self.url),
+            interval_s=self.interval_s,
+            samples=self.samples,
+            errors=self.errors,
+            last_error=self.last_error,
+            files=tuple(sorted(w.path.name for w in self.writers.values())),
+        )
 
 
 class Inspector(Peer):
@@ -118,21 +121,30 @@ class Inspector(Peer):
         start = time.monotonic()
         tick = 0
         while not running.stop.is_set():
-            try:
-                rows = await asyncio.to_thread(running.source.sample)
-            except SourceError as exc:
-                self._failed_sample(running, str(exc))
-                log.warning("%s", exc)
-            except Exception as exc:  # a source bug must not end the inspection
-                self._failed_sample(running, f"{type(exc).__name__}: {exc}")
-                log.exception("inspector %s failed a sample", running.source.name)
-            else:
-                running.samples += 1
-                running.in_a_row = 0
-                running.write(rows)
+            await self._sample(running)
             tick += 1
             delay = start + tick * running.interval_s - time.monotonic()
             await wait_event(running.stop, delay)
+        # A closing reading: the SUT's counters as of the test's end, after the drain, which a
+        # test's accounting holds against its own (reports.accounting); the last interval's
+        # reading may be up to an interval older. Not asked of a SUT that did not answer the
+        # last one, which would hold the stop up by its timeouts.
+        if running.samples and not running.in_a_row:
+            await self._sample(running)
+
+    async def _sample(self, running: _Running) -> None:
+        try:
+            rows = await asyncio.to_thread(running.source.sample)
+        except SourceError as exc:
+            self._failed_sample(running, str(exc))
+            log.warning("%s", exc)
+        except Exception as exc:  # a source bug must not end the inspection
+            self._failed_sample(running, f"{type(exc).__name__}: {exc}")
+            log.exception("inspector %s failed a sample", running.source.name)
+        else:
+            running.samples += 1
+            running.in_a_row = 0
+            running.write(rows)
 
     def _failed_sample(self, running: _Running, error: str) -> None:
         """Counted; and when the test asked for it, the test fails once enough come in a row."""
@@ -158,19 +170,23 @@ class Inspector(Peer):
                 writer.close()
             running.source.close()
         directory = next(iter(self._running.values())).directory
-        info = self.peer_record() | {
-            "started_ns": self._started_ns,
-            "ended_ns": time.time_ns(),
-            "inspectors": {name: r.summary() for name, r in self._running.items()},
-            "files": sorted(name for r in self._running.values() for name in r.summary()["files"]),
-        }
-        write_peer_json(directory, info)
+        summaries = {name: r.summary() for name, r in self._running.items()}
+        files = tuple(sorted(name for s in summaries.values() for name in s.files))
+        record = replace(
+            self.peer_record(),
+            started_ns=self._started_ns,
+            ended_ns=time.time_ns(),
+            inspectors=summaries,
+            files=files,
+            checks=check_files(directory, files),
+        )
+        write_peer_json(directory, record)
         self._running.clear()
         self.state = Activity.IDLE
 
     def counters(self) -> dict[str, Any]:
         counters = super().counters()
-        counters["inspectors"] = {name: r.summary() for name, r in self._running.items()}
+        counters["inspectors"] = {name: r.summary().to_json() for name, r in self._running.items()}
         return counters
 
     async def shutdown(self) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from inspector.amqp_management import AmqpManagementSource
 from inspector.jolokia import JolokiaSource
 from inspector.kafka import KafkaSource
+from inspector.nats import NatsSource
 from inspector.sources import HostSource, RabbitMqSource, Source
 
 __all__ = ["SOURCES"]
@@ -17,4 +18,5 @@ SOURCES: dict[str, Callable[[str], Source]] = {
     "jolokia": JolokiaSource,
     "amqp-management": AmqpManagementSource,
     "kafka": KafkaSource,
+    "nats": NatsSource,
 }

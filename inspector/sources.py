@@ -62,7 +62,9 @@ class HttpJson:
         netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
         self.base = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
-    def request(self, path: str = "", body: Any = None) -> Any:
+    def request(self, path: str = "", body: Any = None, missing_ok: bool = False) -> Any:
+        """The answer's JSON; with `missing_ok`, None where the server has no such page (404:
+        a plugin that is off)."""
         headers = {"Authorization": self._auth} if self._auth else {}
         data = None
         if body is not None:
@@ -75,6 +77,8 @@ class HttpJson:
                 return json.loads(response.read())
         except urllib.error.HTTPError as exc:
             exc.close()
+            if missing_ok and exc.code == 404:
+                return None
             raise SourceError(f"{where}: HTTP {exc.code}") from exc
         except (urllib.error.URLError, OSError) as exc:
             raise SourceError(f"{where}: {getattr(exc, 'reason', exc)}") from exc
@@ -85,11 +89,14 @@ class HttpJson:
 @dataclass
 class RabbitMqSource(Source):
     """RabbitMQ's management HTTP API (`http://user:password@host:15672`): overview, queues and
-    nodes, three requests per interval."""
+    nodes, three requests per interval; and where the stream plugin's management page is on
+    (`rabbitmq_stream_management`), each stream publisher's and consumer's figures, two more
+    (asked once and no more where the page is missing)."""
 
     url: str
     timeout_s: float = 5.0
     name = "rabbitmq"
+    _streams: bool = field(default=True, init=False)  # the stream pages answered, or were not asked yet
 
     def __post_init__(self) -> None:
         self._http = HttpJson("rabbitmq", self.url or "http://guest:guest@127.0.0.1:15672", self.timeout_s)
@@ -103,7 +110,7 @@ class RabbitMqSource(Source):
         stats = overview.get("message_stats", {})
         totals = overview.get("queue_totals", {})
         objects = overview.get("object_totals", {})
-        return {
+        return self._stream_rows() | {
             "overview": [
                 {
                     "publish_rate": _rate(stats, "publish"),
@@ -131,6 +138,10 @@ class RabbitMqSource(Source):
                     "publish_rate": _rate(q.get("message_stats", {}), "publish"),
                     "deliver_rate": _rate(q.get("message_stats", {}), "deliver_get"),
                     "memory": q.get("memory", 0),
+                    # Totals since the queue was made, for the test's accounting (reports.accounting).
+                    "published": q.get("message_stats", {}).get("publish", 0),
+                    "delivered": q.get("message_stats", {}).get("deliver_get", 0),
+                    "redelivered": q.get("message_stats", {}).get("redeliver", 0),
                 }
                 for q in queues
             ],
@@ -150,6 +161,49 @@ class RabbitMqSource(Source):
                 for n in nodes
             ],
         }
+
+    def _stream_rows(self) -> Rows:
+        """`stream_publishers` (published, confirmed, errored) and `stream_consumers` (consumed,
+        offset, offset lag, credits), one row each per publisher and consumer, totals since it
+        connected."""
+        if not self._streams:
+            return {}
+        publishers = self._http.request("/api/stream/publishers", missing_ok=True)
+        consumers = self._http.request("/api/stream/consumers", missing_ok=True)
+        if publishers is None or consumers is None:
+            self._streams = False
+            return {}
+        return {
+            "stream_publishers": [
+                {
+                    **_stream_of(p),
+                    "publisher_id": p.get("publisher_id", 0),
+                    "reference": p.get("reference", ""),
+                    "published": p.get("published", 0),
+                    "confirmed": p.get("confirmed", 0),
+                    "errored": p.get("errored", 0),
+                }
+                for p in publishers
+            ],
+            "stream_consumers": [
+                {
+                    **_stream_of(c),
+                    "subscription_id": c.get("subscription_id", 0),
+                    "consumed": c.get("consumed", 0),
+                    "offset": c.get("offset", 0),
+                    "offset_lag": c.get("offset_lag", 0),
+                    "credits": c.get("credits", 0),
+                }
+                for c in consumers
+            ],
+        }
+
+
+def _stream_of(entry: dict[str, Any]) -> dict[str, Any]:
+    # RabbitMQ writes details it does not have yet as an empty list (an Erlang proplist), not {}.
+    queue = entry.get("queue") or {}
+    connection = entry.get("connection_details") or {}
+    return {"vhost": queue.get("vhost", ""), "stream": queue.get("name", ""), "connection": connection.get("name", "")}
 
 
 def _rate(stats: dict[str, Any], name: str) -> float:

@@ -16,15 +16,17 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from protocol.broker_url import BrokerUrl
-from protocol.codec import DEFAULT_MAX_NOTE_BYTES, ProtocolError, decode, encode
+from protocol.codec import DEFAULT_MAX_NOTE_BYTES, ProtocolError, decode, encode, sender_label
 from protocol.codes import NoteType
 from protocol.correlation import Correlator, Replies
+from protocol.log_throttle import LogThrottle
 from protocol.notes import AbnormalDisconnect, Header, Note
 from protocol.signing import NoteGuard, NoteKey, RefusedNoteError, sign, split
 from protocol.topics import Topics
@@ -89,9 +91,12 @@ class ControlBus:
         max_note_bytes: int = DEFAULT_MAX_NOTE_BYTES,
         key: NoteKey | None = None,
         require_signed: bool = False,
+        seen_file: Path | None = None,
     ) -> None:
         """With a `key`, every note sent is signed and every signed note received is checked;
-        `require_signed` refuses unsigned ones too (protocol.signing)."""
+        `require_signed` refuses unsigned ones too, and `seen_file` keeps the notes taken across
+        a restart (protocol.signing). `guard.offset_of` and `guard.bound_test` are the owner's to
+        set; `test_id` is the test the notes sent are sealed for."""
         self.url = url
         self.identity = identity
         self.topics = topics
@@ -100,7 +105,9 @@ class ControlBus:
         self.on_connected = on_connected
         self.max_note_bytes = max_note_bytes
         self._key = key
-        self._guard = NoteGuard(key, require=require_signed)
+        self.guard = NoteGuard(key, require=require_signed, seen_file=seen_file)
+        self.test_id = ""
+        self.complaints = LogThrottle()  # refused and unreadable notes: one line per sender a minute
         self.correlator = Correlator()
         self._subscriptions: dict[str, int] = {}  # topic -> QoS
         self._lock = threading.Lock()
@@ -136,7 +143,7 @@ class ControlBus:
             client.tls_insecure_set(self.url.insecure)
         if last_will:
             # The broker publishes this if the peer vanishes without a clean disconnect.
-            client.will_set(will_topic, self._encode(self._stamp(AbnormalDisconnect())), qos=1)
+            client.will_set(will_topic, self._encode(self._stamp(AbnormalDisconnect()), will_topic), qos=1)
         client.reconnect_delay_set(_RECONNECT_MIN_S, _RECONNECT_MAX_S)
         client.on_connect = self._on_connect
         client.on_connect_fail = self._on_connect_fail
@@ -172,8 +179,25 @@ class ControlBus:
         self._connected.clear()
 
     @property
+    def key(self) -> NoteKey | None:
+        """The cluster key notes are signed with (None: unsigned); the clock probes' too."""
+        return self._key
+
+    @property
     def connected(self) -> bool:
         return self._connected.is_set()
+
+    def local_address(self) -> str | None:
+        """This end's address of the connection to the broker: where the broker's side of the
+        network reaches us (None while not connected)."""
+        sock = self._client.socket()
+        if not isinstance(sock, socket.socket):
+            return None
+        try:
+            address = sock.getsockname()[0]
+        except OSError:
+            return None
+        return str(address) if address not in ("0.0.0.0", "::") else None
 
     @property
     def connections(self) -> int:
@@ -214,10 +238,13 @@ class ControlBus:
         )
         return note.with_header(header)
 
-    def publish(self, topic: str, note: Note, *, reply_to: Note | None = None, qos: int = 1) -> Note:
-        """Stamp and send a note; returns it as sent (with its header)."""
+    def publish(
+        self, topic: str, note: Note, *, reply_to: Note | None = None, qos: int = 1, test_id: str | None = None
+    ) -> Note:
+        """Stamp and send a note, sealed for `test_id` (default: `self.test_id`); returns it as
+        sent (with its header)."""
         stamped = self._stamp(note, reply_to)
-        self._publish_raw(topic, self._encode(stamped), qos)
+        self._publish_raw(topic, self._encode(stamped, topic, test_id), qos)
         return stamped
 
     def reply(self, request: Note, response: Note) -> Note:
@@ -227,7 +254,7 @@ class ControlBus:
         """Answer a request we could not decode, correlated by the id we could read (if any)."""
         stamped = self._stamp(response)
         stamped = stamped.with_header(replace(stamped.header, correlation_id=correlation_id))
-        self._publish_raw(self.topics.maestro, self._encode(stamped), 1)
+        self._publish_raw(self.topics.maestro, self._encode(stamped, self.topics.maestro), 1)
         return stamped
 
     def request(self, topic: str, note: Note, expect: Iterable[str] | None, timeout_s: float) -> tuple[Note, Replies]:
@@ -243,7 +270,7 @@ class ControlBus:
         stamped = self._stamp(note)
         replies = self.correlator.expect(stamped.header.message_id, expect)
         if replies.expected != frozenset():
-            self._publish_raw(topic, self._encode(stamped), 1)
+            self._publish_raw(topic, self._encode(stamped, topic), 1)
         return stamped
 
     def await_replies(self, message_id: str, timeout_s: float, finish: bool = True) -> Replies:
@@ -253,11 +280,12 @@ class ControlBus:
         """The same request again (same message id): a peer that answered it answers again, and
         none acts on it twice. Stamped anew, or a keyed peer would take it for a replay."""
         again = stamped.with_header(replace(stamped.header, timestamp_ns=time.time_ns()))
-        self._publish_raw(topic, self._encode(again), 1)
+        self._publish_raw(topic, self._encode(again, topic), 1)
 
-    def _encode(self, note: Note) -> bytes:
+    def _encode(self, note: Note, topic: str, test_id: str | None = None) -> bytes:
         packed = encode(note)
-        return packed if self._key is None else sign(packed, self._key)
+        sealed_for = self.test_id if test_id is None else test_id
+        return packed if self._key is None else sign(packed, self._key, topic, sealed_for)
 
     def _publish_raw(self, topic: str, payload: bytes, qos: int) -> None:
         info = self._client.publish(topic, payload, qos=qos)
@@ -302,17 +330,19 @@ class ControlBus:
         self._connected.clear()
 
     def _on_message(self, _client: mqtt.Client, _userdata: Any, message: mqtt.MQTTMessage) -> None:
-        unsigned, mac = split(message.payload)
+        unsigned, sealed = split(message.payload, self.max_note_bytes)
         try:
             note = decode(unsigned, self.max_note_bytes)
-            self._guard.check(note, unsigned, mac)
+            self.guard.check(note, unsigned, sealed, message.topic)
         except RefusedNoteError as refused:
+            sender = sender_label(note.header)
+            self.complain(sender, f"refused a note on {message.topic} from {sender}: {refused.reason}")
             if refused.answer:
-                self._bad_note(message.topic, ProtocolError(refused.reason, note.header.message_id))
-            else:
-                log.warning("refused a note on %s from %r: %s", message.topic, note.header.sender_name, refused.reason)
+                self._bad_note(message.topic, ProtocolError(refused.reason, note.header.message_id, sender))
             return
         except ProtocolError as exc:
+            sender = exc.sender or "an unknown sender"
+            self.complain(sender, f"bad note on {message.topic} from {sender}: {exc.reason}")
             self._bad_note(message.topic, exc)
             return
         if note.TYPE == NoteType.RESPONSE and self.correlator.deliver(note):
@@ -325,10 +355,12 @@ class ControlBus:
                 log.exception("note handler failed on %s", type(note).__name__)
 
     def _bad_note(self, topic: str, error: ProtocolError) -> None:
-        if self.on_bad_note is not None:
+        if self.on_bad_note is not None:  # to answer it: the complaint is logged already
             self.on_bad_note(topic, error)
-        else:
-            log.warning("undecodable note on %s: %s", topic, error.reason)
+
+    def complain(self, sender: str, message: str) -> None:
+        """Log a refused or unreadable note, at most once a minute per `sender` (as it names itself)."""
+        self.complaints.log(log, sender, message)
 
 
 def no_delay(client: mqtt.Client) -> None:

@@ -1,9 +1,10 @@
 """The one msgpack codec: notes to bytes and back, with every fault named.
 
 Wire form of a note: msgpack `[type, command, header, payload]`, where `header` and `payload`
-are maps with string keys. Decoding checks the envelope, the header and every payload field
-against the note class; anything off raises `ProtocolError`, which a peer answers with
-PROTOCOL_ERROR.
+are maps with string keys. A signed note carries one element more, its seal (protocol.signing):
+`seal` and `unseal` add and find it without re-encoding the note, whose exact bytes are signed.
+Decoding checks the envelope, the header and every payload field against the note class;
+anything off raises `ProtocolError`, which a peer answers with PROTOCOL_ERROR.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import msgpack
 from protocol.codes import PROTOCOL_VERSION, Command, NoteType
 from protocol.notes import Header, Note, note_class
 
-__all__ = ["DEFAULT_MAX_NOTE_BYTES", "ProtocolError", "decode", "encode"]
+__all__ = ["DEFAULT_MAX_NOTE_BYTES", "ProtocolError", "decode", "encode", "seal", "sender_label", "unseal"]
 
 # Control notes are small; result files travel over HTTP, never through the control broker.
 DEFAULT_MAX_NOTE_BYTES = 1024 * 1024
@@ -29,18 +30,52 @@ _REQUIRED_HEADER_FIELDS = ("version", "message_id", "sender_id", "timestamp_ns")
 
 
 class ProtocolError(ValueError):
-    """A note could not be decoded. `correlation_id` is set when the header was readable."""
+    """A note could not be decoded. `correlation_id` is set when the header was readable, and
+    `sender` then names who it claims to come from (name@host, or its id)."""
 
-    def __init__(self, reason: str, correlation_id: str | None = None) -> None:
+    def __init__(self, reason: str, correlation_id: str | None = None, sender: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.correlation_id = correlation_id
+        self.sender = sender
 
 
 def encode(note: Note) -> bytes:
     header = dataclasses.asdict(note.header)
     packed: bytes = msgpack.packb([int(note.TYPE), int(note.COMMAND), header, note.payload()], use_bin_type=True)
     return packed
+
+
+_NOTE = 0x94  # msgpack fixarray of 4
+_SEALED = 0x95  # ... of 5
+
+
+def seal(unsigned: bytes, extra: list[Any]) -> bytes:
+    """An encoded note with `extra` as its fifth element."""
+    if not unsigned or unsigned[0] != _NOTE:
+        raise ValueError("not an encoded note")
+    return bytes([_SEALED]) + unsigned[1:] + msgpack.packb(extra, use_bin_type=True)
+
+
+def unseal(data: bytes | bytearray, max_bytes: int = DEFAULT_MAX_NOTE_BYTES) -> tuple[bytes, Any]:
+    """The note's own bytes, exactly as sent, and its fifth element (None when it has none, or
+    when the bytes are no note: `decode` then says what is wrong with them)."""
+    data = bytes(data)
+    if not data or data[0] != _SEALED or len(data) > max_bytes:
+        return data, None
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, max_buffer_size=len(data))
+    unpacker.feed(data)
+    try:
+        unpacker.read_array_header()
+        for _ in range(4):
+            unpacker.skip()
+        end = unpacker.tell()
+        extra = unpacker.unpack()
+    except (ValueError, msgpack.OutOfData, msgpack.FormatError, msgpack.StackError, TypeError):
+        return data, None
+    if unpacker.tell() != len(data):
+        return data, None
+    return bytes([_NOTE]) + data[1:end], extra
 
 
 def decode(data: bytes | bytearray, max_bytes: int = DEFAULT_MAX_NOTE_BYTES) -> Note:
@@ -55,6 +90,19 @@ def decode(data: bytes | bytearray, max_bytes: int = DEFAULT_MAX_NOTE_BYTES) -> 
         raise ProtocolError(f"note must be a list [type, command, header, payload], got {_describe(envelope)}")
     raw_type, raw_command, raw_header, raw_payload = envelope
     header = _decode_header(raw_header)
+    try:
+        return _decode_note(header, raw_type, raw_command, raw_payload)
+    except ProtocolError as exc:
+        exc.sender = sender_label(header)
+        raise
+
+
+def sender_label(header: Header) -> str:
+    """Who a note says it is from, for logs: name@host, else its sender id."""
+    return f"{header.sender_name}@{header.sender_host}" if header.sender_name else header.sender_id
+
+
+def _decode_note(header: Header, raw_type: Any, raw_command: Any, raw_payload: Any) -> Note:
     cid = header.message_id or None
     note_type = _enum(NoteType, raw_type, "note type", cid)
     command = _enum(Command, raw_command, "command", cid)

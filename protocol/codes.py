@@ -89,3 +89,15 @@ class ErrorCode(IntEnum):
     UNSUPPORTED = 3
     BUSY = 4
     TRY_AGAIN = 10  # as Maestro Java: the coordinator may retry the same request later
+
+
+class ExitCode(IntEnum):
+    """What every `maestro` command's exit status means (the README's table)."""
+
+    SUCCESS = 0
+    FAILED = 1  # a test failed, or a part of the run did (a report, a local process)
+    CANNOT_RUN = 2  # a usage error, a definition refused, a broker or data server out of reach
+    REGRESSION = 3  # `report --baseline`, `history --gate`
+    INVALID = 4  # a test ran but did not measure the SUT (nor, then, can a comparison with it)
+    INCONCLUSIVE = 5  # `history --gate` cannot judge: too few comparable runs, or noise wider than a threshold
+    INTERRUPTED = 130

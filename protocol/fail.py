@@ -9,17 +9,21 @@ receiver can tell it exactly, so the coordinator checks `max_loss_ratio` when th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
-from protocol.options import parse_options
+from protocol.parsing import OptionError, choice, number, parse_seconds
 
 __all__ = ["DEFAULT_STALL_S", "FailConditions"]
 
 DEFAULT_STALL_S = 30.0
+
+
+def _parses(parser: Callable[[Any], Any]) -> dict[str, Any]:
+    return {"parse": parser}
 
 
 @dataclass(frozen=True)
@@ -31,18 +35,38 @@ class FailConditions:
     target rate of each sender since warm-up; max_loss_ratio: lost / sent over the whole test
     (checked by the coordinator on the merged sequence numbers); stall_s: no progress this long;
     inspector_errors: this many failed samples in a row from an inspector fail the test (0: they
-    are only counted). Checked when made: a bad value is refused in the test definition."""
+    are only counted); latency_uncertainty_ratio: latency across hosts is a figure only while
+    the clocks are known to within this fraction of its p50 (0: no bound), and only where no
+    clock correction had to clamp a sample and no clock stepped; untrusted_latency: what a
+    test whose latency is not such a figure becomes: "invalid" (neither success nor failure:
+    it did not measure the SUT), "failure", or "warn" (a success that says so);
+    max_generator_shortfall: a run whose load generator was the limit and whose senders sent
+    more than this fraction short of the target is invalid. Checked by the coordinator on the
+    merged figures. Checked when made: a bad value is refused in the test definition."""
 
-    latency_ms: float = 0.0
-    latency_percentile: float = 99.0
-    latency_policy: str = "soft"  # soft: the percentile of the last interval; hard: its max
-    min_rate_ratio: float = 0.0
-    max_loss_ratio: float = 0.0
-    stall_s: float = DEFAULT_STALL_S
-    inspector_errors: int = 0
+    # Each field with the parser of its SET option (`fail_<field>`): one check for the definition
+    # and the peers (protocol.options builds its table from these).
+    latency_ms: float = field(default=0.0, metadata=_parses(number(0)))  # 0 = no latency bound
+    latency_percentile: float = field(default=99.0, metadata=_parses(number(0, 100)))
+    latency_policy: str = field(default="soft", metadata=_parses(choice("soft", "hard")))
+    min_rate_ratio: float = field(default=0.0, metadata=_parses(number(0, 1)))
+    max_loss_ratio: float = field(default=0.0, metadata=_parses(number(0, 1)))
+    stall_s: float = field(default=DEFAULT_STALL_S, metadata=_parses(parse_seconds))
+    # Failed samples in a row; 0: never fail.
+    inspector_errors: int = field(default=0, metadata=_parses(number(0, 1_000_000, integer=True)))
+    # Clock ± / corrected p50; 0 = no bound.
+    latency_uncertainty_ratio: float = field(default=0.1, metadata=_parses(number(0, 1000)))
+    untrusted_latency: str = field(default="invalid", metadata=_parses(choice("invalid", "failure", "warn")))
+    # A run whose senders, the load generator being the limit (a core's worth of CPU, a late
+    # event loop), sent more than this fraction short of the target measured the generator: invalid.
+    max_generator_shortfall: float = field(default=0.05, metadata=_parses(number(0, 1)))
 
     def __post_init__(self) -> None:
-        parse_options(self.options())  # the SET option parsers: one check for the definition and the peers
+        for f in fields(self):
+            try:
+                f.metadata["parse"](getattr(self, f.name))
+            except (ValueError, TypeError) as exc:
+                raise OptionError(f"fail_{f.name}", str(exc)) from exc
 
     def options(self) -> dict[str, Any]:
         """As SET options: each field as `fail_<field>`."""
@@ -58,16 +82,15 @@ class FailConditions:
             return f"stalled: nothing {what} for {idle_s:.0f} s (bound {self.stall_s:g} s)"
         return None
 
-    def latency(self, interval: HdrHistogram, shift_us: int = 0) -> str | None:
-        """Judge one interval of corrected latency (µs), moved by the receiver's clock
-        correction (`shift_us`) where its senders run on other hosts."""
+    def latency(self, interval: HdrHistogram) -> str | None:
+        """Judge one interval of corrected latency (µs; recorded with the receiver's clock
+        correction where its senders run on other hosts)."""
         if not self.latency_ms or not interval.get_total_count():
             return None
         if self.latency_policy == "hard":
             value_us, label = interval.get_max_value(), "max"
         else:
             value_us, label = interval.get_value_at_percentile(self.latency_percentile), f"p{self.latency_percentile:g}"
-        value_us = max(value_us + shift_us, 0)
         if value_us > self.latency_ms * 1000:
             return f"latency {label} {value_us / 1000:.3f} ms > bound {self.latency_ms:g} ms ({self.latency_policy})"
         return None

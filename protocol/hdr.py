@@ -89,12 +89,16 @@ def histogram_of(indexes: np.ndarray, counts: np.ndarray) -> HdrHistogram:
     return h
 
 
-def record_samples(histogram: HdrHistogram, samples: array[int]) -> int:
-    """A column of µs samples (appended one per message) into the histogram, each clamped to
-    its range; returns how many had to be clamped (never dropped: that would bias the result)."""
+def record_samples(histogram: HdrHistogram, samples: array[int], shift_us: int = 0) -> int:
+    """A column of µs samples (appended one per message) into the histogram, each moved by
+    `shift_us` (a clock correction: a sample below zero before it keeps its sign until then),
+    then clamped to its range; returns how many had to be clamped (never dropped: that would
+    bias the result)."""
     if not samples:
         return 0
     values = np.frombuffer(samples, dtype=np.int64)
+    if shift_us:
+        values = values + shift_us
     out_of_range = int(((values < LOWEST_US) | (values > HIGHEST_US)).sum())
     if out_of_range:
         values = np.clip(values, LOWEST_US, HIGHEST_US)

@@ -119,8 +119,10 @@ class StartWorker(Note):
     PING) to turn the coordinator's time into its own.
 
     `latency_shift_us`: receiver peer id -> what to add to its measured latencies where its
-    senders run on other hosts (protocol.clock_correction), for its latency bound and its live
-    figures; the files keep the latencies as measured, and the reports correct them the same way."""
+    senders run on other hosts (protocol.clock_correction, over the clocks measured before the
+    load): the receiver adds it to each sample before recording it, so a latency that reads
+    negative on a clock behind its senders' is never clamped first; its peer.json says what it
+    added, and the reports correct the rest of the way by the clocks measured throughout."""
 
     TYPE = NoteType.REQUEST
     COMMAND = Command.START_WORKER
@@ -333,7 +335,8 @@ class InternalErrorResponse(Note):
 @_register
 @dataclass(frozen=True)
 class PingResponse(Note):
-    """Echoes the coordinator's clock and adds the peer's, for the offset estimate."""
+    """Echoes the coordinator's clock and adds the peer's, for the offset estimate; says where
+    the peer answers clock probes (protocol.clock_probe), which measure it better."""
 
     TYPE = NoteType.RESPONSE
     COMMAND = Command.PING
@@ -343,6 +346,9 @@ class PingResponse(Note):
     pid: int = 0
     state: str = ""  # protocol.codes.Activity
     test_id: str = ""  # the test it was last SET for
+    clock_port: int = 0  # UDP; 0: none
+    clock_hosts: list[str] = field(default_factory=list)  # addresses to reach it at
+    signed_only: bool = False  # it takes only notes signed with its key; else anyone may steer it
 
 
 @_register
@@ -462,6 +468,8 @@ class PeerOnline(Note):
     TYPE = NoteType.NOTIFICATION
     COMMAND = Command.NOTIFY_PEER_ONLINE
     version: str = ""
+    clock_port: int = 0  # as in PingResponse
+    clock_hosts: list[str] = field(default_factory=list)
 
 
 # --- data (periodic, lossy is fine) ----------------------------------------------------------

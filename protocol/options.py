@@ -1,4 +1,5 @@
-"""Test options carried by SET: one table of names, each with the parser that checks it.
+"""Test options carried by SET: one table of names (`TestOptions`), each with its default and the
+parser that checks it.
 
 A SET names options by key; the peer parses every value before storing any, so a bad option
 is refused as a whole with a message naming it, before any load starts. Roles add their own
@@ -10,11 +11,12 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from protocol.parsing import boolean, choice, number, text
+from protocol.fail import FailConditions
+from protocol.parsing import OptionError, boolean, choice, number, parse_seconds, text
 from protocol.sut_url import parse_sut_url
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "MessageSize",
     "OptionError",
     "ProfileStep",
+    "TestOptions",
     "parse_delay",
     "parse_duration",
     "parse_message_size",
@@ -31,14 +34,6 @@ __all__ = [
     "parse_profile",
     "parse_seconds",
 ]
-
-
-class OptionError(ValueError):
-    """An option's name or value is wrong; the message names it."""
-
-    def __init__(self, name: str, problem: str) -> None:
-        super().__init__(f"option {name!r}: {problem}")
-        self.name = name
 
 
 @dataclass(frozen=True)
@@ -71,30 +66,9 @@ class MessageSize:
         return self.min_bytes == self.max_bytes
 
 
-_UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_TIME_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _SIZE = re.compile(r"^(\d+)\s*(b|kb|kib|mb|mib)?$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 1000_000, "mib": 1024 * 1024}
 MAX_MESSAGE_BYTES = 100 * 1024 * 1024
-
-
-def parse_seconds(value: Any) -> float:
-    """`90`, `1.5`, `"120s"`, `"10m"`, `"1h30m"`, `"250ms"` -> seconds."""
-    if isinstance(value, bool):
-        raise ValueError("expected a time such as 120s, 10m or 1h30m")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        text = str(value).strip().lower()
-        if re.fullmatch(r"\d+(\.\d+)?", text):
-            seconds = float(text)
-        elif text and _TIME_PART.sub("", text) == "":
-            seconds = sum(float(n) * _UNITS_S[u] for n, u in _TIME_PART.findall(text))
-        else:
-            raise ValueError(f"{value!r} is not a time such as 120s, 10m or 1h30m")
-    if seconds < 0:
-        raise ValueError(f"{value!r} is negative")
-    return seconds
 
 
 @dataclass(frozen=True)
@@ -227,44 +201,82 @@ def _http_url(value: Any) -> str:
     return url
 
 
-# name -> parser. Names say their unit; see DESIGN.md "Test options".
-OPTIONS: dict[str, Callable[[Any], Any]] = {
-    "test_id": text,
-    "duration": parse_duration,
-    "warm_up_s": parse_seconds,
-    "rate_per_s": number(0),  # per client; 0 = as fast as the SUT takes it
-    "arrivals": choice("uniform", "poisson"),
-    "profile": parse_profile,  # rate and clients changing during the run; overrides rate_per_s
-    "parallel_count": number(1, 100_000, integer=True),
-    "processes": number(1, 256, integer=True),  # processes a sender's or receiver's clients are split over
-    "message_size": parse_message_size,
-    "send_url": _sut_urls,
-    "receive_url": _sut_urls,
-    "confirm_window": number(0, 1_000_000, integer=True),
-    "processing_delay_ms": number(0),
-    "start_jitter_s": parse_seconds,
-    "reconnect_budget_s": parse_seconds,  # how long the SUT may stay unreachable before the test fails
-    "precise_timing": boolean,  # yield-spin to each send time: ~10 us schedule lag, costs CPU
-    "fail_latency_ms": number(0),  # 0 = no latency bound
-    "fail_latency_policy": choice("soft", "hard"),
-    "fail_latency_percentile": number(0, 100),
-    "fail_min_rate_ratio": number(0, 1),
-    "fail_max_loss_ratio": number(0, 1),
-    "fail_stall_s": parse_seconds,
-    "fail_inspector_errors": number(0, 1_000_000, integer=True),  # failed samples in a row; 0: never fail
-    "management_url": text,
-    "inspector": text,
-    "inspector_interval_s": number(1),
-    "data_server_url": _http_url,
-    "upload_retry_s": parse_seconds,  # how long a peer retries an unreachable data server at collection
-    "labels": _mapping,
+def _parses(parser: Callable[[Any], Any]) -> dict[str, Any]:
+    return {"parse": parser}
+
+
+@dataclass(frozen=True)
+class TestOptions:
+    """A test's options as SET carries them and a peer holds them: the one table of their names
+    (which say their units; DESIGN.md "Test options"), each with its default and the parser
+    that checks it. A peer builds this from what SET gave, every time SET changes it, and reads
+    fields, never a dict with a default. The fail conditions are their own record
+    (protocol.fail), as `fail_<field>` options."""
+
+    test_id: str = field(default="", metadata=_parses(text))
+    send_url: tuple[str, ...] = field(default=(), metadata=_parses(_sut_urls))
+    receive_url: tuple[str, ...] = field(default=(), metadata=_parses(_sut_urls))
+    # Per client; 0 = as fast as the SUT takes it.
+    rate_per_s: float = field(default=100.0, metadata=_parses(number(0)))
+    arrivals: str = field(default="uniform", metadata=_parses(choice("uniform", "poisson")))
+    # The rate and the clients changing during the run; overrides rate_per_s.
+    profile: tuple[ProfileStep, ...] = field(default=(), metadata=_parses(parse_profile))
+    parallel_count: int = field(default=1, metadata=_parses(number(1, 100_000, integer=True)))
+    # Processes a sender's or receiver's clients are split over.
+    processes: int = field(default=1, metadata=_parses(number(1, 256, integer=True)))
+    message_size: MessageSize = field(default=MessageSize(256, 256), metadata=_parses(parse_message_size))
+    # A time or a message count.
+    duration: Duration = field(default=Duration(seconds=60.0), metadata=_parses(parse_duration))
+    warm_up_s: float = field(default=0.0, metadata=_parses(parse_seconds))
+    confirm_window: int = field(default=0, metadata=_parses(number(0, 1_000_000, integer=True)))  # 0: the driver's
+    processing_delay_ms: float = field(default=0.0, metadata=_parses(number(0)))
+    start_jitter_s: float = field(default=0.0, metadata=_parses(parse_seconds))
+    # How long the SUT may stay unreachable before the test fails.
+    reconnect_budget_s: float = field(default=60.0, metadata=_parses(parse_seconds))
+    # Yield-spin to each send time: ~10 us schedule lag, costs CPU.
+    precise_timing: bool = field(default=False, metadata=_parses(boolean))
+    fail: FailConditions = field(default_factory=FailConditions)
+    management_url: str = field(default="", metadata=_parses(text))
+    inspector: str = field(default="", metadata=_parses(text))
+    inspector_interval_s: float = field(default=10.0, metadata=_parses(number(1)))
+    data_server_url: str = field(default="", metadata=_parses(_http_url))
+    # How long a peer retries an unreachable data server at collection.
+    upload_retry_s: float = field(default=120.0, metadata=_parses(parse_seconds))
+    labels: Mapping[str, Any] = field(default_factory=dict, metadata=_parses(_mapping))
     # Request/reply (a closed system, seed 003): senders send requests and wait for replies,
     # receivers answer them.
-    "request_reply": boolean,
-    "outstanding": number(1, 10_000, integer=True),  # requests a client may wait on at once
-    "think_time": parse_delay,  # from a reply to the client's next request
-    "service_time": parse_delay,  # a replier's time over each request
-    "request_timeout_s": parse_seconds,  # a reply later than this counts the request timed out
+    request_reply: bool = field(default=False, metadata=_parses(boolean))
+    outstanding: int = field(default=1, metadata=_parses(number(1, 10_000, integer=True)))  # requests waited on at once
+    think_time: Delay = field(default=Delay(), metadata=_parses(parse_delay))  # from a reply to the next request
+    service_time: Delay = field(default=Delay(), metadata=_parses(parse_delay))  # a replier's time over each request
+    # A reply later than this counts the request timed out.
+    request_timeout_s: float = field(default=5.0, metadata=_parses(parse_seconds))
+
+    __test__ = False  # not a pytest class
+
+    @property
+    def duration_s(self) -> float | None:
+        return self.duration.seconds
+
+    @property
+    def count(self) -> int | None:
+        return self.duration.messages
+
+    @classmethod
+    def from_parsed(cls, options: Mapping[str, Any]) -> TestOptions:
+        """From `parse_options`' output; anything not set keeps its default."""
+        given: dict[str, Any] = {f.name: options[f.name] for f in fields(cls) if f.name in options}
+        for name in ("send_url", "receive_url", "profile"):
+            if name in given:
+                given[name] = tuple(given[name])
+        given["fail"] = FailConditions.from_options(options)
+        return cls(**given)
+
+
+# name -> parser: the SET options, from the record's fields (the fail conditions' as fail_*).
+OPTIONS: dict[str, Callable[[Any], Any]] = {
+    **{f.name: f.metadata["parse"] for f in fields(TestOptions) if "parse" in f.metadata},
+    **{f"fail_{f.name}": f.metadata["parse"] for f in fields(FailConditions)},
 }
 
 

@@ -5,10 +5,19 @@ it expected; the caller names the option."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["boolean", "choice", "integer", "number", "number_range", "text"]
+__all__ = ["OptionError", "boolean", "choice", "integer", "number", "number_range", "parse_seconds", "text"]
+
+
+class OptionError(ValueError):
+    """An option's name or value is wrong; the message names it."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        super().__init__(f"option {name!r}: {problem}")
+        self.name = name
 
 
 def number(low: float, high: float | None = None, integer: bool = False) -> Callable[[Any], float | int]:
@@ -68,3 +77,26 @@ def number_range(value: Any) -> tuple[int, int]:
     if not sep or not low.isdigit() or not high.isdigit() or int(low) > int(high):
         raise ValueError(f"expected a range such as 1-100, got {value!r}")
     return int(low), int(high)
+
+
+_UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_TIME_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+
+
+def parse_seconds(value: Any) -> float:
+    """`90`, `1.5`, `"120s"`, `"10m"`, `"1h30m"`, `"250ms"` -> seconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a time such as 120s, 10m or 1h30m")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        text = str(value).strip().lower()
+        if re.fullmatch(r"\d+(\.\d+)?", text):
+            seconds = float(text)
+        elif text and _TIME_PART.sub("", text) == "":
+            seconds = sum(float(n) * _UNITS_S[u] for n, u in _TIME_PART.findall(text))
+        else:
+            raise ValueError(f"{value!r} is not a time such as 120s, 10m or 1h30m")
+    if seconds < 0:
+        raise ValueError(f"{value!r} is negative")
+    return seconds

@@ -6,7 +6,7 @@ kernel's timer precision, with no thread between: on this machine 60-75 µs late
 at 1,000-2,000 wake-ups/s and ~30 µs from 5,000/s, for 13 % of a core at 2,000/s and 27 % at
 5,000/s. The thread this replaced (time.sleep, then a hop to the loop through its self-pipe,
 the GIL changing hands both ways) cost 32 % and 64 % there, woke 135-185 µs late, and could not
-keep 20,000/s (bench/README.md, session 13).
+keep 20,000/s (bench/HISTORY.md).
 
 `perf_counter_ns` is CLOCK_MONOTONIC on Linux, the clock the timerfd is armed on. Elsewhere (no
 timerfd) the loop's timers stand in, and are as late as they are.

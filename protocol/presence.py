@@ -8,6 +8,7 @@ coordinator's loss), then stops its test's work and keeps its files for `maestro
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
@@ -16,6 +17,8 @@ from protocol.codes import NoteType
 from protocol.notes import AbnormalDisconnect, Note, PeerOnline
 
 __all__ = ["GRACE_S", "CoordinatorWatch"]
+
+log = logging.getLogger(__name__)
 
 GRACE_S = 15.0
 
@@ -37,7 +40,10 @@ class CoordinatorWatch:
             return
         if isinstance(note, AbnormalDisconnect):
             self._gone = (time.monotonic(), self.bus.downtime_s())
+            log.warning("the coordinator's last will came: waiting %g s (connected) for it to come back", self.grace_s)
         elif isinstance(note, PeerOnline) or note.TYPE == NoteType.REQUEST:
+            if self._gone is not None:
+                log.info("the coordinator is back (%s)", type(note).__name__)
             self._gone = None
 
     def lost(self) -> bool:

@@ -64,7 +64,7 @@ _OFFSET_HALF = 1 << (_OFFSET_BITS - 1)
 # zlib's fastest level: every row a sender or receiver writes is compressed, on the cores the
 # process and the broker share. A paced sender's rows took 288-321 ns each at level 6
 # and 62-65 ns at level 1, for 0.94 bytes a row against 0.64; two unbounded MQTT sender processes
-# went from 85,000-92,000 to 100,000 msg/s on 2 cores (bench/README.md, session 20).
+# went from 85,000-92,000 to 100,000 msg/s on 2 cores (bench/HISTORY.md).
 _COMPRESS_LEVEL = 1
 
 
@@ -75,7 +75,7 @@ class _Encoder:
     and only the bytes go to the disk thread: that thread, making text and compressing it
     itself, held the GIL in turns with the caller, and each hand-over of the GIL between them
     cost more than the work (a receiver's bursts of 1,000 Kafka-like messages: 476-515 ns a
-    message with the work on the disk thread, 281-299 with it here; bench/README.md, session 22)."""
+    message with the work on the disk thread, 281-299 with it here; bench/HISTORY.md)."""
 
     compressor: Any = None  # a zlib compress object making the open file's gzip stream
     prev_eta: int = 0
@@ -94,7 +94,7 @@ class _Encoder:
         """Rows as compressed text, each `eta,ata` a delta from the row before: the bytes one
         f-string per row would make (`rows_text`). Arrow's CSV writer took 60-70 ns a row outside
         the GIL, but a worker that imported pyarrow sent 15-25 % less over MQTT with four clients
-        (bench/README.md)."""
+        (bench/HISTORY.md)."""
         deltas = np.empty(2 * len(eta), dtype=np.int64)
         deltas[0::2] = np.diff(eta, prepend=self.prev_eta)
         deltas[1::2] = np.diff(ata, prepend=self.prev_ata)

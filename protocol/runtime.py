@@ -10,7 +10,6 @@ answered while it runs.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -21,15 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
-from protocol.atomic import write_text_atomically
 from protocol.broker_url import BrokerUrl
 from protocol.bus import ConnectFailedError, ControlBus, Identity
+from protocol.clock_probe import start_responder
 from protocol.codec import DEFAULT_MAX_NOTE_BYTES, ProtocolError
 from protocol.codes import Activity, ErrorCode, NoteType, Role
 from protocol.concurrency import call_in_loop
 from protocol.failures import describe
 from protocol.memory import trim_forever
 from protocol.notes import (
+    DrainRequest,
     GetRequest,
     GetResponse,
     Halt,
@@ -37,10 +37,12 @@ from protocol.notes import (
     LogRequest,
     Note,
     OkResponse,
+    PauseWorker,
     PeerOnline,
     PingRequest,
     PingResponse,
     ProtocolErrorResponse,
+    ResumeWorker,
     RoleAssign,
     RoleUnassign,
     SetRequest,
@@ -50,30 +52,48 @@ from protocol.notes import (
     StartWorker,
     StatsRequest,
     StatsResponse,
+    StopAgent,
+    StopInspector,
+    StopTest,
+    StopWorker,
     UploadComplete,
+    UserCommand,
 )
-from protocol.options import OptionError, parse_options
+from protocol.options import OptionError, TestOptions, parse_options
 from protocol.presence import GRACE_S, CoordinatorWatch
+from protocol.results import PeerRecord
 from protocol.secrets import redact
 from protocol.signing import NoteKey
-from protocol.test_options import TestOptions
 from protocol.topics import DEFAULT_PREFIX, Topics, check_topic_word
 from protocol.upload import upload_with_retries
 from protocol.version import VERSION
 
-__all__ = ["Peer", "PeerConfig", "PeerError", "UnsupportedError", "resolve_test_dir", "write_peer_json"]
+__all__ = [
+    "Peer",
+    "PeerConfig",
+    "PeerError",
+    "UnsupportedError",
+    "resolve_test_dir",
+    "starts_afresh",
+]
 
 log = logging.getLogger(__name__)
 
 # Remembered request ids, so a QoS 1 redelivery is not acted on twice.
 _SEEN_REQUESTS = 1024
-
-
-def write_peer_json(directory: Path, info: dict[str, Any]) -> None:
-    """A peer's account of its part in a test, written whole or not at all."""
-    directory.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(redact(info), indent=2, sort_keys=True, default=str)
-    write_text_atomically(directory / "peer.json", text)
+_ACTS_ON_A_TEST = (
+    StartWorker,
+    StopWorker,
+    StopTest,
+    StartInspector,
+    StopInspector,
+    StartAgent,
+    StopAgent,
+    UserCommand,
+    DrainRequest,
+    PauseWorker,
+    ResumeWorker,
+)
 
 
 def resolve_test_dir(data_dir: Path, test_id: str) -> Path:
@@ -85,6 +105,18 @@ def resolve_test_dir(data_dir: Path, test_id: str) -> Path:
     if test_id.startswith("."):
         raise PeerError(f"test id {test_id!r} may not start with a dot")
     return data_dir / test_id
+
+
+def starts_afresh(options_test: str, taken: bool, named: str) -> bool:
+    """Whether a SET naming test `named` ("" when it names none) starts from the daemon's
+    defaults instead of adding to the options set so far, which are for test `options_test` ("" if
+    unknown yet) and were `taken` by a START_TEST. Options never carry over from one test to the
+    next: a daemon kept for months would otherwise run each test with every earlier test's
+    settings under its own (issue #34: a fixed-rate test after a request/reply one ran as
+    request/reply). Several SETs for one test add up; the coordinator sends them before START_TEST."""
+    if named and options_test and named != options_test:
+        return True  # another test's
+    return taken and named != options_test  # a test ran on these: this SET is for the next one
 
 
 class PeerError(Exception):
@@ -110,6 +142,10 @@ class PeerConfig:
     coordinator_grace_s: float = GRACE_S
     # With a key, every note must come signed with it (protocol.signing).
     key: NoteKey | None = None
+    # Clock probes (protocol.clock_probe): the UDP port (0: any free one), and addresses to
+    # advertise besides the one this peer reaches the control broker from (a NAT's, say).
+    clock_port: int = 0
+    clock_hosts: tuple[str, ...] = ()
     upload_token: str | None = field(default=None, repr=False)  # the data server's, for writes
 
     def __post_init__(self) -> None:
@@ -129,10 +165,13 @@ class Peer:
         self.config = config
         self.role = config.role
         self.state = Activity.IDLE
-        self.test_id = ""  # the test START_TEST (or SET test_id) named
-        self.options: dict[str, Any] = {}  # as SET gave them, parsed
-        self.settings = TestOptions()  # the same, typed, with the defaults filled in
-        self.raw_options: dict[str, Any] = {}
+        # This test's options: typed, with the defaults filled in (what the peer acts on), and as
+        # SET gave them with passwords redacted (what it shows: peer.json, STATS, GET).
+        self.settings = TestOptions()
+        self.given: dict[str, Any] = {}
+        self._parsed: dict[str, Any] = {}  # what `settings` is made from, as SETs add up
+        self._options_test = ""  # the test the options are for (see `starts_afresh`)
+        self._options_taken = False  # a START_TEST took them
         self.topics = Topics(config.topic_prefix)
         self.bus = ControlBus(
             BrokerUrl.parse(config.broker_url),
@@ -141,7 +180,13 @@ class Peer:
             max_note_bytes=config.max_note_bytes,
             key=config.key,
             require_signed=config.key is not None,
+            # Notes taken, remembered across a restart of this daemon (protocol.signing).
+            seen_file=config.data_dir / ".maestro" / f"seen-notes-{config.name}",
         )
+        # The coordinator's clock against ours, read from its signed PINGs, judges its notes' stamps.
+        self._offsets: dict[str, int] = {}
+        self.bus.guard.offset_of = self._offsets.get
+        self.bus.guard.bound_test = self._bound_test
         self._inbox: asyncio.Queue[tuple[str, Note | ProtocolError]] = asyncio.Queue()
         self._stopping = asyncio.Event()
         # Requests answered (or being answered), with the answer: a request seen again (a QoS 1
@@ -151,10 +196,28 @@ class Peer:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.coordinator = CoordinatorWatch(self.bus, config.coordinator_grace_s)
         self.protocol_errors = 0
+        self.clock_port = 0  # where the clock responder listens, once started
+        self._clock: asyncio.DatagramTransport | None = None
 
     @property
     def peer_id(self) -> str:
         return self.bus.identity.peer_id
+
+    @property
+    def test_id(self) -> str:
+        """The test START_TEST (or SET test_id) named; what this peer's notes are sealed for."""
+        return self.bus.test_id
+
+    @test_id.setter
+    def test_id(self, test_id: str) -> None:
+        self.bus.test_id = test_id
+
+    def _bound_test(self, note: Note) -> str | None:
+        """While a test runs, an order that acts on a test must be signed for this one (a copy of
+        one for an earlier test is refused); one sealed for no test is a hand-driven session's."""
+        if self.state == Activity.RUNNING and isinstance(note, _ACTS_ON_A_TEST) and self.test_id:
+            return self.test_id
+        return None
 
     # --- life cycle ---------------------------------------------------------------------------
 
@@ -168,18 +231,35 @@ class Peer:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop, sig.name)
         try:
+            self._clock, self.clock_port = await start_responder(
+                self.peer_id, port=self.config.clock_port, key=self.config.key
+            )
+        except OSError as exc:
+            log.error("cannot answer clock probes on UDP port %d: %s", self.config.clock_port, exc)
+            return 1
+        try:
             await self.startup()
         except PeerError as exc:
             log.error("%s", exc)
             await self.shutdown()
+            self._clock.close()
             return 1
         try:
             await asyncio.to_thread(self.bus.connect, self.config.connect_timeout_s)
         except ConnectFailedError as exc:
             log.error("%s", exc)
+            self._clock.close()
             return 1
         keyed = ", taking only notes signed with its key" if self.config.key else ""
         log.info("%s %s (%s) is up on %s%s", self.role.value, self.config.name, self.peer_id, self.bus.url, keyed)
+        if self.config.key is None and not self.bus.url.on_loopback():
+            log.warning(
+                "!!! NO KEY: this %s obeys every note on %s, whoever publishes it: anyone who can reach the "
+                "broker can make it send load anywhere, run commands or stop. Give it a cluster key "
+                "(`maestro keygen`, then --key-file or $MAESTRO_KEY_FILE) !!!",
+                self.role.value,
+                self.bus.url,
+            )
         dispatcher = asyncio.create_task(self._dispatch_forever())
         watcher = asyncio.create_task(self._watch_coordinator())
         trimmer = asyncio.create_task(trim_forever())
@@ -188,6 +268,7 @@ class Peer:
             task.cancel()
         await self.shutdown()
         self.bus.close()
+        self._clock.close()
         log.info("%s %s stopped", self.role.value, self.config.name)
         return 0
 
@@ -230,7 +311,16 @@ class Peer:
 
     def _announce(self) -> None:
         # Runs on the MQTT thread after every (re)connect: the coordinator learns of us at once.
-        self.bus.publish(self.topics.notifications, PeerOnline(version=VERSION))
+        self.bus.publish(
+            self.topics.notifications,
+            PeerOnline(version=VERSION, clock_port=self.clock_port, clock_hosts=self._clock_hosts()),
+        )
+
+    def _clock_hosts(self) -> list[str]:
+        """Where the coordinator may reach the clock responder: the addresses configured, then
+        the one this peer reaches the control broker from."""
+        found = [*self.config.clock_hosts, self.bus.local_address()]
+        return [h for h in dict.fromkeys(found) if h]
 
     # --- dispatch -----------------------------------------------------------------------------
 
@@ -259,8 +349,7 @@ class Peer:
             return
         from_notifications = topic == self.topics.notifications
         if isinstance(item, ProtocolError):
-            self.protocol_errors += 1
-            log.warning("bad note on %s: %s", topic, item.reason)
+            self.protocol_errors += 1  # logged by the bus, at most once a minute per sender
             if not from_notifications:
                 self.bus.reply_to_id(item.correlation_id, ProtocolErrorResponse(reason=item.reason))
             return
@@ -343,7 +432,7 @@ class Peer:
     def test_started(self) -> None:
         """A role's own reset when START_TEST names a new test."""
 
-    def check_options(self, options: dict[str, Any]) -> None:
+    def check_options(self, settings: TestOptions) -> None:
         """Role-specific checks of parsed options; raise OptionError to refuse the SET."""
 
     def counters(self) -> dict[str, Any]:
@@ -363,27 +452,32 @@ class Peer:
         """Where this peer writes the current test's files: <data dir>/<test id>/<role>/<name>."""
         return resolve_test_dir(self.config.data_dir, self.current_test_id()) / self.role.value / self.config.name
 
-    def peer_record(self) -> dict[str, Any]:
-        """What every peer.json starts with; a role adds its own account."""
-        return {
-            "name": self.config.name,
-            "host": self.config.host,
-            "peer_id": self.peer_id,
-            "role": self.role.value,
-            "test_id": self.test_id,
-            "version": VERSION,
-        }
+    def peer_record(self) -> PeerRecord:
+        """What every peer.json starts with; a role adds its run and its account."""
+        return PeerRecord(
+            name=self.config.name,
+            role=self.role.value,
+            host=self.config.host,
+            peer_id=self.peer_id,
+            test_id=self.test_id,
+            version=VERSION,
+            options=self.given,  # this test's, as SET gave them (passwords redacted)
+        )
 
     def _on_start_test(self, note: StartTest) -> OkResponse:
         if self.state == Activity.RUNNING:
             raise PeerError(f"busy with test {self.test_id}")
         self.test_id = note.test_id
+        self._options_test, self._options_taken = note.test_id, True
         self.test_started()
         return OkResponse()
 
     # --- shared handlers ----------------------------------------------------------------------
 
     def _on_ping(self, note: PingRequest) -> PingResponse:
+        # Its clock minus ours, less the one-way delay through the broker: close enough to judge
+        # a stamp against a window of a minute.
+        self._offsets[note.header.sender_id] = note.coordinator_time_ns - time.time_ns()
         return PingResponse(
             coordinator_time_ns=note.coordinator_time_ns,
             peer_time_ns=time.time_ns(),
@@ -391,16 +485,27 @@ class Peer:
             pid=os.getpid(),
             state=self.state,
             test_id=self.settings.test_id,
+            clock_port=self.clock_port,
+            clock_hosts=self._clock_hosts(),
+            signed_only=self.config.key is not None,
         )
 
     def _on_set(self, note: SetRequest) -> OkResponse:
         parsed = parse_options(note.options)
-        self.check_options({**self.options, **parsed})
-        self.options.update(parsed)
-        self.settings = TestOptions.from_parsed(self.options)
-        # What is kept and shown (peer.json, STATS, GET) has no passwords; `options` has them to connect.
-        self.raw_options.update(redact(note.options))
-        log.info("options set: %s", ", ".join(sorted(note.options)))
+        named = str(parsed.get("test_id") or "")
+        afresh = starts_afresh(self._options_test, self._options_taken, named)
+        if afresh and self.state == Activity.RUNNING:
+            raise PeerError(f"busy with test {self.test_id}: options for another test wait until it ends")
+        options = ({} if afresh else self._parsed) | parsed
+        settings = TestOptions.from_parsed(options)
+        self.check_options(settings)
+        self._parsed, self.settings = options, settings
+        self.given = ({} if afresh else self.given) | redact(note.options)
+        if afresh:  # the next START_TEST names the test
+            self.test_id, self._options_test, self._options_taken = "", named, False
+        elif named:
+            self._options_test = named
+        log.info("options set%s: %s", " from the defaults" if afresh else "", ", ".join(sorted(note.options)))
         return OkResponse()
 
     def _on_stats(self) -> StatsResponse:
@@ -408,13 +513,13 @@ class Peer:
             state=self.state,
             test_id=self.settings.test_id,
             counters=self.counters(),
-            options=self.raw_options,
+            options=self.given,
         )
 
     def _on_get(self, note: GetRequest) -> GetResponse:
         answers: dict[str, Any] = {
             "version": VERSION,
-            "options": self.raw_options,
+            "options": self.given,
             "data_dir": str(self.config.data_dir),
             "role": self.role.value,
         }
@@ -451,7 +556,9 @@ class Peer:
                 done = UploadComplete(
                     test_id=note.test_id, success=report.ok, uploaded=report.uploaded, message=message
                 )
-            self.bus.publish(self.topics.notifications, done)
+            # Sealed for the test collected, which may not be the one this peer was last given
+            # (`maestro collect` of an earlier test): a keyed coordinator takes it only so.
+            self.bus.publish(self.topics.notifications, done, test_id=note.test_id)
 
         self.spawn(upload())
         return OkResponse()

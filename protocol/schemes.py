@@ -24,6 +24,11 @@ SUT_SCHEMES: dict[str, Scheme] = {
     "kafkas": Scheme("worker.drivers.kafka:KafkaDriver", True, 9093),
     "mqtt": Scheme("worker.drivers.mqtt:MqttDriver", False, 1883),
     "mqtts": Scheme("worker.drivers.mqtt:MqttDriver", True, 8883),
+    # The names and ports of RabbitMQ's own stream clients (its Java client, PerfTest's stream tool).
+    "rabbitmq-stream": Scheme("worker.drivers.rabbit_stream:RabbitStreamDriver", False, 5552),
+    "rabbitmq-stream+tls": Scheme("worker.drivers.rabbit_stream:RabbitStreamDriver", True, 5551),
+    "nats": Scheme("worker.drivers.nats:NatsDriver", False, 4222),
+    "nats+tls": Scheme("worker.drivers.nats:NatsDriver", True, 4222),  # NATS serves TLS on its one port
 }
 
 

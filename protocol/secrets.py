@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ __all__ = [
     "TOKEN_FILE_ENV",
     "SecretFileError",
     "env_path",
+    "exposed",
     "read_secret_file",
     "read_token_file",
     "redact",
@@ -28,6 +30,10 @@ __all__ = [
 # Where the note-signing key and the data server's token are, when no flag says.
 KEY_FILE_ENV = "MAESTRO_KEY_FILE"
 TOKEN_FILE_ENV = "MAESTRO_TOKEN_FILE"
+
+# How deep exposed() follows @FILEs named in @FILEs: NAME.args naming NAME.broker is one level,
+# and files that name each other must not recurse forever.
+_MAX_NESTED_FILES = 4
 
 # scheme://user:password@host — the password runs to the last @ before the host, as urlsplit
 # reads it (a literal @ should be percent-encoded, but a sloppy one must not leak half of it).
@@ -77,6 +83,29 @@ def read_token_file(path: Path) -> str:
     if not all(0x21 <= byte <= 0x7E for byte in token):
         raise SecretFileError(f"the token file {path} must hold one word of printable ASCII")
     return token.decode()
+
+
+def exposed(secret: str, command_line: Sequence[str], _depth: int = 0) -> str | None:
+    """Why `secret` is exposed by the way this command line gives it, or None: on the command line
+    itself, which `ps` shows every user of the host for as long as the process runs, or in an
+    @FILE of arguments that others than its owner may read (an @FILE may name another, as
+    `--broker @NAME.broker` in NAME.args does: argparse reads that one too)."""
+    for arg in command_line:
+        if not arg.startswith("@"):
+            if _depth == 0 and secret in arg:
+                return "is on the command line, where ps shows it to every user of this host"
+            continue
+        path = Path(arg[1:])
+        try:
+            text = path.read_text(errors="replace")
+            mode = path.stat().st_mode
+        except OSError:
+            continue  # argparse says what is wrong with the file
+        if secret in text and mode & 0o077:
+            return f"is in {path}, which others may read (mode {stat.S_IMODE(mode):04o}): chmod 600 {path}"
+        if _depth < _MAX_NESTED_FILES and (why := exposed(secret, text.splitlines(), _depth + 1)):
+            return why
+    return None
 
 
 def env_path(name: str) -> Path | None:

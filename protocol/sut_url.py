@@ -5,9 +5,11 @@ read the parsed `Endpoint`."""
 
 from __future__ import annotations
 
+import re
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -15,7 +17,15 @@ from protocol.parsing import boolean, choice, integer, number_range, text
 from protocol.schemes import SUT_SCHEMES
 from protocol.secrets import redact_text
 
-__all__ = ["COMMON_OPTIONS", "DRIVER_OPTIONS", "Endpoint", "SutUrlError", "parse_sut_url"]
+__all__ = [
+    "COMMON_OPTIONS",
+    "DRIVER_OPTIONS",
+    "Endpoint",
+    "SutUrlError",
+    "parse_sut_url",
+    "stream_max_age",
+    "stream_offset",
+]
 
 
 class SutUrlError(ValueError):
@@ -24,6 +34,33 @@ class SutUrlError(ValueError):
 
 # Options every driver understands.
 COMMON_OPTIONS: dict[str, Callable[[Any], Any]] = {"ca": text, "insecure": boolean, "destinations": number_range}
+
+
+def stream_offset(value: Any) -> tuple[str, int]:
+    """Where a stream consumer starts: `first`, `last`, `next`, an offset (a whole number) or a
+    time (ISO 8601, `2026-11-30T12:00:00Z`; without a zone, UTC): (`first`|`last`|`next`, 0),
+    (`offset`, the offset) or (`timestamp`, ms since the epoch)."""
+    word = text(value).strip()
+    if word in ("first", "last", "next"):
+        return word, 0
+    if word.isdigit():
+        return "offset", int(word)
+    try:
+        moment = datetime.fromisoformat(word)
+    except ValueError as exc:
+        raise ValueError(f"expected first, last, next, an offset or an ISO 8601 time, got {value!r}") from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return "timestamp", int(moment.timestamp() * 1000)
+
+
+def stream_max_age(value: Any) -> str:
+    """A stream's `max-age` as RabbitMQ reads it: a whole number and a unit, Y M D h m s (`7D`, `12h`)."""
+    word = text(value).strip()
+    if not re.fullmatch(r"[1-9]\d*[YMDhms]", word):
+        raise ValueError(f"expected a whole number and a unit of Y, M, D, h, m or s (7D, 12h), got {value!r}")
+    return word
+
 
 # What each driver understands in the query string: name -> parser.
 DRIVER_OPTIONS: dict[str, dict[str, Callable[[Any], Any]]] = {
@@ -34,6 +71,9 @@ DRIVER_OPTIONS: dict[str, dict[str, Callable[[Any], Any]]] = {
         "routing_key": text,
         "queue_type": choice("classic", "quorum", "stream"),
         "max_length": integer(1, 2**31),
+        # What a full queue does (RabbitMQ's x-overflow): drops its oldest message (RabbitMQ's
+        # default), or refuses the new one (a nack with confirms).
+        "overflow": choice("drop-head", "reject-publish", "reject-publish-dlx"),
         "lazy": boolean,
         "durable": boolean,  # the queue survives a broker restart
         "persistent": boolean,  # delivery mode 2
@@ -76,6 +116,29 @@ DRIVER_OPTIONS: dict[str, dict[str, Callable[[Any], Any]]] = {
         "max_inflight": integer(1, 65535),  # QoS 1/2 messages awaiting their acknowledgement
         "version": choice("3.1.1", "5"),  # MQTT 5 carries request/reply's response topic
         "reply_to": text,  # a requester's reply topic base (MQTT 5); none: maestro/replies
+    },
+    "worker.drivers.rabbit_stream:RabbitStreamDriver": {
+        "vhost": text,
+        "offset": stream_offset,  # where a consumer starts; default next: what is published from now on
+        "credit": integer(1, 1000),  # chunks the broker may send a consumer before it gives credit back
+        # Every connection through the URL's host and port (a load balancer, a proxy), not to the
+        # address the stream's leader or replica advertises.
+        "load_balancer": boolean,
+        # The stream's retention, RabbitMQ's argument names, given when the driver creates it (a
+        # stream that exists keeps its own).
+        "max-length-bytes": integer(1, 2**63 - 1),
+        "max-segment-size-bytes": integer(1, 3_000_000_000),  # RabbitMQ's bound: 3 GB
+        "max-age": stream_max_age,
+    },
+    "worker.drivers.nats:NatsDriver": {
+        "jetstream": boolean,  # published with JetStream's acknowledgement, read through a pull consumer
+        "stream": text,  # JetStream: the stream; none: the one that takes the subject, else one made
+        "consumer": text,  # JetStream: the durable pull consumer receivers share; made if missing
+        "deliver": choice("new", "all", "last"),  # where a consumer the driver makes starts
+        "batch": integer(1, 10_000),  # JetStream: messages one pull request asks for
+        "storage": choice("file", "memory"),  # JetStream: a stream the driver makes
+        "queue": text,  # core NATS: receivers share the messages as this queue group
+        "reply_to": text,  # a requester's reply subject base; none: an inbox of its own
     },
 }
 

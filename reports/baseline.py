@@ -18,6 +18,7 @@ class Thresholds:
     throughput_drop: float = 0.05  # receive rate may fall by this fraction
     latency_rise: float = 0.10  # p50, p99, p99.9 may rise by this fraction
     loss_rise: float = 0.0  # lost/sent may rise by this many points (0.001 = 0.1 %)
+    duplicate_rise: float = 0.0  # duplicates/sent, likewise (`maestro history`)
 
 
 def _ratio(lost: int, sent: int) -> float:
@@ -25,7 +26,18 @@ def _ratio(lost: int, sent: int) -> float:
 
 
 def compare(current: dict[str, Any], baseline: dict[str, Any], thresholds: Thresholds) -> dict[str, Any]:
-    """Both arguments are summary.json contents."""
+    """Both arguments are summary.json contents. A run that did not measure the SUT (outcome
+    "invalid") is held to nothing and holds nothing to it: the verdict is "invalid", with why."""
+    for which, run in (("the baseline", baseline), ("this run", current)):
+        if run.get("outcome") == "invalid":
+            why = f"{which} ({run['test_id']}) did not measure the SUT: {run.get('reason')}"
+            return {
+                "test_id": baseline["test_id"],
+                "verdict": "invalid",
+                "regressions": [],
+                "reason": why,
+                "changes": {},
+            }
     changes: dict[str, dict[str, Any]] = {}
 
     def judge(name: str, base: float, now: float, regression: bool, threshold: float) -> None:
@@ -43,6 +55,8 @@ def compare(current: dict[str, Any], baseline: dict[str, Any], thresholds: Thres
         "receive_rate", base_rate, rate, rate < base_rate * (1 - thresholds.throughput_drop), thresholds.throughput_drop
     )
     for key in ("p50", "p99", "p999"):
+        if not baseline["latency_us"] or not current["latency_us"]:
+            break  # a run whose latency is no figure (summary.json's `latency_untrusted`): nothing to hold it to
         base_us, now_us = baseline["latency_us"][key], current["latency_us"][key]
         judge(
             f"latency_{key}_us",

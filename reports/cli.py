@@ -4,24 +4,32 @@ own (the `maestro` CLI starts them so: the coordinator package does not import t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import shutil
 import sys
+import traceback
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 
+from protocol.codes import ExitCode
 from protocol.daemon_cli import add_log_level, configure_logging
-from protocol.secrets import TOKEN_FILE_ENV, SecretFileError, env_path, read_token_file
+from protocol.secrets import TOKEN_FILE_ENV, SecretFileError, env_path, read_secret_file, read_token_file
 from reports.change_points import DEFAULT_MAX_P
-from reports.paths import UnsafePathError, resolve_inside
+from reports.paths import UnsafePathError, resolve_inside, result_dirs
+from reports.results_index import ResultsIndexError
 from reports.server import create_app
+
+WEBHOOK_ENV = "MAESTRO_WEBHOOK_URL"
 
 __all__ = ["main"]
 
@@ -30,86 +38,217 @@ log = logging.getLogger(__name__)
 
 def _report(args: argparse.Namespace) -> int:
     from reports.baseline import Thresholds  # noqa: PLC0415 - Spark and Plotly only here
-    from reports.report import build_index, build_report  # noqa: PLC0415
-    from reports.report_builder import told_session  # noqa: PLC0415
+    from reports.report import build_index  # noqa: PLC0415
 
     root: Path = args.results
     if not root.is_dir():
         print(f"maestro report: no results folder {root}", file=sys.stderr)
-        return 2
+        return ExitCode.CANNOT_RUN
     try:
         tests = [resolve_inside(root, t) for t in args.test_ids]
+        baseline = resolve_inside(root, args.baseline) if args.baseline else None
     except UnsafePathError as exc:
         print(f"maestro report: {exc}", file=sys.stderr)
-        return 2
-    missing = [t.name for t in tests if not t.is_dir()]
+        return ExitCode.CANNOT_RUN
+    missing = [t.name for t in tests if not t.is_dir()] + (
+        [baseline.name] if baseline and not baseline.is_dir() else []
+    )
     if missing:
         print(f"maestro report: no test {', '.join(missing)} in {root}", file=sys.stderr)
-        return 2
+        return ExitCode.CANNOT_RUN
     if not tests:
-        candidates = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+        candidates = sorted(result_dirs(root))
         tests = [d for d in candidates if args.all or not (d / "report" / "index.html").exists()]
-    baseline = None
-    if args.baseline:
-        try:
-            baseline = resolve_inside(root, args.baseline)
-        except UnsafePathError as exc:
-            print(f"maestro report: baseline: {exc}", file=sys.stderr)
-            return 2
-        if not baseline.is_dir():
-            print(f"maestro report: no baseline test {args.baseline} in {root}", file=sys.stderr)
-            return 2
     thresholds = Thresholds(args.max_throughput_drop, args.max_latency_rise, args.max_loss_rise)
-    regressions = []
-    if tests:
-        jvm_log = None if args.verbose else root / ".logs" / "spark.log"
-        spark = told_session(args.master, jvm_log, sys.stderr)
-        try:
-            for test_dir in tests:
-                folder, summary = build_report(spark, test_dir, baseline, thresholds)
-                print(f"report: {folder / 'index.html'}")
-                comparison = summary.get("baseline")
-                if comparison:
-                    print(f"against {comparison['test_id']}: {comparison['verdict']} {comparison['regressions'] or ''}")
-                    if comparison["verdict"] != "pass":
-                        regressions.append(test_dir.name)
-        finally:
-            spark.stop()
+    built = _build_reports(args, tests, baseline, thresholds) if tests else _Built()
     print(f"index:  {build_index(root)}")
-    return 3 if regressions else 0
+    if built.failed:
+        print(f"maestro report: {len(built.failed)} of {len(tests)} reports not built:", file=sys.stderr)
+        for why in built.failed:
+            print(f"  {why}", file=sys.stderr)
+        return ExitCode.FAILED
+    if built.regressions:
+        return ExitCode.REGRESSION
+    return ExitCode.INVALID if built.not_compared else ExitCode.SUCCESS
+
+
+@dataclass
+class _Built:
+    """What became of the reports asked for, by test id."""
+
+    failed: list[str] = field(default_factory=list)  # "<test id>: why", one line each
+    regressions: list[str] = field(default_factory=list)
+    not_compared: list[str] = field(default_factory=list)  # an invalid run on either side: no verdict
+
+
+def _build_reports(args: argparse.Namespace, tests: list[Path], baseline: Path | None, thresholds: Any) -> _Built:
+    """Each test's report in one Spark session; a test whose files fail its report is said in
+    one line and the others' are still built."""
+    from reports.report import build_report  # noqa: PLC0415 - Spark and Plotly only here
+    from reports.report_builder import told_session  # noqa: PLC0415
+
+    root: Path = args.results
+    built = _Built()
+    spark = told_session(args.master, None if args.verbose else root / ".logs" / "spark.log", sys.stderr)
+    try:
+        for test_dir in tests:
+            try:
+                folder, summary = build_report(spark, test_dir, baseline, thresholds)
+            except Exception as exc:  # this test's files: the other tests' reports are still built
+                built.failed.append(
+                    f"{test_dir.name}: {_one_line(exc, root / '.logs' / f'report-{test_dir.name}.log')}"
+                )
+                print(f"report of {built.failed[-1]}", file=sys.stderr)
+                continue
+            print(f"report: {folder / 'index.html'}")
+            if comparison := summary.get("baseline"):
+                said = comparison.get("reason") or comparison["regressions"] or ""
+                print(f"against {comparison['test_id']}: {comparison['verdict']} {said}")
+                if comparison["verdict"] == "regression":
+                    built.regressions.append(test_dir.name)
+                elif comparison["verdict"] == "invalid":
+                    built.not_compared.append(test_dir.name)
+    finally:
+        spark.stop()
+    return built
+
+
+def _one_line(exc: Exception, kept: Path) -> str:
+    """Why a report was not built, in one line: a reader's own words (a file cut short, not a
+    rate file) where Spark's error carries them inside its own; the traceback kept in `kept`."""
+    text = "".join(traceback.format_exception(exc))
+    with contextlib.suppress(OSError):
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(text)
+    if isinstance(exc, ValueError | OSError):
+        return str(exc).strip().splitlines()[0]
+    ours = [
+        line.split(": ", 1)[1] for line in text.splitlines() if line.startswith(("ValueError: ", "DamagedFileError: "))
+    ]
+    first = ours[-1] if ours else (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return f"{first} (traceback: {kept})"
+
+
+def _report_or_say_why(args: argparse.Namespace) -> int:
+    """`_report`, and when it breaks (Spark cannot start, a package is missing) one line saying
+    why, with the traceback kept in RESULTS/.logs/report-error.log for whoever digs further."""
+    try:
+        return _report(args)
+    except Exception as exc:
+        kept = args.results / ".logs" / "report-error.log"
+        try:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.write_text(traceback.format_exc())
+            where = f" (traceback: {kept})"
+        except OSError:
+            where = ""
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(f"maestro report: failed: {type(exc).__name__}: {first}{where}", file=sys.stderr)
+        return 1
 
 
 def _history(args: argparse.Namespace) -> int:
-    from reports.baseline import Thresholds  # noqa: PLC0415 - Plotly only here
-    from reports.history import analyse, gate, history_page, history_table  # noqa: PLC0415
+    from reports.history import analyse, history_page, history_table  # noqa: PLC0415 - Plotly only here
     from reports.page import PLOTLY_JS  # noqa: PLC0415
+    from reports.verdict import GateRules, GateVerdict, Verdict, judge  # noqa: PLC0415
 
     try:
+        args.webhook_url = _webhook_url(args.webhook_file)
         runs = _history_runs(args)
-    except HistorySourceError as exc:
+    except (HistorySourceError, SecretFileError) as exc:
         print(f"maestro history: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.CANNOT_RUN
+    history = analyse(args.name, runs, max_p=args.max_p)
+    rules = GateRules(
+        args.max_throughput_drop, args.max_latency_rise, args.max_loss_rise, args.max_duplicate_rise, args.min_runs
+    )
+    verdict = judge(history, rules) if runs else GateVerdict(Verdict.INCONCLUSIVE, "no finished run")
     if not runs:
         where = args.server or args.results
         print(f"maestro history: no finished run of a test named {args.name!r} in {where}", file=sys.stderr)
-        return 2
-    history = analyse(args.name, runs, max_p=args.max_p)
-    regressions = gate(history, Thresholds(args.max_throughput_drop, args.max_latency_rise, args.max_loss_rise))
-    if args.json:
-        print(json.dumps(history.as_dict() | {"regressions": regressions}, indent=2))
+        if not args.gate:
+            return ExitCode.CANNOT_RUN
+    elif any(path == "-" for _, path in args.export):
+        pass  # standard output is the export's
+    elif args.json:
+        print(json.dumps(history.as_dict() | {"gate": verdict.as_dict()}, indent=2))
     else:
         print(history_table(history))
-    if args.html:
+    if args.html and runs:
         args.html.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(PLOTLY_JS, args.html.parent / "plotly.min.js")
         args.html.write_text(history_page(history, "plotly.min.js"))
         print(f"page: {args.html}", file=sys.stderr)
+    exported = _export(history, args.export) if runs else ExitCode.SUCCESS
+    _notify(args, history, verdict)
     if args.gate:
-        for why in regressions:
-            print(f"regression: {why}", file=sys.stderr)
-        print(f"gate: {'regression' if regressions else 'pass'}", file=sys.stderr)
-        return 3 if regressions else 0
-    return 0
+        for finding in verdict.findings:
+            label = Verdict.INCONCLUSIVE if finding in verdict.doubts else verdict.verdict
+            print(f"{label.value.lower()}: {finding}", file=sys.stderr)
+        print(f"gate: {verdict.line}", file=sys.stderr)
+        return verdict.exit_code
+    return exported
+
+
+def _export(history: Any, exports: list[tuple[str, str]]) -> ExitCode:
+    """Each `--export FORMAT:PATH` written ("-": standard output); INVALID where one is refused
+    because the newest run did not measure the SUT (nothing is written for it)."""
+    from reports.exports import EXPORTS, NotExportableError  # noqa: PLC0415
+
+    code = ExitCode.SUCCESS
+    for kind, path in exports:
+        try:
+            text = EXPORTS[kind](history)
+        except NotExportableError as exc:
+            print(f"maestro history: --export {kind}: not written: {exc}", file=sys.stderr)
+            code = ExitCode.INVALID
+            continue
+        if path == "-":
+            sys.stdout.write(text)
+        else:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text)
+            print(f"{kind}: {path}", file=sys.stderr)
+    return code
+
+
+def _notify(args: argparse.Namespace, history: Any, verdict: Any) -> None:
+    """The webhook, on a regression or an invalid newest run; a webhook that does not take it
+    is said, and changes no exit code (the gate's verdict is the night's answer)."""
+    from reports.exports import post_webhook, webhook_body  # noqa: PLC0415
+
+    url = args.webhook_url
+    newest = history.newest
+    if not url or newest is None:
+        return
+    if args.server:
+        report = f"{args.server.rstrip('/')}/results/{urllib.parse.quote(newest.test_id)}/report/"
+    else:
+        report = str((args.results / newest.test_id / "report" / "index.html").resolve())
+    body = webhook_body(history, verdict, slack=args.webhook_format == "slack", report_url=report)
+    if body is None:
+        return
+    failed = post_webhook(url, body)
+    print(f"maestro history: webhook {'sent' if failed is None else failed}", file=sys.stderr)
+
+
+def _webhook_url(path: Path | None) -> str | None:
+    """The webhook's URL, from its file or the environment: never the command line, as a
+    chat's webhook URL is its password."""
+    url = read_secret_file(path, "webhook URL").decode() if path is not None else os.environ.get(WEBHOOK_ENV)
+    if url and urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        where = path if path is not None else f"${WEBHOOK_ENV}"
+        raise HistorySourceError(f"the webhook URL in {where} is no http:// or https:// URL")
+    return url or None
+
+
+def _export_spec(text: str) -> tuple[str, str]:
+    from reports.exports import EXPORTS  # noqa: PLC0415
+
+    kind, _, path = text.partition(":")
+    if kind not in EXPORTS or not path:
+        raise argparse.ArgumentTypeError(f"{text!r}: use FORMAT:PATH, FORMAT one of {', '.join(EXPORTS)}")
+    return kind, path
 
 
 class HistorySourceError(Exception):
@@ -117,7 +256,7 @@ class HistorySourceError(Exception):
 
 
 def _history_runs(args: argparse.Namespace) -> list[Any]:
-    from reports.history import read_runs, runs_from_dicts  # noqa: PLC0415
+    from reports.history import runs_from_dicts  # noqa: PLC0415
 
     if args.server:
         url = f"{args.server.rstrip('/')}/api/history/{urllib.parse.quote(args.name, safe='')}"
@@ -125,38 +264,135 @@ def _history_runs(args: argparse.Namespace) -> list[Any]:
             with urllib.request.urlopen(url, timeout=60) as response:
                 answer = json.loads(response.read())
         except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return []  # no run of that name: the gate's to say what that means
             raise HistorySourceError(f"{url} answered {exc.code}: {exc.read().decode(errors='replace')[:300]}") from exc
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise HistorySourceError(f"cannot read {url}: {getattr(exc, 'reason', exc)}") from exc
         return runs_from_dicts(answer.get("runs", []))
     if not args.results.is_dir():
         raise HistorySourceError(f"no results folder {args.results}")
-    return read_runs(args.results, args.name)
+    return _indexed_runs(args.results, args.db, args.name)
+
+
+def _indexed_runs(results: Path, db: str | None, name: str) -> list[Any]:
+    """The runs named `name` from the results index, brought up to date with the files first."""
+    from reports.results_index import ResultsIndex, ResultsIndexError  # noqa: PLC0415 - SQLAlchemy only here
+
+    try:
+        with ResultsIndex(results, db) as index:
+            index.sync()
+            return index.runs(name)
+    except ResultsIndexError as exc:
+        raise HistorySourceError(str(exc)) from exc
+
+
+def _index(args: argparse.Namespace) -> int:
+    from reports.results_index import ResultsIndex, ResultsIndexError  # noqa: PLC0415 - SQLAlchemy only here
+
+    if not args.results.is_dir():
+        print(f"maestro index: no results folder {args.results}", file=sys.stderr)
+        return ExitCode.CANNOT_RUN
+    try:
+        with ResultsIndex(args.results, args.db) as index:
+            stats = index.rebuild()
+            names, where = index.names(), index.shown_url
+    except ResultsIndexError as exc:
+        print(f"maestro index: {exc}", file=sys.stderr)
+        return ExitCode.CANNOT_RUN
+    print(
+        f"indexed {stats.rows} test records of {args.results} ({len(names)} test names with finished runs) in {where}"
+    )
+    return ExitCode.SUCCESS
+
+
+def _threshold(text: str) -> Any:
+    from reports.verdict import Threshold  # noqa: PLC0415
+
+    try:
+        return Threshold.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _add_db(parser: Any) -> None:
+    parser.add_argument(
+        "--db",
+        help="the results index: a SQLAlchemy URL, e.g. postgresql://user@host/db (default: SQLite in "
+        "RESULTS/.maestro-index.sqlite3)",
+    )
 
 
 def _add_history(sub: Any) -> None:
     history = sub.add_parser(
         "history",
-        help="every run of a test by name, with change points in its figures; --gate fails on a regression",
+        help="every run of a test by name, with change points in its figures; --gate: PASS, REGRESSION or INCONCLUSIVE",
         description="List every finished run of the test named NAME (oldest first) with its receive rate, latency "
-        "p50/p99/p99.9 and loss, and find change points in each figure by E-divisive means with a permutation "
-        "test. Failed and generator-bound runs are marked and left out of the detection. With --gate, exit 3 when "
-        "the newest runs sit after a change point that made a figure worse beyond its threshold.",
+        "p50/p99/p99.9, loss and duplicates, and find change points in each figure by E-divisive means with a "
+        "permutation test. Failed and generator-bound runs, and runs of another workload or testbed than the "
+        "newest, are marked and left out. With --gate, judge the newest run: exit 0 (PASS), 3 (REGRESSION) or 5 "
+        "(INCONCLUSIVE: too few comparable runs, or noise wider than a threshold), with one line saying why.",
     )
     history.add_argument("name", help="the test's name (test.json's name; `maestro test --name`)")
     source = history.add_mutually_exclusive_group()
     source.add_argument("--results", type=Path, default=Path("results"), help="a results folder (default: %(default)s)")
     source.add_argument("--server", help="a data server's URL instead, e.g. http://lab-data:8080")
-    history.add_argument("--gate", action="store_true", help="exit 3 when the newest runs regressed")
-    history.add_argument("--max-throughput-drop", type=float, default=0.05, help="fraction (default: %(default)s)")
-    history.add_argument("--max-latency-rise", type=float, default=0.10, help="fraction (default: %(default)s)")
+    _add_db(history)
+    history.add_argument("--gate", action="store_true", help="judge the newest run: exit 0, 3 or 5")
+    thresholds = "a fraction (0.05), a percentage (5%%) or noise units (3sigma)"
+    history.add_argument(
+        "--max-throughput-drop", type=_threshold, default="0.05", help=f"{thresholds} (default: %(default)s)"
+    )
+    history.add_argument(
+        "--max-latency-rise", type=_threshold, default="0.10", help=f"{thresholds} (default: %(default)s)"
+    )
     history.add_argument("--max-loss-rise", type=float, default=0.0, help="loss ratio points (default: %(default)s)")
+    history.add_argument(
+        "--max-duplicate-rise", type=float, default=0.0, help="duplicate ratio points (default: %(default)s)"
+    )
+    history.add_argument(
+        "--min-runs",
+        type=int,
+        default=5,
+        help="comparable runs needed before the newest for a verdict (default: %(default)s)",
+    )
     history.add_argument(
         "--max-p", type=float, default=DEFAULT_MAX_P, help="significance level of a change point (default: %(default)s)"
     )
     history.add_argument("--json", action="store_true", help="print the history as JSON instead of a table")
     history.add_argument("--html", type=Path, help="also write the history page to this file")
+    history.add_argument(
+        "--export",
+        type=_export_spec,
+        action="append",
+        default=[],
+        metavar="FORMAT:PATH",
+        help="also write the history for another tool (PATH - : standard output); FORMAT: otava (CSV of the "
+        "comparable runs), bencher (BMF JSON), github-bigger / github-smaller (github-action-benchmark's "
+        "customBiggerIsBetter / customSmallerIsBetter JSON) of the newest run, refused (exit 4) when it is "
+        "invalid, failed or generator-bound; repeatable",
+    )
+    history.add_argument(
+        "--webhook-file",
+        type=Path,
+        help=f"a file (mode 600) holding a URL to POST to on a REGRESSION or an invalid newest run (or ${WEBHOOK_ENV})",
+    )
+    history.add_argument(
+        "--webhook-format",
+        choices=("json", "slack"),
+        default="json",
+        help='json: the verdict, why, findings, test id and report; slack: {"text": ...} (default: %(default)s)',
+    )
     add_log_level(history, "warning")
+    index = sub.add_parser(
+        "index",
+        help="rebuild the results index of a results folder from its files",
+        description="Read every test.json under RESULTS again into the results index (which `maestro history` "
+        "and the data server otherwise bring up to date with the files as they read it).",
+    )
+    index.add_argument("results", type=Path, help="the results folder")
+    _add_db(index)
+    add_log_level(index, "warning")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -167,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="run the data server")
     serve.add_argument("--data", type=Path, default=Path("results"), help="the data root (default: %(default)s)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    serve.add_argument("--port", type=int, default=8080, help="(default: %(default)s)")
+    serve.add_argument("--port", type=int, default=8080, help="port to listen on (default: %(default)s)")
     serve.add_argument(
         "--token-file",
         type=Path,
@@ -175,6 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="refuse uploads without the bearer token in this file (mode 600); reading stays open "
         "(default: $MAESTRO_TOKEN_FILE, else none)",
     )
+    _add_db(serve)
     add_log_level(serve, "info")
     report = sub.add_parser(
         "report",
@@ -208,21 +445,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
     if args.command == "report":
-        return _report(args)
+        return _report_or_say_why(args)
     if args.command == "builder":
         from reports.report_builder import run_builder  # noqa: PLC0415 - Spark only here
 
         return run_builder(args.results.resolve(), sys.stdin)
     if args.command == "history":
         return _history(args)
+    if args.command == "index":
+        return _index(args)
     try:
         token = read_token_file(args.token_file).encode() if args.token_file else None
     except SecretFileError as exc:
         print(f"maestro serve: {exc}", file=sys.stderr)
         return 2
     try:
-        app = create_app(args.data, token)
-    except OSError as exc:
+        app = create_app(args.data, token, db=args.db)
+    except (OSError, ResultsIndexError) as exc:
         print(f"maestro serve: cannot use {args.data}: {exc}", file=sys.stderr)
         return 2
     log.info(

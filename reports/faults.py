@@ -292,12 +292,13 @@ def peer_events(peers: Peers) -> PeerEvents:
     disconnects: list[int] = []
     reconnects: list[int] = []
     for _, info in peers:
-        if info.get("role") not in ("sender", "receiver"):
-            continue
-        for second, count in info.get("duplicates_per_s", {}).items():
-            duplicates[int(second)] = duplicates.get(int(second), 0) + count
-        disconnects += [t // 1000 for t in info.get("disconnects_ns", [])]
-        reconnects += [t // 1000 for t in info.get("reconnects_ns", [])]
+        if info.receiver is not None:
+            for second, count in info.receiver.duplicates_per_s.items():
+                duplicates[int(second)] = duplicates.get(int(second), 0) + count
+            reconnects += [t // 1000 for t in info.receiver.reconnects_ns]
+        if info.sender is not None:
+            disconnects += [t // 1000 for t in info.sender.disconnects_ns]
+            reconnects += [t // 1000 for t in info.sender.reconnects_ns]
     return PeerEvents(duplicates, np.sort(np.array(disconnects, np.int64)), np.sort(np.array(reconnects, np.int64)))
 
 

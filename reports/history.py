@@ -3,7 +3,9 @@ in each figure's series (reports.change_points). A nightly job gates a build on 
 on one baseline: a noisy night moves no change point, a lasting regression does.
 
 Runs that failed or whose load generator was the limit are listed and marked, and left out of
-the detection: their figures describe the failure or the generator, not the build.
+the detection: their figures describe the failure or the generator, not the build. So are runs
+not comparable with the newest: another workload or another testbed (reports.run_facts,
+protocol.testbed) is another series, not a change of the build.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from protocol.testbed import testbed_fingerprint
 from reports.baseline import Thresholds
 from reports.change_points import DEFAULT_MAX_P, change_points
 from reports.page import ERRORS_JS, STYLE, figure, table
+from reports.paths import result_dirs
+from reports.run_facts import sut_of, workload_hash
 from reports.summary import read_test_json
 
 __all__ = [
@@ -48,12 +53,18 @@ class Figure:
 
 
 def _latency(key: str) -> Callable[[dict[str, Any]], float | None]:
-    return lambda summary: _number((summary.get("latency_us") or {}).get(key))
+    # A latency that is no figure (`latency_untrusted`) is not one in a history either.
+    return lambda summary: (
+        None if summary.get("latency_untrusted") else _number((summary.get("latency_us") or {}).get(key))
+    )
 
 
-def _loss_ratio(summary: dict[str, Any]) -> float | None:
-    sent, lost = _number(summary.get("sent")), _number(summary.get("lost"))
-    return None if sent is None or lost is None else (lost / sent if sent else 0.0)
+def _per_sent(key: str) -> Callable[[dict[str, Any]], float | None]:
+    def ratio(summary: dict[str, Any]) -> float | None:
+        sent, count = _number(summary.get("sent")), _number(summary.get(key))
+        return None if sent is None or count is None else (count / sent if sent else 0.0)
+
+    return ratio
 
 
 FIGURES = (
@@ -61,8 +72,12 @@ FIGURES = (
     Figure("latency_p50_us", "Latency p50", "µs", False, _latency("p50")),
     Figure("latency_p99_us", "Latency p99", "µs", False, _latency("p99")),
     Figure("latency_p999_us", "Latency p99.9", "µs", False, _latency("p999")),
-    Figure("loss_ratio", "Loss (lost / sent)", "ratio", False, _loss_ratio),
+    Figure("loss_ratio", "Loss (lost / sent)", "ratio", False, _per_sent("lost")),
+    Figure("duplicate_ratio", "Duplicates (duplicates / sent)", "ratio", False, _per_sent("duplicates")),
 )
+# Figures that are counts of what went wrong, judged by how far they rose in ratio points; the
+# others by how far they moved relative to their level.
+COUNTED = frozenset({"loss_ratio", "duplicate_ratio"})
 
 
 def _number(value: Any) -> float | None:
@@ -78,12 +93,15 @@ class Run:
     outcome: str
     figures: dict[str, float | None]
     generator_bound: bool = False
+    reason: str | None = None
+    workload: str = ""  # reports.run_facts.workload_hash of its definition
+    testbed: str = ""  # protocol.testbed.testbed_fingerprint of its testbed
 
     @property
     def excluded(self) -> str | None:
         """Why the detection leaves this run out, if it does."""
         if self.outcome != "success":
-            return "failed"
+            return "invalid" if self.outcome == "invalid" else "failed"
         if self.generator_bound:
             return "generator-bound"
         return None
@@ -102,17 +120,32 @@ def run_of(record: dict[str, Any]) -> Run | None:
         outcome=str(record.get("outcome") or "unknown"),
         figures={f.key: f.read(summary) for f in FIGURES},
         generator_bound=any(isinstance(p, dict) and p.get("generator_bound") for p in peers),
+        reason=record.get("reason"),
+        workload=workload_hash(record.get("definition")),
+        testbed=testbed_fingerprint(record.get("testbed")),
     )
 
 
+def facts_of(record: dict[str, Any]) -> dict[str, Any]:
+    """What a run ran against and on, as the results index keeps it beside its figures."""
+    sut_kind, sut_version = sut_of(record)
+    testbed = record.get("testbed") or {}
+    return {
+        "sut_kind": sut_kind,
+        "sut_version": sut_version,
+        "client_libraries": testbed.get("client_libraries") or {},
+        "testbed": testbed,
+    }
+
+
 def read_runs(root: Path, name: str) -> list[Run]:
-    """Every run named `name` in a results folder, oldest first."""
+    """Every run named `name` in a results folder, oldest first, read from the files (the
+    results index, reports.results_index, keeps the same runs in a database)."""
     runs = []
-    for directory in root.iterdir():
-        if directory.is_dir() and not directory.name.startswith("."):
-            record = read_test_json(directory)
-            if record.get("name") == name and (run := run_of(record)) is not None:
-                runs.append(run)
+    for directory in result_dirs(root):
+        record = read_test_json(directory)
+        if record.get("name") == name and (run := run_of(record)) is not None:
+            runs.append(run)
     return sorted(runs, key=lambda r: (r.started, r.test_id))
 
 
@@ -138,11 +171,27 @@ class History:
     shifts: dict[str, list[Shift]] = field(default_factory=dict)  # by figure key
     max_p: float = DEFAULT_MAX_P
 
+    @property
+    def newest(self) -> Run | None:
+        return self.runs[-1] if self.runs else None
+
+    def left_out(self, run: Run) -> str | None:
+        """Why the detection and the gate leave this run out, if they do: its own outcome, or
+        another workload or testbed than the newest run's."""
+        if run.excluded:
+            return run.excluded
+        newest = self.newest
+        if newest is not None and run.workload != newest.workload:
+            return "other workload"
+        if newest is not None and run.testbed != newest.testbed:
+            return "other testbed"
+        return None
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "max_p": self.max_p,
-            "runs": [asdict(r) | {"excluded": r.excluded} for r in self.runs],
+            "runs": [asdict(r) | {"excluded": r.excluded, "left_out": self.left_out(r)} for r in self.runs],
             "change_points": {
                 key: [asdict(s) | {"change_percent": round(s.change_percent, 3)} for s in shifts]
                 for key, shifts in self.shifts.items()
@@ -159,6 +208,9 @@ def runs_from_dicts(rows: Iterable[dict[str, Any]]) -> list[Run]:
             outcome=str(r.get("outcome", "unknown")),
             figures={f.key: _number((r.get("figures") or {}).get(f.key)) for f in FIGURES},
             generator_bound=bool(r.get("generator_bound")),
+            reason=r.get("reason"),
+            workload=str(r.get("workload") or ""),
+            testbed=str(r.get("testbed") or ""),
         )
         for r in rows
     ]
@@ -166,10 +218,12 @@ def runs_from_dicts(rows: Iterable[dict[str, Any]]) -> list[Run]:
 
 def analyse(name: str, runs: list[Run], max_p: float = DEFAULT_MAX_P) -> History:
     """Change points of each figure over the runs that count (not failed, not generator-bound,
-    the figure present)."""
+    the same workload and testbed as the newest run, the figure present)."""
     history = History(name, runs, max_p=max_p)
     for fig in FIGURES:
-        counted = [(i, r) for i, r in enumerate(runs) if r.excluded is None and r.figures.get(fig.key) is not None]
+        counted = [
+            (i, r) for i, r in enumerate(runs) if history.left_out(r) is None and r.figures.get(fig.key) is not None
+        ]
         values = [float(r.figures[fig.key] or 0.0) for _, r in counted]
         history.shifts[fig.key] = [
             Shift(counted[c.index][1].test_id, counted[c.index][0] + 1, c.p_value, c.mean_before, c.mean_after)
@@ -178,28 +232,52 @@ def analyse(name: str, runs: list[Run], max_p: float = DEFAULT_MAX_P) -> History
     return history
 
 
-def gate(history: History, thresholds: Thresholds) -> list[str]:
+def limits_of(thresholds: Thresholds) -> dict[str, float]:
+    """Each figure's threshold, by key: a fraction of its level, or ratio points (COUNTED)."""
+    return {
+        fig.key: {"receive_rate": thresholds.throughput_drop, "loss_ratio": thresholds.loss_rise}.get(
+            fig.key, thresholds.duplicate_rise if fig.key == "duplicate_ratio" else thresholds.latency_rise
+        )
+        for fig in FIGURES
+    }
+
+
+def worse_by(fig: Figure, before: float, after: float) -> float:
+    """How much worse `after` is than `before` (negative: better): ratio points for a COUNTED
+    figure, else a fraction of `before` (0 when `before` is 0: no level to be relative to)."""
+    if fig.key in COUNTED:
+        return after - before
+    if not before:
+        return 0.0
+    change = (after - before) / before
+    return -change if fig.higher_is_better else change
+
+
+def how_worse(fig: Figure, before: float, after: float, limit: float) -> str:
+    """The change in words, with its threshold: "fell 9.8 % (threshold 5 %)"."""
+    if fig.key in COUNTED:
+        return f"rose from {before:.4%} to {after:.4%} (threshold +{limit:.4%} points)"
+    percent = 100 * abs(after - before) / before if before else 0.0
+    moved = "rose" if after > before else "fell"
+    return f"{moved} {percent:.1f} % (threshold {100 * limit:.3g} %)"
+
+
+def gate(history: History, thresholds: Thresholds | dict[str, float]) -> list[str]:
     """Why the newest runs are a regression: for each figure whose last change point made it
-    worse beyond its threshold, a sentence. Empty when the newest runs are as good as before."""
+    worse beyond its threshold (`limits_of`), a sentence. Empty when the newest runs are as good
+    as before."""
+    limits = limits_of(thresholds) if isinstance(thresholds, Thresholds) else thresholds
     found = []
     for fig in FIGURES:
         shifts = history.shifts.get(fig.key, [])
-        if not shifts:
+        if not shifts or fig.key not in limits:
             continue
         last = shifts[-1]
-        if fig.key == "loss_ratio":
-            worse = last.after - last.before > thresholds.loss_rise
-            how = f"rose from {last.before:.4%} to {last.after:.4%} (threshold +{thresholds.loss_rise:.4%} points)"
-        elif fig.higher_is_better:
-            worse = last.after < last.before * (1 - thresholds.throughput_drop)
-            how = f"fell {-last.change_percent:.1f} % (threshold {100 * thresholds.throughput_drop:g} %)"
-        else:
-            worse = last.after > last.before * (1 + thresholds.latency_rise)
-            how = f"rose {last.change_percent:.1f} % (threshold {100 * thresholds.latency_rise:g} %)"
-        if worse:
+        if worse_by(fig, last.before, last.after) > limits[fig.key]:
             found.append(
-                f"{fig.title} {how} from run {last.run} ({last.test_id}) on: "
-                f"{_value(fig, last.before)} -> {_value(fig, last.after)} {fig.unit}, p = {last.p_value:.3f}"
+                f"{fig.title} {how_worse(fig, last.before, last.after, limits[fig.key])} from run {last.run} "
+                f"({last.test_id}) on: {_value(fig, last.before)} -> {_value(fig, last.after)} {fig.unit}, "
+                f"p = {last.p_value:.3f}"
             )
     return found
 
@@ -207,7 +285,7 @@ def gate(history: History, thresholds: Thresholds) -> list[str]:
 def _value(fig: Figure, value: float | None) -> str:
     if value is None:
         return "-"
-    return f"{value:.6f}" if fig.key == "loss_ratio" else f"{value:,.1f}"
+    return f"{value:.6f}" if fig.key in COUNTED else f"{value:,.1f}"
 
 
 def history_table(history: History) -> str:
@@ -217,7 +295,7 @@ def history_table(history: History) -> str:
     rows = []
     for i, run in enumerate(history.runs, start=1):
         cells = [_value(f, run.figures.get(f.key)) + ("*" if (f.key, i) in changes else "") for f in FIGURES]
-        rows.append([str(i), run.test_id, run.started[:19], run.outcome, *cells, run.excluded or ""])
+        rows.append([str(i), run.test_id, run.started[:19], run.outcome, *cells, history.left_out(run) or ""])
     widths = [max(len(row[c]) for row in [head, *rows]) for c in range(len(head))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [head, *rows]]
     lines.append("* the first run after a change point")
@@ -230,12 +308,15 @@ def history_table(history: History) -> str:
     excluded = sum(1 for r in history.runs if r.excluded)
     if excluded:
         lines.append(f"{excluded} run(s) failed or generator-bound: listed, left out of the detection")
+    unlike = sum(1 for r in history.runs if not r.excluded and history.left_out(r))
+    if unlike:
+        lines.append(f"{unlike} run(s) of another workload or testbed than the newest: listed, left out")
     return "\n".join(lines)
 
 
 def history_page(history: History, plotly_src: str, results_url: str = "/results") -> str:
     """The history as an HTML page: one chart per figure, change points marked."""
-    charts = [_chart(history, fig) for fig in FIGURES]
+    charts = [_chart(history, fig, results_url) for fig in FIGURES]
     rows = [
         {
             "run": i,
@@ -243,7 +324,7 @@ def history_page(history: History, plotly_src: str, results_url: str = "/results
             "started": r.started[:19],
             "outcome": r.outcome,
             **{f.title: _value(f, r.figures.get(f.key)) for f in FIGURES},
-            "marks": r.excluded or "",
+            "marks": history.left_out(r) or "",
         }
         for i, r in enumerate(history.runs, start=1)
     ]
@@ -272,22 +353,23 @@ def history_page(history: History, plotly_src: str, results_url: str = "/results
 {ERRORS_JS}<script src="{html.escape(plotly_src)}"></script><style>{STYLE}</style></head><body>
 <h1>{title}</h1>
 <p>{len(history.runs)} runs. Change points by E-divisive means with a permutation test at p &le; {history.max_p};
-failed and generator-bound runs (marked &times;) are left out of the detection.</p>
+failed and generator-bound runs, and runs of another workload or testbed than the newest (marked &times;), are
+left out of the detection. A point opens its run's report.</p>
 <h2>Change points</h2>{found}
-{"".join(charts)}
+{"".join(charts)}{_POINTS_LINK_JS}
 <h2>Runs</h2>{table(rows, columns, raw=frozenset({"test"}))}
 </body></html>
 """
 
 
-def _chart(history: History, fig: Figure) -> str:
+def _chart(history: History, fig: Figure, results_url: str) -> str:
     counted = [(i, r) for i, r in enumerate(history.runs, start=1) if r.figures.get(fig.key) is not None]
-    kept = [(i, r) for i, r in counted if r.excluded is None]
-    left = [(i, r) for i, r in counted if r.excluded is not None]
+    kept = [(i, r) for i, r in counted if history.left_out(r) is None]
+    left = [(i, r) for i, r in counted if history.left_out(r) is not None]
     chart = go.Figure()
     for runs, name, mode, marker in (
         (kept, fig.title, "lines+markers", {}),
-        (left, "failed or generator-bound", "markers", {"symbol": "x", "size": 10, "color": "#b00020"}),
+        (left, "left out", "markers", {"symbol": "x", "size": 10, "color": "#b00020"}),
     ):
         if runs:
             chart.add_trace(
@@ -297,12 +379,30 @@ def _chart(history: History, fig: Figure) -> str:
                     mode=mode,
                     name=name,
                     marker=marker,
-                    text=[f"{r.test_id}<br>{r.started[:19]}" for _, r in runs],
+                    text=[f"{r.test_id}<br>{r.started[:19]}<br>{history.left_out(r) or ''}" for _, r in runs],
+                    customdata=[f"{results_url}/{r.test_id}" for _, r in runs],
                 )
             )
     for s in history.shifts.get(fig.key, []):
         chart.add_vline(
             x=s.run - 0.5, line_dash="dash", line_color="#b00020", annotation_text=f"{s.change_percent:+.1f} %"
         )
-    chart.update_xaxes(title="run")
+    # Whole runs only, dated; and the y axis from 0, so that 0.3 % of noise does not fill it.
+    ticks = _run_ticks(history.runs)
+    chart.update_xaxes(title="run", tickmode="array", tickvals=[i for i, _ in ticks], ticktext=[t for _, t in ticks])
+    chart.update_yaxes(rangemode="tozero")
     return f'<div class="history-chart" data-figure="{fig.key}">{figure(chart, fig.title, fig.unit)}</div>'
+
+
+def _run_ticks(runs: list[Run], most: int = 12) -> list[tuple[int, str]]:
+    """At most `most` whole-run ticks, each with its run's date."""
+    step = max(1, math.ceil(len(runs) / most))
+    return [(i, f"{i}<br>{runs[i - 1].started[:10]}") for i in range(1, len(runs) + 1, step)]
+
+
+# A click on a point opens its run (each point's customdata is its URL).
+_POINTS_LINK_JS = """<script>
+document.querySelectorAll('.history-chart .plotly-graph-div').forEach(div => {
+  div.on('plotly_click', e => { const url = e.points[0].customdata; if (url) window.location.href = url; });
+});
+</script>"""

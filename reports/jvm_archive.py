@@ -6,7 +6,7 @@ checking Spark's classes from its jars. The first run has its JVM write the clas
 an archive as it exits (`-XX:ArchiveClassesAtExit`, some 160 MB, a few seconds after the report
 is done); later runs map it (`-XX:SharedArchiveFile`). On a 2-core machine that took the
 session's start from 6.0 to 2.5 s and the first job over 30 M records from 7.1 to 5.0 s
-(bench/README.md, session 15).
+(bench/HISTORY.md).
 
 Each JVM writes under a name of its own (`spark-<key>.<pid>.part`). A later start adopts a part
 (renames it to `spark-<key>.jsa`, atomically) once no process names it on its command line (its

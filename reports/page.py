@@ -9,6 +9,9 @@ from typing import Any
 import plotly
 import plotly.graph_objects as go
 
+from protocol.clock_correction import untrusted_latency
+from protocol.fail import FailConditions
+
 __all__ = ["ERRORS_JS", "PLOTLY_JS", "STYLE", "SUMMARY_KEYS", "cell", "figure", "summary_json", "table"]
 
 SUMMARY_KEYS = (
@@ -22,14 +25,23 @@ SUMMARY_KEYS = (
     "duplicates",
     "send_rate",
     "receive_rate",
-    "latency_us",
+    "latency_us",  # null where `latency_untrusted` says why there is no figure
+    "latency_uncertainty_us",  # ± on the latency figures where they cross hosts (0: one clock)
+    "latency_untrusted",  # why the latency figures are no figures (a clamped sample, a clock step…), or null
+    "accounting",  # intended / sent / accepted / received, in total and per sender (reports.accounting)
     "peers",
 )
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 
 
 def summary_json(figures: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
-    full = {**figures, "outcome": record.get("outcome"), "reason": record.get("reason")}
+    """The summary.json keys (DESIGN.md's, and the two on latency's trust), the outcome and
+    reason as the coordinator judged them, and the latency judged by the test's own bound."""
+    bound = (record.get("definition") or {}).get("fail", {}).get("latency_uncertainty_ratio")
+    untrusted = untrusted_latency(figures, FailConditions.latency_uncertainty_ratio if bound is None else bound)
+    full = {**figures, "outcome": record.get("outcome"), "reason": record.get("reason"), "latency_untrusted": untrusted}
+    if untrusted:
+        full["latency_us"] = None  # no figure where there is none to trust: `latency_untrusted` says why
     return {key: full.get(key) for key in SUMMARY_KEYS}
 
 
@@ -62,7 +74,7 @@ def cell(value: Any) -> str:
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#222}h1{font-size:1.4em}
 table{border-collapse:collapse;margin:12px 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
-th{background:#f4f4f4;cursor:pointer}.success{color:#17702a}.failure{color:#b00020}
+th{background:#f4f4f4;cursor:pointer}.success{color:#17702a}.failure{color:#b00020}.invalid{color:#a15c00}
 """
 
 

@@ -9,6 +9,7 @@ import html
 import json
 import logging
 import shutil
+import urllib.parse
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from reports.clocks import clock_corrections
 from reports.faults import fault_effects, peer_events, spark_gather, windows_from_events
 from reports.inspector_panels import inspector_panels
 from reports.page import ERRORS_JS, PLOTLY_JS, STYLE, SUMMARY_KEYS, cell, figure, summary_json, table
+from reports.paths import result_dirs
 from reports.price import price_performance
 from reports.series import inspector_tables, latency_series, report_series
 from reports.series_report import build_series_report
@@ -81,6 +83,27 @@ def _latency_chart(latency: dict[int, dict[str, float]], title: str, uncertainty
     return figure(fig, title, "milliseconds")
 
 
+def _latency_charts(
+    latency: dict[str, dict[int, dict[str, float]]],
+    figures: dict[str, Any],
+    untrusted: str | None,
+    uncertainty_ms: float,
+) -> list[str]:
+    """Per second, corrected and service, and the whole test's distribution; none where the
+    latency is no figure (clamped or uncorrectable values drawn as a curve would read as one)."""
+    if untrusted:
+        return [f"<p>No latency charts: {html.escape(untrusted)}.</p>"]
+    charts = []
+    if latency.get("corrected"):
+        charts.append(
+            _latency_chart(latency["corrected"], "Latency per second (from the intended send time)", uncertainty_ms)
+        )
+    if latency.get("service"):
+        title = "Service latency per second (from the actual send time)"
+        charts.append(_latency_chart(latency["service"], title, uncertainty_ms))
+    return [*charts, _distribution_chart(figures)]
+
+
 def _distribution_chart(figures: dict[str, Any]) -> str:
     """From the summary's own histogram: the same warm-up cut as its percentiles."""
     if not figures["latency_samples"]:
@@ -112,13 +135,13 @@ def build_report(
     corrections = clock_corrections(record)
     series = report_series(spark, peers, corrections)
     rates, rows = series.rates, series.rows
-    latency = {"corrected": series.corrected, "service": latency_series(test_dir, corrections, "service")}
+    latency = {"corrected": series.corrected, "service": latency_series(peers, corrections, "service")}
     out = test_dir / "report"
     out.mkdir(exist_ok=True)
     shutil.copyfile(PLOTLY_JS, out / "plotly.min.js")
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     outcome = summary["outcome"] or "unknown"
-    lat = summary["latency_us"]
+    lat = summary["latency_us"] or {}
     key_figures = [
         {"figure": "sent", "value": summary["sent"]},
         {"figure": "received", "value": summary["received"]},
@@ -126,7 +149,11 @@ def build_report(
         {"figure": "duplicates", "value": summary["duplicates"]},
         {"figure": "send rate, mean msg/s", "value": summary["send_rate"]["mean"]},
         {"figure": "receive rate, mean msg/s", "value": summary["receive_rate"]["mean"]},
-        *({"figure": f"latency {k}, ms", "value": v / 1000} for k, v in lat.items()),
+        *(
+            [{"figure": "latency", "value": f"no figure: {summary['latency_untrusted']}"}]
+            if summary["latency_untrusted"]
+            else ({"figure": f"latency {k}, ms", "value": v / 1000} for k, v in lat.items())
+        ),
         {"figure": "duration, s", "value": summary["duration_s"]},
         *price_performance(summary["receive_rate"]["mean"], record.get("labels") or {}),
     ]
@@ -139,13 +166,7 @@ def build_report(
     charts = [_rate_chart(rates, record.get("events", []), record.get("control_outages", []))]
     corrected = [p for p in figures["peers"] if "latency_correction_us" in p]
     uncertainty_ms = max((p["latency_uncertainty_us"] for p in corrected), default=0.0) / 1000
-    if latency.get("corrected"):
-        title = "Latency per second (from the intended send time)"
-        charts.append(_latency_chart(latency["corrected"], title, uncertainty_ms))
-    if latency.get("service"):
-        title = "Service latency per second (from the actual send time)"
-        charts.append(_latency_chart(latency["service"], title, uncertainty_ms))
-    charts.append(_distribution_chart(figures))
+    charts += _latency_charts(latency, figures, summary["latency_untrusted"], uncertainty_ms)
     charts += inspector_panels(inspector_tables(test_dir))
     peer_rows = [
         {**p, "clock offset ms": _offset(p.get("clock", {}))}
@@ -154,8 +175,12 @@ def build_report(
         )
     ]
     reason = f"<p>Reason: {html.escape(str(summary['reason']))}</p>" if summary["reason"] else ""
+    if summary["latency_untrusted"] and summary["latency_untrusted"] != summary["reason"]:
+        reason += f'<p class="failure">Latency: {html.escape(summary["latency_untrusted"])}</p>'
     reason += "".join(f'<p class="failure">Generator-bound: {html.escape(why)}</p>' for why in generator_bound(peers))
     reason += "".join(f'<p class="failure">Inspector: {html.escape(why)}</p>' for why in inspector_shortfalls(peers))
+    hints = [*figures.get("hints", []), *(figures.get("request_reply") or {}).get("hints", [])]
+    reason += "".join(f'<p class="hint">Hint: {html.escape(hint)}</p>' for hint in hints)
     reason += "".join(
         f"<p>Latency at {html.escape(str(p['name']))} corrected across hosts by the measured clock offsets: "
         f"{p['latency_correction_us'] / 1000:+.3f} ms ± {p['latency_uncertainty_us'] / 1000:.3f} ms.</p>"
@@ -174,12 +199,62 @@ Rates and latency leave the warm-up out; counts cover the whole test.</p>
 {"".join(c for c in charts if c)}
 {_faults_section(faults)}
 <h2>Loss and duplicates per sender</h2>
-{table(figures["per_sender"], ["sender", "expected", "received", "lost", "lost_percent", "duplicates", "out_of_order"])}
+{table(figures["per_sender"], _LOSS_COLUMNS)}
+<p>{_LOSS_LEGEND}</p>
+{_sut_counters_section(figures["accounting"]["sut_counters"])}
 <h2>Peers</h2>
 {table(peer_rows, ["name", "role", "host", "clock offset ms"])}
 </body></html>"""
     (out / "index.html").write_text(page)
     return out, summary
+
+
+_LOSS_COLUMNS = [
+    "sender",
+    "intended",
+    "expected",
+    "accepted",
+    "received",
+    "lost",
+    "lost_percent",
+    "duplicates",
+    "out_of_order",
+]
+_LOSS_LEGEND = (
+    "Intended: what the sender's schedule meant to send. Expected: what it handed to its client library. "
+    "Accepted: what the SUT acknowledged (blank where the driver's settings acknowledge nothing: at most "
+    "once). Received: distinct sequence numbers."
+)
+
+
+def _sut_counters_section(counters: list[dict[str, Any]]) -> str:
+    """The SUT's own counts of the queues and topics the senders sent to, as an inspector read
+    them: a table per kind of SUT, each with what its figures mean."""
+    tables = "".join(
+        table(rows, columns) + f"<p>{html.escape(legend)}</p>"
+        for source, (columns, legend) in _SUT_COUNTERS.items()
+        if (rows := [c for c in counters if c["source"] == source])
+    )
+    return f"<h3>The SUT's own counters</h3>{tables}" if tables else ""
+
+
+_SUT_COUNTERS = {
+    "rabbitmq": (
+        ["source", "queue", "at", "published", "delivered", "left", "dropped", "caught_up"],
+        "RabbitMQ's queue counters as the inspector last read them (RabbitMQ refreshes them every 5 s): published, "
+        "delivered for the first time, left in the queue, and dropped = published - delivered - left. Caught up: "
+        "the reading had counted every message our senders sent and our receivers got; one that had not is "
+        "shown, never cited.",
+    ),
+    "kafka": (
+        ["source", "topic", "partitions", "from", "at", "took", "kept", "deleted", "caught_up"],
+        "Kafka's watermarks as the inspector read them before the senders started (from) and last (at): took = "
+        "how far the high watermark moved, kept = of those, still above the low watermark, deleted = those the "
+        "low watermark moved past (retention, DeleteRecords), read or not. Caught up: the topic took at least "
+        "what it acknowledged; a first reading taken late, or a broker that numbers batches rather than records, "
+        "shows fewer, and is shown, never cited.",
+    ),
+}
 
 
 _FAULT_COLUMNS = [
@@ -260,6 +335,11 @@ def _baseline_section(comparison: dict[str, Any] | None) -> str:
         return ""
     verdict = comparison["verdict"]
     css = "success" if verdict == "pass" else "failure"
+    if verdict == "invalid":
+        head = (
+            f'<h2>Against baseline {html.escape(comparison["test_id"])}: <span class="{css}">not compared</span></h2>'
+        )
+        return head + f'<p class="failure">{html.escape(comparison["reason"])}</p>'
     rows = [
         {
             "figure": name,
@@ -278,40 +358,58 @@ def _baseline_section(comparison: dict[str, Any] | None) -> str:
 
 
 def _offset(clock: dict[str, Any]) -> str:
+    """The offset measured before the load, its ±, and how (udp: directly; mqtt: through the
+    control broker)."""
     before = (clock or {}).get("before")
     if not before:
         return ""
-    return f"{before['offset_us'] / 1000:+.2f} ± {before['uncertainty_us'] / 1000:.2f}"
+    how = f" ({before['path']})" if before.get("path") else ""
+    return f"{before['offset_us'] / 1000:+.3f} ± {before['uncertainty_us'] / 1000:.3f}{how}"
 
 
 def build_index(root: Path) -> Path:
-    """`<root>/index.html`: every test with its key figures, newest first, sortable."""
+    """`<root>/index.html`: every test with its key figures, newest first, sortable. A test
+    without a report yet shows the figures its test.json holds and links to that file; a test's
+    name links to its history (the data server's /history/NAME). A figure a test does not have
+    (an untrusted latency) is an empty cell, never 0."""
     rows = []
-    for test_dir in sorted((d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")), reverse=True):
+    for test_dir in sorted(result_dirs(root), reverse=True):
         summary_path = test_dir / "report" / "summary.json"
         record = read_test_json(test_dir)
         s: dict[str, Any] = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-        link = f'<a href="{html.escape(test_dir.name)}/report/index.html">{html.escape(test_dir.name)}</a>'
+        s = s or record.get("summary") or {}
+        own = html.escape(test_dir.name)
+        target = f"{own}/report/index.html" if summary_path.exists() else f"{own}/test.json"
+        name = record.get("name")
+        history = (
+            f'<a href="history/{html.escape(urllib.parse.quote(str(name), safe=""))}">{html.escape(str(name))}</a>'
+            if name
+            else ""
+        )
+        outcome = html.escape(cell(record.get("outcome")))
+        reason = html.escape(str(record.get("reason") or ""), quote=True)
+        p99 = (s.get("latency_us") or {}).get("p99")
         rows.append(
             "<tr>"
-            + f"<td>{link if s else html.escape(test_dir.name)}</td>"
+            + f'<td><a href="{target}">{own}</a></td><td>{history}</td>'
+            + "".join(f"<td>{html.escape(cell(v))}</td>" for v in (record.get("kind"), record.get("started")))
+            + f'<td title="{reason}">{outcome}</td>'
             + "".join(
                 f"<td>{html.escape(cell(v))}</td>"
                 for v in (
-                    record.get("kind"),
-                    record.get("started"),
-                    record.get("outcome"),
                     s.get("sent"),
                     s.get("lost"),
                     (s.get("receive_rate") or {}).get("mean"),
-                    (s.get("latency_us") or {}).get("p99", 0) / 1000 if s else None,
+                    None if p99 is None else p99 / 1000,
                 )
             )
             + "</tr>"
         )
     head = "".join(
         f"<th onclick='sortBy({i})'>{h}</th>"
-        for i, h in enumerate(["test", "kind", "started", "outcome", "sent", "lost", "receive msg/s", "p99 ms"])
+        for i, h in enumerate(
+            ["test", "name (history)", "kind", "started", "outcome", "sent", "lost", "receive msg/s", "p99 ms"]
+        )
     )
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Maestro results</title>
 {ERRORS_JS}<style>{STYLE}</style></head><body><h1>Maestro results</h1>

@@ -2,7 +2,7 @@
 reports of the test ids it reads on stdin, one at a time, with one Spark session for them all.
 
 A `maestro report` run pays for its JVM every time: some 2.5 s to start and 3.6 s more before
-its first job runs at speed (bench/README.md), which is most of a 30 M-record report. The data
+its first job runs at speed (bench/HISTORY.md), which is most of a 30 M-record report. The data
 server keeps this process while reports are asked for, so the second report and those after it
 start at once. Each answer ends with a line `BUILT <test id>` or `FAILED <test id>`; the lines
 before it are the build's output (a failure's traceback). After a failure the process ends, so

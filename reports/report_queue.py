@@ -4,6 +4,11 @@ for it. The builder keeps its Spark session for the next report until none was a
 `idle_s`, so only the first report of a while pays for the JVM. Whoever asks meanwhile is told
 where the report is: queued (behind how many), building (for how long, at which step), or
 failed (and why).
+
+A build costs a JVM and minutes of CPU, and reading the reports is open to anyone: so a reader
+without the server's token starts at most one build per `anonymous_every_s` (the first report
+asked for after a test still builds at once); meanwhile such a request is told the report is
+`held`, and when to ask again. The token's holders (the coordinator, CI) are not held.
 """
 
 from __future__ import annotations
@@ -26,16 +31,24 @@ log = logging.getLogger(__name__)
 
 _BUILDER_STOP_S = 30.0  # a build under way when the server stops, and Spark's own stop
 _TRY_AGAIN_AFTER_S = 30.0  # a failed report, asked for again
+# Builds an anonymous reader may start: one a minute keeps one JVM from being kept busy by
+# strangers, and still builds the report a person opens after a test.
+_ANONYMOUS_EVERY_S = 60.0
 
 
 @dataclass
 class BuildState:
-    state: str  # queued | building | done | failed
+    state: str  # queued | building | done | failed | held (not started: asked too soon)
     ahead: int = 0  # reports before it, while queued
     started_mono: float = 0.0
     step: str = "waiting for its turn"
     error: str = ""
     ended_mono: float = 0.0
+    held_until_mono: float = 0.0
+
+    def retry_after_s(self) -> int:
+        """When asking again may start a held build (2 s for every other state: a page's reload)."""
+        return max(2, round(self.held_until_mono - time.monotonic())) if self.state == "held" else 2
 
     def tried_again(self, now_mono: float) -> bool:
         """A failed report is tried again when asked again, but not in a tight loop of refreshes:
@@ -107,6 +120,8 @@ class _Builder:
 class ReportQueue:
     root: Path
     idle_s: float = 600.0  # the builder, its JVM's memory included, ends after this long unused
+    anonymous_every_s: float = _ANONYMOUS_EVERY_S
+    _anonymous_started_mono: float = float("-inf")
     _waiting: deque[str] = field(default_factory=deque)
     _states: dict[str, BuildState] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -117,14 +132,24 @@ class ReportQueue:
     def __post_init__(self) -> None:
         self._wake = threading.Condition(self._lock)
 
-    def ask(self, test_id: str) -> BuildState:
-        """Queue the report of `test_id` unless it exists or is on its way; its state."""
+    def ask(self, test_id: str, *, trusted: bool = True) -> BuildState:
+        """Queue the report of `test_id` unless it exists or is on its way; its state. An
+        untrusted ask (no token) queues a build only once per `anonymous_every_s`."""
         with self._lock:
             if (self.root / test_id / "report" / "index.html").exists():
                 return BuildState("done")
             state = self._states.get(test_id)
+            now = time.monotonic()
             # Done without a page (removed since), or failed a while ago: once more.
-            if state is None or state.state == "done" or state.tried_again(time.monotonic()):
+            if state is None or state.state in ("done", "held") or state.tried_again(now):
+                if not trusted:
+                    wait_s = self._anonymous_started_mono + self.anonymous_every_s - now
+                    if wait_s > 0:
+                        held = BuildState("held", held_until_mono=now + wait_s)
+                        if state is None or state.state == "held":
+                            self._states[test_id] = held
+                        return held
+                    self._anonymous_started_mono = now
                 state = self._states[test_id] = BuildState("queued")
                 self._waiting.append(test_id)
                 self._start()

@@ -32,7 +32,7 @@ import numpy as np
 
 from protocol.hdr import HIGHEST_US, LOWEST_US, bucket_indexes, histogram_of, new_histogram, read_intervals
 from protocol.ratefile import rate_columns
-from reports.clocks import Correction, shifted
+from reports.clocks import Correction, left_to_shift, shifted
 from reports.jvm_archive import archive_options, cache_dir
 from reports.summary import Peers
 
@@ -88,7 +88,8 @@ def spark_session(master: str | None = None, jvm_log: Path | None = None) -> Any
     return spark
 
 
-_FILES = "role string, peer string, path string, shift_us long"
+# A receiver's clock correction as its knots, µs: "t1,t2,...;s1,s2,..." (empty: none).
+_FILES = "role string, peer string, path string, shift string"
 _CELLS = "role string, peer string, second long, bucket long, count long"
 _ARRIVALS = -1  # the bucket of a cell that counts arrivals, not latencies
 _COUNTS_LEN = new_histogram().counts_len  # buckets of one second's histogram
@@ -106,16 +107,24 @@ class Series:
 def rate_files(peers: Peers) -> list[tuple[str, str, str]]:
     """(role, peer, path) of every sender's and receiver's rate file."""
     return [
-        (info.get("role", ""), info.get("name", ""), str(directory / name))
+        (info.role, info.name, str(directory / name))
         for directory, info in peers
-        if info.get("role") in ("sender", "receiver")
-        for name in info.get("files", [])
+        if info.role in ("sender", "receiver")
+        for name in info.files
         if name.endswith(".csv.gz")
     ]
 
 
-def _file_cells(role: str, peer: str, path: str, shift_us: int) -> Any:
-    """One rate file's cells, as an Arrow record batch (runs on an executor)."""
+def _shift_text(correction: Correction | None) -> str:
+    if correction is None:
+        return ""
+    return ";".join(",".join(f"{v:.1f}" for v in values) for values in (correction.knots_us, correction.shifts_us))
+
+
+def _file_cells(role: str, peer: str, path: str, shift: str) -> Any:
+    """One rate file's cells, as an Arrow record batch (runs on an executor). The rows hold
+    each message's intended time and arrival, each by its own clock: the clock correction at
+    the arrival goes in before anything is clamped."""
     import pyarrow as pa  # noqa: PLC0415 - Spark's Python workers import it anyway
 
     eta, ata = rate_columns(Path(path).read_bytes(), path)
@@ -127,7 +136,11 @@ def _file_cells(role: str, peer: str, path: str, shift_us: int) -> Any:
     columns = [(present + first, np.full(len(present), _ARRIVALS, np.int64), per_second[present])]
     peers = [peer] * len(present)
     if role == "receiver" and len(ata):
-        latency = np.clip(ata - eta + shift_us, LOWEST_US, HIGHEST_US)
+        latency = ata - eta
+        if shift:
+            knots, shifts = (np.array(part.split(","), dtype=np.float64) for part in shift.split(";"))
+            latency += np.rint(np.interp(ata, knots, shifts)).astype(np.int64)
+        latency = np.clip(latency, LOWEST_US, HIGHEST_US)
         keys, counts = np.unique(offsets * _COUNTS_LEN + bucket_indexes(latency), return_counts=True)
         columns.append((keys // _COUNTS_LEN + first, keys % _COUNTS_LEN, counts))
         # Latency cells carry no peer: every receiver's count of a second and bucket adds up in
@@ -149,10 +162,10 @@ def _file_cells(role: str, peer: str, path: str, shift_us: int) -> Any:
 def _cells(batches: Iterator[Any]) -> Iterator[Any]:
     for batch in batches:
         columns = batch.to_pydict()
-        for role, peer, path, shift_us in zip(
-            columns["role"], columns["peer"], columns["path"], columns["shift_us"], strict=True
+        for role, peer, path, shift in zip(
+            columns["role"], columns["peer"], columns["path"], columns["shift"], strict=True
         ):
-            yield _file_cells(role, peer, path, shift_us)
+            yield _file_cells(role, peer, path, shift)
 
 
 def file_listing(spark: Any, files: list[Any], schema: str) -> Any:
@@ -171,10 +184,7 @@ def report_series(spark: Any, peers: Peers, corrections: dict[str, Correction] |
     from pyspark.sql import functions as F  # noqa: PLC0415, N812 - pyspark's own convention
 
     corrections = corrections or {}
-    files = [
-        (role, peer, path, round(corrections[peer].shift_us) if peer in corrections else 0)
-        for role, peer, path in rate_files(peers)
-    ]
+    files = [(role, peer, path, _shift_text(corrections.get(peer))) for role, peer, path in rate_files(peers)]
     if not files:
         return Series({}, 0, {})
     # A file's cells are a few thousand rows, so the sums that follow are small.
@@ -222,17 +232,19 @@ def figures_of(h: Any) -> dict[str, float]:
     }
 
 
-def latency_series(test_dir: Path, corrections: dict[str, Correction], kind: str = "corrected") -> LatencySeries:
+def latency_series(peers: Peers, corrections: dict[str, Correction], kind: str = "corrected") -> LatencySeries:
     """Per second (of each interval's start), all receivers merged: the percentiles of `kind`
     (`corrected` or `service`) latency (µs) in the HDR interval logs, with the clock corrections
     across hosts that the summary applies. The report draws the service latency from here."""
     name = {"corrected": "receiver-latency.hlog", "service": "receiver-service-latency.hlog"}[kind]
     merged: dict[int, Any] = {}
-    for path in sorted(test_dir.glob(f"receiver/*/{name}")):
-        correction = corrections.get(path.parent.name)
-        for interval in read_intervals(path):
+    for directory, info in peers:
+        if info.receiver is None or not (directory / name).exists():
+            continue
+        correction = corrections.get(info.name)
+        for interval in read_intervals(directory / name):
             second = interval.get_start_time_stamp() // 1000
-            moved, _ = shifted(interval, correction.shift_us if correction else 0.0)
+            moved, _ = shifted(interval, left_to_shift(correction, info.receiver, interval))
             merged.setdefault(second, new_histogram()).add(moved)
     return {second: figures_of(h) for second, h in sorted(merged.items()) if h.get_total_count()}
 

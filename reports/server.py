@@ -15,6 +15,7 @@ download them.
     GET  /api/history/{name}                   every run of the test named so, its figures and
                                                change points (reports.history)
     GET  /history/{name}                       the same as a page, one chart per figure
+                                               (both read the results index, reports.results_index)
     GET  /                                     the results index of `maestro report`, with the
                                                tests running now above it
     GET  /metrics                              the running tests for Prometheus (reports/metrics.py)
@@ -26,7 +27,9 @@ same file twice is answered "exists"; different content under an existing name i
 unless the sender says it replaces it (the coordinator rewrites test.json as a test ends).
 
 With a token (`serve --token-file`), a PUT must carry `Authorization: Bearer <token>`; reading
-stays open, as the reports are for people to browse.
+stays open, as the reports are for people to browse, but a reader without the token starts at
+most one report build a minute (reports/report_queue.py). No path through a symbolic link is
+served, listed or written (reports/paths.py).
 """
 
 from __future__ import annotations
@@ -36,25 +39,37 @@ import contextlib
 import hashlib
 import html
 import logging
+import mimetypes
 import os
-import tempfile
+import secrets
+import stat
 from collections.abc import AsyncIterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.background import BackgroundTask
 
-from protocol.upload import CHECKSUM_HEADER, REPLACE_HEADER, file_sha256
-from reports.auth import check_token
-from reports.history import History, analyse, history_page, read_runs
+from protocol.upload import CHECKSUM_HEADER, MISMATCH_STATUS, REPLACE_HEADER
+from reports.auth import carries_token, check_token
+from reports.history import History, analyse, history_page
 from reports.json_body import json_body
 from reports.live import LiveTests, live_router
 from reports.metrics import live_registry
 from reports.page import PLOTLY_JS
-from reports.paths import UnsafePathError, check_test_id, resolve_inside
+from reports.paths import (
+    UnsafePathError,
+    check_test_id,
+    open_file,
+    open_folder,
+    plain_files,
+    resolve_inside,
+    result_dirs,
+)
 from reports.report_queue import BuildState, ReportQueue
+from reports.results_index import ResultsIndex, ResultsIndexError
 from reports.summary import read_test_json, summarize
 
 __all__ = ["create_app"]
@@ -65,20 +80,24 @@ MAX_FILE_BYTES = 4 << 30
 MAX_RECORD_BYTES = 16 << 20
 
 
-def create_app(root: Path, token: bytes | None = None) -> FastAPI:
+def create_app(root: Path, token: bytes | None = None, db: str | None = None) -> FastAPI:
+    """`db`: the results index's URL (default: SQLite beside the results); its histories read it."""
     root = root.resolve()
     root.mkdir(parents=True, exist_ok=True)
+    index = ResultsIndex(root, db)
     reports = ReportQueue(root)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         yield
         await asyncio.to_thread(reports.close)  # the report builder and its JVM go with the server
+        index.close()
 
     app = FastAPI(title="Maestro data server", version="1", lifespan=lifespan)
     app.state.root = root
     app.state.token = token
     app.state.reports = reports
+    app.state.index = index
     app.state.live = LiveTests()
     app.state.metrics = live_registry(app.state.live)
     app.include_router(router)
@@ -104,24 +123,33 @@ async def put_file(test_id: str, path: str, request: Request) -> JSONResponse:
     expected = request.headers.get(CHECKSUM_HEADER, "").lower()
     if len(expected) != 64 or any(c not in "0123456789abcdef" for c in expected):
         raise HTTPException(400, f"header {CHECKSUM_HEADER} must carry the file's SHA-256 in hex")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    root = request.app.state.root
     digest = hashlib.sha256()
     size = 0
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".upload-", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > MAX_FILE_BYTES:
-                    raise HTTPException(413, f"larger than {MAX_FILE_BYTES} bytes")
-                digest.update(chunk)
-                f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-        actual = digest.hexdigest()
-        created = _commit(tmp_name, target, path, actual, expected, replace=request.headers.get(REPLACE_HEADER) == "1")
-    finally:
-        _discard(tmp_name)
+        with open_folder(root, target.parent, create=True) as folder:
+            tmp_name = f".upload-{secrets.token_hex(8)}.tmp"
+            fd = open_file(folder, tmp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    async for chunk in request.stream():
+                        size += len(chunk)
+                        if size > MAX_FILE_BYTES:
+                            raise HTTPException(413, f"larger than {MAX_FILE_BYTES} bytes")
+                        digest.update(chunk)
+                        f.write(chunk)
+                    f.flush()
+                    os.fsync(f.fileno())
+                actual = digest.hexdigest()
+                replace = request.headers.get(REPLACE_HEADER) == "1"
+                created = _commit(
+                    folder, tmp_name, target.name, path=path, actual=actual, expected=expected, replace=replace
+                )
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp_name, dir_fd=folder)
+    except UnsafePathError as exc:  # a folder swapped for a link since the check
+        raise HTTPException(400, str(exc)) from exc
     log.info("%s %s/%s (%d bytes)", "stored" if created else "already had", test_id, path, size)
     answer = {"test_id": test_id, "path": path, "bytes": size, "sha256": actual}
     return JSONResponse(answer | {"status": "created" if created else "exists"}, status_code=201 if created else 200)
@@ -131,11 +159,18 @@ async def put_file(test_id: str, path: str, request: Request) -> JSONResponse:
 async def home(request: Request) -> Response:
     """The results index `maestro report` writes, with the tests running now above it; the JSON
     list while there is neither."""
-    index = request.app.state.root / "index.html"
+    root = request.app.state.root
     running = request.app.state.live.listing()
     if not running:
-        return FileResponse(index) if index.is_file() else RedirectResponse("/api/results")
-    page = index.read_text() if index.is_file() else _EMPTY_INDEX
+        try:
+            return _file_response(root, root / "index.html")
+        except (FileNotFoundError, NotADirectoryError, UnsafePathError):  # none yet, or a link: not served
+            return RedirectResponse("/api/results")
+    try:
+        with open_folder(root, root) as folder, os.fdopen(open_file(folder, "index.html"), "rb") as f:
+            page = f.read().decode()
+    except (OSError, UnsafePathError, UnicodeDecodeError):
+        page = _EMPTY_INDEX
     section = _running_section(running)
     at = page.find("<h1>")
     return HTMLResponse(page + section if at < 0 else page[:at] + section + page[at:])
@@ -146,7 +181,10 @@ _EMPTY_INDEX = (
 )
 
 
-def _running_section(running: list[dict[str, Any]]) -> str:
+def _running_section(tests: list[dict[str, Any]]) -> str:
+    """The tests the data server hears of: those running (or gone silent) apart from those that
+    ended lately, which link to their reports and show how they ended."""
+
     def row(t: dict[str, Any]) -> str:
         test_id = html.escape(str(t["test_id"]))
         progress = "" if t["progress"] is None else f"{100 * t['progress']:.0f} %"
@@ -157,10 +195,28 @@ def _running_section(running: list[dict[str, Any]]) -> str:
             f"{progress}</td><td>{t['peers']}</td></tr>"
         )
 
-    head = "<tr><th>test</th><th>name</th><th>state</th><th>elapsed</th><th>progress</th><th>peers</th></tr>"
-    body = "".join(row(t) for t in running)
-    table = f"<table><thead>{head}</thead><tbody>{body}</tbody></table>"
-    return f'<section id="running"><h2>Running now</h2>{table}</section>'
+    def ended(t: dict[str, Any]) -> str:
+        test_id = html.escape(str(t["test_id"]))
+        return (
+            f'<tr><td><a href="/results/{test_id}/report/">{test_id}</a></td>'
+            f"<td>{html.escape(str(t['name'] or ''))}</td><td>{html.escape(str(t['outcome'] or t['state']))}</td>"
+            f"<td>{t['elapsed_s']:.0f} s</td></tr>"
+        )
+
+    running = [t for t in tests if t["state"] in ("running", "silent")]
+    finished = [t for t in tests if t["state"] not in ("running", "silent")]
+    sections = []
+    if running:
+        head = "<tr><th>test</th><th>name</th><th>state</th><th>elapsed</th><th>progress</th><th>peers</th></tr>"
+        body = "".join(row(t) for t in running)
+        table = f"<table><thead>{head}</thead><tbody>{body}</tbody></table>"
+        sections.append(f'<section id="running"><h2>Running now</h2>{table}</section>')
+    if finished:
+        head = "<tr><th>test</th><th>name</th><th>outcome</th><th>took</th></tr>"
+        body = "".join(ended(t) for t in finished)
+        table = f"<table><thead>{head}</thead><tbody>{body}</tbody></table>"
+        sections.append(f'<section id="finished"><h2>Ended lately</h2>{table}</section>')
+    return "".join(sections)
 
 
 @router.get("/metrics")
@@ -178,17 +234,20 @@ def test_home(test_id: str, request: Request) -> RedirectResponse:
 @router.get("/api/results")
 def list_tests(request: Request) -> list[dict[str, Any]]:
     tests = []
-    for directory in request.app.state.root.iterdir():
-        if not directory.is_dir() or directory.name.startswith("."):
+    root = request.app.state.root
+    for directory in result_dirs(root):
+        try:  # through descriptors: a folder swapped for a link since the listing is left out
+            with open_folder(root, directory) as folder:
+                info, modified_s = read_test_json(directory, dir_fd=folder), os.fstat(folder).st_mtime
+        except (OSError, UnsafePathError):
             continue
-        info = read_test_json(directory)
         tests.append(
             {
                 "test_id": directory.name,
                 "outcome": info.get("outcome"),
                 "reason": info.get("reason"),
                 "started": info.get("started"),
-                "modified_s": directory.stat().st_mtime,
+                "modified_s": modified_s,
             }
         )
     return sorted(tests, key=lambda t: t["modified_s"], reverse=True)
@@ -197,14 +256,14 @@ def list_tests(request: Request) -> list[dict[str, Any]]:
 @router.get("/api/results/{test_id}")
 def show_test(test_id: str, request: Request) -> dict[str, Any]:
     directory = inside(request, test_id)
-    if not directory.is_dir():
-        raise HTTPException(404, f"no test {test_id}")
-    files = [
-        {"path": p.relative_to(directory).as_posix(), "bytes": p.stat().st_size}
-        for p in sorted(directory.rglob("*"))
-        if p.is_file() and not p.name.startswith(".")
-    ]
-    return {"test_id": test_id, "test": read_test_json(directory), "files": files}
+    try:
+        with open_folder(request.app.state.root, directory) as folder:
+            found = sorted(plain_files(folder), key=lambda f: PurePosixPath(f[0]).parts)
+            record = read_test_json(directory, dir_fd=folder)
+    except (FileNotFoundError, NotADirectoryError, UnsafePathError) as exc:
+        raise HTTPException(404, f"no test {test_id}") from exc
+    files = [{"path": path, "bytes": size} for path, size in found]
+    return {"test_id": test_id, "test": record, "files": files}
 
 
 @router.get("/api/results/{test_id}/summary")
@@ -249,7 +308,12 @@ async def history(name: str, request: Request) -> HTMLResponse:
 
 
 def _history(request: Request, name: str) -> History:
-    runs = read_runs(request.app.state.root, name)
+    index: ResultsIndex = request.app.state.index
+    try:
+        index.sync()  # what the coordinator stored since the last read
+        runs = index.runs(name)
+    except ResultsIndexError as exc:
+        raise HTTPException(503, str(exc)) from exc
     if not runs:
         raise HTTPException(404, f"no finished run of a test named {name!r}")
     return analyse(name, runs)
@@ -266,7 +330,7 @@ def report_state(test_id: str, request: Request) -> dict[str, object]:
     """Where the test's report is: done, or queued, building or failed (asking queues it)."""
     if not inside(request, test_id).is_dir():
         raise HTTPException(404, f"no test {test_id}")
-    return request.app.state.reports.ask(test_id).as_dict()
+    return _ask(request, test_id).as_dict()
 
 
 @router.get("/results/{test_id}/{path:path}", response_model=None)
@@ -278,12 +342,45 @@ def download(test_id: str, path: str, request: Request) -> FileResponse | Respon
         and test_dir.is_dir()
         and not (test_dir / "report" / "index.html").exists()
     ):
-        return _building(test_id, path, request.app.state.reports.ask(test_id))
-    if target.is_dir():
-        target = target / "index.html"
-    if not target.is_file():
-        raise HTTPException(404, f"no file {path} in test {check_test_id(test_id)}")
-    return FileResponse(target)
+        return _building(test_id, path, _ask(request, test_id))
+    try:
+        return _file_response(request.app.state.root, target)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
+        raise HTTPException(404, f"no file {path} in test {check_test_id(test_id)}") from exc
+    except UnsafePathError as exc:  # a link made since the check
+        raise HTTPException(400, str(exc)) from exc
+
+
+def _file_response(root: Path, target: Path) -> FileResponse:
+    """`target` (a folder: its index.html), opened through descriptors that follow no link and
+    served from the open file: /proc/self/fd names the file already opened, not the path, so
+    nothing swapped in after the open is read (the data server runs on Linux). The file closes
+    once it is sent, or with the response if that is never sent."""
+    with open_folder(root, target.parent) as folder:
+        fd = open_file(folder, target.name, os.O_RDONLY | os.O_NONBLOCK)
+    name = target.name
+    if stat.S_ISDIR(os.fstat(fd).st_mode):
+        try:
+            index = open_file(fd, "index.html")
+        finally:
+            os.close(fd)
+        fd, name = index, "index.html"
+    file = os.fdopen(fd, "rb")
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        file.close()
+        raise FileNotFoundError(name)
+    media_type = mimetypes.guess_type(name)[0] or "text/plain"
+    return FileResponse(
+        f"/proc/self/fd/{fd}", media_type=media_type, stat_result=info, background=BackgroundTask(file.close)
+    )
+
+
+def _ask(request: Request, test_id: str) -> BuildState:
+    """The report's state, asked with the token or without (reports/report_queue.py: who may
+    start a build, and how often)."""
+    queue: ReportQueue = request.app.state.reports
+    return queue.ask(test_id, trusted=carries_token(request))
 
 
 _BUILDING_PAGE = """<!doctype html>
@@ -303,29 +400,33 @@ def _building(test_id: str, path: str, state: BuildState) -> Response:
         return RedirectResponse(f"/results/{test_id}/{path}")
     info = state.as_dict()
     if not (path.endswith(".html") or path.rstrip("/") == "report"):
-        return JSONResponse(info, status_code=202, headers={"Retry-After": "2"})
+        return JSONResponse(info, status_code=202, headers={"Retry-After": str(state.retry_after_s())})
     what = {
         "queued": f"Queued: {state.ahead} report(s) before it.",
         "building": f"Building for {info['elapsed_s']} s: {state.step}.",
         "failed": "The reporter failed; it is tried again when asked in 30 s.",
+        "held": f"Not started yet: without the server's token a report build starts at most once a minute; "
+        f"this page asks again in {state.retry_after_s()} s.",
     }[state.state]
     error = f"<pre>{html.escape(state.error)}</pre>" if state.error else ""
     page = _BUILDING_PAGE.format(test_id=html.escape(test_id), state=state.state, what=html.escape(what), error=error)
-    return HTMLResponse(page, status_code=202, headers={"Retry-After": "2"})
+    return HTMLResponse(page, status_code=202, headers={"Retry-After": str(state.retry_after_s())})
 
 
-def _commit(tmp_name: str, target: Path, path: str, actual: str, expected: str, *, replace: bool) -> bool:
-    """Move the checked upload into place; False when identical content was already there."""
+def _commit(folder: int, tmp_name: str, name: str, *, path: str, actual: str, expected: str, replace: bool) -> bool:
+    """Move the checked upload into place in `folder`; False when identical content was already
+    there."""
     if actual != expected:
-        raise HTTPException(400, f"checksum mismatch: received {actual}, header says {expected}")
-    if target.exists():
-        if file_sha256(target) == actual:
+        raise HTTPException(MISMATCH_STATUS, f"checksum mismatch: received {actual}, header says {expected}")
+    try:
+        with os.fdopen(open_file(folder, name), "rb") as existing:
+            same = hashlib.file_digest(existing, "sha256").hexdigest() == actual
+    except FileNotFoundError:
+        pass
+    else:
+        if same:
             return False
         if not replace:
             raise HTTPException(409, f"{path} exists with other content (send {REPLACE_HEADER}: 1 to replace)")
-    Path(tmp_name).replace(target)
+    os.replace(tmp_name, name, src_dir_fd=folder, dst_dir_fd=folder)
     return True
-
-
-def _discard(tmp_name: str) -> None:
-    Path(tmp_name).unlink(missing_ok=True)

@@ -12,14 +12,19 @@ leave the warm-up out. Rates cut it at the first whole second after the senders'
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from protocol.file_check import DamagedFileError, verify_file
 from protocol.hdr import new_histogram, read_intervals, read_total
 from protocol.ratefile import PIECE_SUFFIX, RatePiece, RateSeconds, rate_seconds, whole_second_at_or_after
+from protocol.results import ClientSent, PeerRecord, ReceiverAccount, SelfMonitorSummary, SenderAccount, read_peer_json
 from protocol.sequences import load_bitset, merge_bitsets
-from reports.clocks import Correction, clock_corrections, shifted
+from reports.accounting import accounting, sut_counters, sut_of
+from reports.clocks import Correction, clock_corrections, left_to_shift, shifted
 
 __all__ = [
     "Peers",
@@ -36,27 +41,49 @@ PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
 DISTRIBUTION = (0, 10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99, 99.999, 100)
 
 
-Peers = list[tuple[Path, dict[str, Any]]]  # each peer's folder and its peer.json
+Peers = list[tuple[Path, PeerRecord]]  # each peer's folder and its peer.json
 
 
 def read_peers(test_dir: Path) -> Peers:
-    """Every peer.json of a test folder, with the folder it describes."""
-    found = []
-    for path in sorted(test_dir.glob("*/*/peer.json")):
-        try:
-            found.append((path.parent, json.loads(path.read_text())))
-        except ValueError as exc:
-            raise ValueError(f"{path}: not JSON ({exc})") from exc
-    return found
+    """Every peer.json of a test folder, with the folder it describes, once every file a peer
+    recorded is as it wrote it: else a DamagedFileError naming the first that is not, and what it
+    lacks (a figure from part of a file is no figure)."""
+    found = sorted(test_dir.glob("*/*/peer.json"))
+    # A link below the test folder may lead anywhere (reports.paths): its peer is not read.
+    found = [path for path in found if not any(p.is_symlink() for p in (path, path.parent, path.parent.parent))]
+    peers = [(path.parent, read_peer_json(path)) for path in found]
+    damaged = []
+    for directory, record in peers:
+        for name, check in (record.checks or {}).items():
+            try:
+                verify_file(directory / name, check, f"{record.role} {record.name}")
+            except DamagedFileError as exc:
+                damaged.append(str(exc))
+    if damaged:
+        more = f" (and {len(damaged) - 1} more damaged files)" if len(damaged) > 1 else ""
+        raise DamagedFileError(damaged[0] + more)
+    return peers
 
 
-def read_test_json(test_dir: Path) -> dict[str, Any]:
-    """The coordinator's record of a test; empty while there is none (or it is unreadable)."""
+def _senders(peers: Peers) -> list[tuple[Path, PeerRecord, SenderAccount]]:
+    return [(d, p, p.sender) for d, p in peers if p.sender is not None]
+
+
+def _receivers(peers: Peers) -> list[tuple[Path, PeerRecord, ReceiverAccount]]:
+    return [(d, p, p.receiver) for d, p in peers if p.receiver is not None]
+
+
+def read_test_json(test_dir: Path, *, dir_fd: int | None = None) -> dict[str, Any]:
+    """The coordinator's record of a test; empty while there is none (or it is unreadable, or a
+    symbolic link, which may lead anywhere: reports.paths). `dir_fd`: the test folder, opened
+    already (reports.paths.open_folder), which `test_dir` is then not read through."""
+    where = "test.json" if dir_fd is not None else test_dir / "test.json"
     try:
-        info: dict[str, Any] = json.loads((test_dir / "test.json").read_text())
+        with os.fdopen(os.open(where, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd), "rb") as f:
+            info = json.load(f)
     except (OSError, ValueError):
         return {}
-    return info
+    return info if isinstance(info, dict) else {}
 
 
 def rate_of(buckets: Counter[int]) -> dict[str, float]:
@@ -76,21 +103,21 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any]
     corrected across hosts by the clock offsets test.json records (reports.clocks)."""
     peers = read_peers(test_dir) if peers is None else peers
     corrections = clock_corrections(read_test_json(test_dir) if record is None else record)
-    senders = [(d, p) for d, p in peers if p.get("role") == "sender"]
-    receivers = [(d, p) for d, p in peers if p.get("role") == "receiver"]
-    warmed = [p for _, p in senders if p.get("warm_up_s", 0) > 0]
+    senders, receivers = _senders(peers), _receivers(peers)
     # No warm-up: everything counts, including receivers' intervals begun before the senders.
-    warm_up_end_us = max((p.get("warm_up_end_ns", 0) // 1000 for p in warmed), default=0)
+    warm_up_end_us = max((a.warm_up_end_ns // 1000 for _, _, a in senders if a.warm_up_s > 0), default=0)
 
     sent_by_key: dict[str, int] = {}
     peer_of_key: dict[str, str] = {}
+    streams: dict[str, ClientSent] = {}
+    sut_of_key: dict[str, str | None] = {}
     sends = RateSeconds()
-    for directory, info in senders:
-        sent_by_key |= {key: client["sent"] for key, client in info.get("senders", {}).items()}
-        peer_of_key |= {
-            key: f"{info.get('name')}/{client['client']}" for key, client in info.get("senders", {}).items()
-        }
-        _add(sends, directory, info.get("files", []), whole_second_at_or_after(warm_up_end_us))
+    for directory, peer, account in senders:
+        sent_by_key |= {key: client.sent for key, client in account.senders.items()}
+        peer_of_key |= {key: f"{peer.name}/{client.client}" for key, client in account.senders.items()}
+        streams |= account.senders
+        sut_of_key |= {key: sut_of(peer, client.client) for key, client in account.senders.items()}
+        _add(sends, directory, peer.files, whole_second_at_or_after(warm_up_end_us))
 
     bitsets: dict[str, list[bytes]] = {}
     deliveries: Counter[str] = Counter()
@@ -99,17 +126,17 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any]
     latency, clamped = _latency(receivers, corrections, warm_up_end_us)
     foreign: Counter[str] = Counter()
     skipped = 0
-    for directory, info in receivers:
-        foreign.update(info.get("foreign", {}))
-        skipped += info.get("skipped_by_sut", 0)
-        for key, counts in info.get("per_sender", {}).items():
-            deliveries[key] += counts["deliveries"]
-            out_of_order[key] += counts.get("out_of_order", 0)
+    for directory, peer, got in receivers:
+        foreign.update(got.foreign)
+        skipped += got.skipped_by_sut
+        for key, counts in got.per_sender.items():
+            deliveries[key] += counts.deliveries
+            out_of_order[key] += counts.out_of_order
         sequences = directory / "receiver-sequences.json"
         if sequences.exists():
             for key, text in json.loads(sequences.read_text()).items():
                 bitsets.setdefault(key, []).append(load_bitset(text))
-        _add(receives, directory, info.get("files", []), whole_second_at_or_after(warm_up_end_us))
+        _add(receives, directory, peer.files, whole_second_at_or_after(warm_up_end_us))
 
     received = lost = duplicates = 0
     per_sender = []
@@ -120,11 +147,15 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any]
         received += merged.distinct
         duplicates += merged.duplicates
         lost += key_lost
+        stream = streams.get(key)
         per_sender.append(
             {
                 "sender": peer_of_key.get(key, key),
                 "key": key,
+                "sut": sut_of_key.get(key),
+                "intended": None if stream is None else stream.intended,
                 "expected": expected,
+                "accepted": None if stream is None else stream.accepted,
                 "received": merged.distinct,
                 "lost": key_lost,
                 "lost_percent": 100 * key_lost / expected if expected else 0.0,
@@ -153,10 +184,16 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any]
         "latency_samples": latency.get_total_count(),
         "latency_distribution_us": [[p, float(latency.get_value_at_percentile(p))] for p in DISTRIBUTION],
         "per_sender": per_sender,
+        "accounting": accounting(per_sender, sut_counters(test_dir, sut_of_key.values())),
         "peers": _peer_rows(peers, corrections),
         "latency_clamped_by_correction": clamped,
+        "hints": _nagle_hints({"latency": latency}),
+        # ± on every latency figure: the widest clock correction's (0: one clock).
+        "latency_uncertainty_us": round(max((c.uncertainty_us for c in corrections.values()), default=0.0), 1),
+        "clock_problems": [problem for c in corrections.values() for problem in c.problems],
+        "clock_paths": sorted({path for c in corrections.values() for path in c.path.split("+") if path}),
         # Open: senders on a schedule. Closed: requesters waiting for replies (request/reply).
-        "load_model": "closed" if any("request_reply" in info for _, info in senders) else "open",
+        "load_model": "closed" if any(a.request_reply for _, _, a in senders) else "open",
         **_request_reply(senders, warm_up_end_us, sends, corrections),
     }
 
@@ -171,7 +208,10 @@ _REQUESTER_LOGS = {
 
 
 def _request_reply(
-    senders: Peers, warm_up_end_us: int, answered: RateSeconds, corrections: dict[str, Correction]
+    senders: list[tuple[Path, PeerRecord, SenderAccount]],
+    warm_up_end_us: int,
+    answered: RateSeconds,
+    corrections: dict[str, Correction],
 ) -> dict[str, Any]:
     """A closed system's figures, merged over its requesters: counts, throughput (`answered`:
     their rate files, a row per request answered in time, by the reply's second), response time
@@ -179,7 +219,7 @@ def _request_reply(
     requester's clock to a replier's and back: where the repliers run on other hosts they were
     corrected by the measured offsets (worker.requester), and `corrections` (the one-way rule,
     repliers being the receivers) gives their uncertainty."""
-    requesters = [(d, p) for d, p in senders if "request_reply" in p]
+    requesters = [(d, a, a.request_reply) for d, _, a in senders if a.request_reply is not None]
     if not requesters:
         return {}
     since_ms = warm_up_end_us // 1000
@@ -188,18 +228,17 @@ def _request_reply(
     totals = {name: new_histogram() for name in _REQUESTER_LOGS}
     throughput = rate_of(answered.per_second)["mean"]
     clients = think_weighted = lived_weighted = 0.0
-    for directory, info in requesters:
-        mine = info["request_reply"]
-        counts.update({k: mine[k] for k in ("replies", "timed_out", "late", "duplicates")})
-        counts["skipped_by_sut"] += mine.get("skipped_by_sut", 0)
-        counts["requests"] += info.get("sent", 0)
-        foreign.update(mine.get("foreign", {}))
-        waiting = mine["clients"] * mine["outstanding"]
+    for directory, account, mine in requesters:
+        counts.update(replies=mine.replies, timed_out=mine.timed_out, late=mine.late, duplicates=mine.duplicates)
+        counts["skipped_by_sut"] += mine.skipped_by_sut
+        counts["requests"] += account.sent
+        foreign.update(mine.foreign)
+        waiting = mine.clients * mine.outstanding
         clients += waiting
-        think_weighted += waiting * mine.get("think_time_mean_s", 0.0)
+        think_weighted += waiting * mine.think_time_mean_s
         # A requester from before the measured figure: the planned one stands in for it.
-        lived = mine.get("think_time_measured_s")
-        lived_weighted += waiting * (mine.get("think_time_mean_s", 0.0) if lived is None else lived)
+        lived = mine.think_time_measured_s
+        lived_weighted += waiting * (mine.think_time_mean_s if lived is None else lived)
         for name, file in _REQUESTER_LOGS.items():
             if (directory / file).exists():
                 totals[name].add(read_total(directory / file, since_ms))
@@ -220,6 +259,7 @@ def _request_reply(
             "think_time_mean_s": think_s,
             "think_time_measured_s": lived_s,
             **{name: _percentiles(h) for name, h in totals.items()},
+            "hints": _nagle_hints({"request leg": totals["request_leg_us"], "reply leg": totals["reply_leg_us"]}),
             "littles_law": {
                 "clients": clients,
                 "throughput_x_time": predicted,
@@ -227,6 +267,32 @@ def _request_reply(
             },
         }
     }
+
+
+# Nagle's algorithm holding a small write until the previous one is acknowledged, against a
+# delayed ACK (Linux: 40 ms), puts a mode at 40-44 ms on the leg it sits on: MQTT 5
+# request/reply through a stock Mosquitto had 41.7 of its 43.8 ms on the reply leg.
+_NAGLE_US = (36_000, 50_000)
+_NAGLE_SHARE = 0.25
+
+
+def _nagle_hints(histograms: dict[str, Any]) -> list[str]:
+    """A hint for each series with a quarter or more of its samples at 36-50 ms."""
+    hints = []
+    for name, histogram in histograms.items():
+        total = histogram.get_total_count()
+        near = sum(
+            item.count_at_value_iterated_to
+            for item in histogram.get_recorded_iterator()
+            if _NAGLE_US[0] <= item.value_iterated_to <= _NAGLE_US[1]
+        )
+        if total and near / total >= _NAGLE_SHARE:
+            hints.append(
+                f"{near / total:.0%} of the {name} samples lie at 36-50 ms: the mark of Nagle's algorithm against "
+                "delayed ACKs (40 ms) on some connection of the path; TCP_NODELAY on the client or the broker "
+                "(Mosquitto: set_tcp_nodelay true) removes it"
+            )
+    return hints
 
 
 def _percentiles(histogram: Any) -> dict[str, float]:
@@ -238,7 +304,7 @@ def _percentiles(histogram: Any) -> dict[str, float]:
     }
 
 
-def _add(total: RateSeconds, directory: Path, names: list[str], since_us: int) -> None:
+def _add(total: RateSeconds, directory: Path, names: Sequence[str], since_us: int) -> None:
     """A peer's counts by second, first and last time into the running total: from its
     writers' pieces, and from the rows of any rate file no piece covers (a folder written
     before pieces existed, or a writer that never closed)."""
@@ -253,19 +319,23 @@ def _add(total: RateSeconds, directory: Path, names: list[str], since_us: int) -
             total.add(rate_seconds((directory / name).read_bytes(), str(directory / name), since_us))
 
 
-def _latency(receivers: Peers, corrections: dict[str, Correction], warm_up_end_us: int) -> tuple[Any, int]:
+def _latency(
+    receivers: list[tuple[Path, PeerRecord, ReceiverAccount]], corrections: dict[str, Correction], warm_up_end_us: int
+) -> tuple[Any, int]:
     """The receivers' corrected-latency intervals after warm-up, merged, each receiver's shifted
-    by its clock correction; and how many values the shift would have put below 1 µs."""
+    the rest of the way by its clock correction; and how many samples a correction put below
+    1 µs, as the receivers recorded them (all the test's) and here."""
     latency = new_histogram()
     clamped = 0
-    for directory, info in receivers:
+    for directory, peer, account in receivers:
+        clamped += account.latency_clamped
         hlog = directory / "receiver-latency.hlog"
         if not hlog.exists():
             continue
-        correction = corrections.get(str(info.get("name")))
+        correction = corrections.get(peer.name)
         for interval in read_intervals(hlog):
             if interval.get_start_time_stamp() * 1000 >= warm_up_end_us:
-                moved, below = shifted(interval, correction.shift_us if correction else 0.0)
+                moved, below = shifted(interval, left_to_shift(correction, account, interval))
                 clamped += below
                 latency.add(moved)
     return latency, clamped
@@ -274,10 +344,12 @@ def _latency(receivers: Peers, corrections: dict[str, Correction], warm_up_end_u
 def _peer_rows(peers: Peers, corrections: dict[str, Correction]) -> list[dict[str, Any]]:
     rows = []
     for _, info in peers:
-        row = {k: info.get(k) for k in ("name", "role", "host", "failure")}
-        row |= {k: info[k] for k in ("sent", "received") if k in info}
-        if info.get("role") == "receiver":
-            row |= _correction_fields(corrections.get(str(info.get("name"))))
+        row: dict[str, Any] = {"name": info.name, "role": info.role, "host": info.host, "failure": info.failure}
+        if info.sender is not None:
+            row["sent"] = info.sender.sent
+        if info.receiver is not None:
+            row["received"] = info.receiver.received
+            row |= _correction_fields(corrections.get(info.name))
         if why := _generator_bound(info):
             row["generator_bound"] = why  # in summary.json too: not a SUT figure
         if shortfalls := _inspector_shortfalls(info):
@@ -292,6 +364,7 @@ def _correction_fields(correction: Correction | None) -> dict[str, Any]:
     return {
         "latency_correction_us": round(correction.shift_us, 1),
         "latency_uncertainty_us": round(correction.uncertainty_us, 1),
+        "clock_path": correction.path,  # udp: measured directly; mqtt: through the control broker
     }
 
 
@@ -306,22 +379,21 @@ def inspector_shortfalls(peers: Peers) -> list[str]:
     return [why for _, info in peers for why in _inspector_shortfalls(info)]
 
 
-def _inspector_shortfalls(info: dict[str, Any]) -> list[str]:
-    if info.get("role") != "inspector":
+def _inspector_shortfalls(info: PeerRecord) -> list[str]:
+    if info.inspectors is None:
         return []
-    ran_s = (int(info.get("ended_ns", 0)) - int(info.get("started_ns", 0))) / 1e9
+    ran_s = ((info.ended_ns or 0) - (info.started_ns or 0)) / 1e9
     found = []
-    for name, inspector in sorted(info.get("inspectors", {}).items()):
-        interval_s = float(inspector.get("interval_s") or 0)
-        samples, errors = int(inspector.get("samples", 0)), int(inspector.get("errors", 0))
+    for name, inspector in sorted(info.inspectors.items()):
+        interval_s, samples, errors = inspector.interval_s, inspector.samples, inspector.errors
         # One sample at the start, then one per interval.
         expected = 1 + int(ran_s // interval_s) if interval_s > 0 and ran_s > 0 else 1
-        last = f"; last error: {inspector['last_error']}" if inspector.get("last_error") else ""
+        last = f"; last error: {inspector.last_error}" if inspector.last_error else ""
         if samples == 0:
-            found.append(f"inspector {name} on {info.get('name')} collected no sample ({errors} failed{last})")
+            found.append(f"inspector {name} on {info.name} collected no sample ({errors} failed{last})")
         elif samples < expected / 2:
             found.append(
-                f"inspector {name} on {info.get('name')} collected {samples} of about {expected} samples "
+                f"inspector {name} on {info.name} collected {samples} of about {expected} samples "
                 f"({errors} failed{last})"
             )
     return found
@@ -333,15 +405,15 @@ def generator_bound(peers: Peers) -> list[str]:
     return [why for _, info in peers if (why := _generator_bound(info))]
 
 
-def _generator_bound(info: dict[str, Any]) -> str | None:
-    if info.get("role") != "sender":
+def _generator_bound(info: PeerRecord) -> str | None:
+    if info.sender is None:
         return None
-    monitor = info.get("self_monitor", {})
-    cpu, loop = monitor.get("cpu_percent_mean", 0.0), monitor.get("loop_lag_ms_max", 0.0)
+    monitor = info.self_monitor or SelfMonitorSummary()
+    cpu, loop = monitor.cpu_percent_mean, monitor.loop_lag_ms_max
     if cpu < _BUSY_CPU_PERCENT and loop < _BUSY_LOOP_LAG_MS:
         return None
-    lag = info.get("schedule_lag_us", {}).get("99", 0) / 1000
+    lag = (info.sender.schedule_lag_us or {}).get("99", 0) / 1000
     return (
-        f"sender {info.get('name')} used {cpu:.0f} % of a core on average (event loop up to {loop:.0f} ms "
+        f"sender {info.name} used {cpu:.0f} % of a core on average (event loop up to {loop:.0f} ms "
         f"late, schedule lag p99 {lag:.1f} ms): these figures show the generator's limit, not the SUT's"
     )

@@ -5,7 +5,7 @@ CPython's full collection walks every container object in the heap. After a work
 walk, and a sender at 25,000 msg/s allocates enough to set one off every second or so: each
 stopped the event loop and the libraries' threads alike, and at 80 % of a process's maximum the
 backlog it left took far longer to drain (schedule lag p99 30-155 ms, against 8.5-28 ms frozen:
-`bench/README.md`, session 11). `gc.freeze()` moves those objects to a generation no collection walks; the
+`bench/HISTORY.md`). `gc.freeze()` moves those objects to a generation no collection walks; the
 run's own garbage is still collected. Unfrozen at the end, so what the run held is collected
 once it is gone and a long-lived daemon does not accumulate it.
 """

@@ -5,9 +5,11 @@ Two series, each its own log so any HdrHistogram tool reads it:
 - `receiver-service-latency.hlog`: from the actual send time (what the SUT alone took).
 A requester (request/reply) keeps two recorders of the same shape under its own file names:
 response time with the replier's time, and the request and reply legs.
-Values are integer microseconds in the shape `protocol.hdr` fixes. A sample beyond
-the range is clamped to it and counted, never dropped (Maestro Java dropped negative samples,
-which biased the result).
+Values are integer microseconds in the shape `protocol.hdr` fixes. A receiver whose senders
+run on other hosts moves its samples by the clock correction measured before the load
+(`shift_us`) before they are recorded: a sample that reads negative because the receiver's clock
+is behind keeps its sign until then. A sample still beyond the range is clamped to it and
+counted, never dropped (Maestro Java dropped negative samples, which biased the result).
 """
 
 from __future__ import annotations
@@ -49,13 +51,22 @@ class IntervalLatency:
 
 class LatencyRecorder:
     def __init__(
-        self, directory: Path | None, interval_s: float = 1.0, logs: tuple[tuple[str, str], ...] = RECEIVER_LOGS
+        self,
+        directory: Path | None,
+        interval_s: float = 1.0,
+        logs: tuple[tuple[str, str], ...] = RECEIVER_LOGS,
+        shift_us: int = 0,
     ) -> None:
         """`directory` None: no logs are written (a receiver process whose parent writes them).
-        `logs`: what the first and the second series are called, and their files."""
+        `logs`: what the first and the second series are called, and their files. `shift_us`:
+        added to every sample before it is recorded (a clock correction)."""
         self.directory = directory
         self.interval_s = interval_s
-        self.clamped = 0  # samples outside [1 µs, 1 h]: clock skew or a stuck message
+        self.shift_us = shift_us
+        # Samples of the first series outside [1 µs, 1 h] once shifted: a clock correction wrong by
+        # more than the latency, or a message stuck for an hour. The figures judge that series
+        # (the service series, never above it, is clamped alike but not counted).
+        self.clamped = 0
         self.total_corrected = new_histogram()
         self.total_service = new_histogram()
         self._files: list[IO[str]] = []
@@ -102,8 +113,8 @@ class LatencyRecorder:
 
     def flush(self) -> None:
         """Put the samples taken so far into the current interval's histograms."""
-        self.clamped += record_samples(self.current.corrected, self.corrected_us)
-        self.clamped += record_samples(self.current.service, self.service_us)
+        self.clamped += record_samples(self.current.corrected, self.corrected_us, self.shift_us)
+        record_samples(self.current.service, self.service_us, self.shift_us)
         self.corrected_us = array("q")
         self.service_us = array("q")
 

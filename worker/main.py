@@ -8,13 +8,14 @@ import os
 import platform
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from protocol.codes import Activity, Role
 from protocol.daemon_cli import daemon_parser, run_daemon
 from protocol.failures import describe
+from protocol.file_check import FileCheck, check_files
 from protocol.notes import (
     DrainComplete,
     DrainRequest,
@@ -29,9 +30,10 @@ from protocol.notes import (
     TestFailed,
     TestSucceeded,
 )
-from protocol.options import OptionError
+from protocol.options import OptionError, TestOptions
 from protocol.ratefile import RateFileWriter
-from protocol.runtime import Peer, PeerError, UnsupportedError, write_peer_json
+from protocol.results import ReceiverAccount, SelfMonitorSummary, SenderAccount, write_peer_json
+from protocol.runtime import Peer, PeerError, UnsupportedError
 from worker.drivers import parse_endpoint
 from worker.drivers.base import DriverError
 from worker.latency import LatencyRecorder
@@ -68,14 +70,14 @@ class SelfMonitor:
         self.cpu_percent_max = max(self.cpu_percent_max, cpu_percent)
         self.loop_lag_ms_max = max(self.loop_lag_ms_max, loop_lag_ms)
 
-    def summary(self) -> dict[str, float]:
+    def summary(self) -> SelfMonitorSummary:
         mean = self.cpu_percent_sum / self.samples if self.samples else 0.0
-        return {
-            "cpu_percent_mean": round(mean, 1),
-            "cpu_percent_max": round(self.cpu_percent_max, 1),
-            "loop_lag_ms_max": round(self.loop_lag_ms_max, 2),
-            "samples": self.samples,
-        }
+        return SelfMonitorSummary(
+            cpu_percent_mean=round(mean, 1),
+            cpu_percent_max=round(self.cpu_percent_max, 1),
+            loop_lag_ms_max=round(self.loop_lag_ms_max, 2),
+            samples=self.samples,
+        )
 
 
 class Worker(Peer):
@@ -90,13 +92,13 @@ class Worker(Peer):
 
     # --- options --------------------------------------------------------------------------------
 
-    def check_options(self, options: dict[str, Any]) -> None:
+    def check_options(self, settings: TestOptions) -> None:
         """A bad SUT URL or driver option is refused at SET, before any load starts."""
-        for name in ("send_url", "receive_url"):
-            for url in options.get(name, []):
+        for name, urls in (("send_url", settings.send_url), ("receive_url", settings.receive_url)):
+            for url in urls:
                 parse_endpoint(url, name)
-        profile = options.get("profile", ())
-        if profile and max(step.parallel for step in profile) > options.get("parallel_count", 1):
+        profile = settings.profile
+        if profile and max(step.parallel for step in profile) > settings.parallel_count:
             raise OptionError("profile", "a step asks for more clients than parallel_count opens")
 
     # --- notes ----------------------------------------------------------------------------------
@@ -205,7 +207,7 @@ class Worker(Peer):
             parallel_count=o.parallel_count,
             processing_delay_s=o.processing_delay_ms / 1000,
             # A receiver told no duration runs until drained (a count is the senders' to keep).
-            duration_s=o.duration_s if "duration" in self.options else None,
+            duration_s=o.duration_s if "duration" in self.given else None,
             reconnect_budget_s=o.reconnect_budget_s,
             latency_shift_us=latency_shift_us,
             reply=o.request_reply,
@@ -217,7 +219,11 @@ class Worker(Peer):
             raise OptionError("processes", "request/reply runs its clients in one process for now")
         if processes > 1:
             return MultiProcessReceiver(plan, processes, directory, self._labels())
-        return ReceiverRun(plan, RateFileWriter(directory, "receiver", self._labels()), LatencyRecorder(directory))
+        return ReceiverRun(
+            plan,
+            RateFileWriter(directory, "receiver", self._labels()),
+            LatencyRecorder(directory, shift_us=latency_shift_us),
+        )
 
     async def coordinator_lost(self) -> None:
         run = self._run
@@ -272,7 +278,9 @@ class Worker(Peer):
             failure = describe(exc)
         finally:
             await run.close()
-            self._write_peer_json(run, directory, failure)
+            # Off the loop: a long run's files take a second or so to read through.
+            checks = await asyncio.to_thread(check_files, directory, run.files())
+            self._write_peer_json(run, directory, failure, checks)
             self.state = Activity.IDLE
         if failure:
             self.bus.publish(self.topics.notifications, TestFailed(test_id=self.test_id, message=failure))
@@ -314,19 +322,22 @@ class Worker(Peer):
         """The monotonic time the run's load starts (a sender's common start, else now)."""
         return time.monotonic() + max(0, run.start_at_ns() - time.time_ns()) / 1e9
 
-    def _write_peer_json(self, run: Run, directory: Path, failure: str | None) -> None:
-        info: dict[str, Any] = self.peer_record() | {
-            "python": platform.python_version(),
-            "pid": os.getpid(),
-            "options": self.raw_options,
-            "started_ns": self._started_wall_ns,
-            "ended_ns": time.time_ns(),
-            "failure": failure,
-            "self_monitor": self.self_monitor.summary(),
-            "files": run.files(),
-        }
-        info |= run.account()
-        write_peer_json(directory, info)
+    def _write_peer_json(self, run: Run, directory: Path, failure: str | None, checks: dict[str, FileCheck]) -> None:
+        account = run.account()
+        record = replace(
+            self.peer_record(),
+            python=platform.python_version(),
+            pid=os.getpid(),
+            started_ns=self._started_wall_ns,
+            ended_ns=time.time_ns(),
+            failure=failure,
+            self_monitor=self.self_monitor.summary(),
+            files=tuple(run.files()),
+            checks=checks,
+            sender=account if isinstance(account, SenderAccount) else None,
+            receiver=account if isinstance(account, ReceiverAccount) else None,
+        )
+        write_peer_json(directory, record)
 
     def counters(self) -> dict[str, Any]:
         counters = super().counters()

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import multiprocessing
 import multiprocessing.synchronize
 import queue
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +28,12 @@ from hdrh.histogram import HdrHistogram
 from protocol.failures import describe
 from protocol.hdr import new_histogram
 from protocol.ratefile import RateFileWriter
+from protocol.results import ReceiverAccount, SendCounts, SenderDeliveries
 from protocol.sequences import encode_bitset, union_bitsets
 from worker.drivers.base import DriverError, GroupShare
 from worker.latency import LatencyRecorder
 from worker.receiver import ReceiverPlan, ReceiverRun
-from worker.run import SendingAccount
-from worker.sender import SenderPlan, SenderRun, SenderStats, interval_report, sender_key
+from worker.sender import ScheduledSending, SenderPlan, SenderRun, SenderStats, interval_report, sender_key
 from worker.timebase import Timebase
 
 __all__ = ["MultiProcessReceiver", "MultiProcessSender", "split_clients"]
@@ -75,42 +77,57 @@ async def _child(spec: _ChildSpec, reports: Any, stop: multiprocessing.synchroni
         if stop.is_set():
             run.stop()
         run.rate_file.flush()
-        reports.put(("interval", spec.part, _counters(run), run.stats.interval_lag_us.encode()))
+        reports.put(_SenderReport(spec.part, _counts(run), run.stats.interval_lag_us.encode()))
         run.stats.fold()
     await run.close()
-    reports.put(("done", spec.part, _counters(run), run.stats.lag_us.encode(), run.files(), run.failure))
+    reports.put(
+        _SenderReport(spec.part, _counts(run), run.stats.lag_us.encode(), True, tuple(run.files()), run.failure)
+    )
 
 
-def _counters(run: SenderRun) -> dict[str, Any]:
+def _counts(run: SenderRun) -> SendCounts:
     s = run.stats
-    return {
-        "sent": s.sent,
-        "errors": dict(s.errors),
-        "retries": s.retries,
-        "per_client": dict(s.sent_per_client),
-        "disconnects_ns": list(s.disconnects_ns),
-        "reconnects_ns": list(s.reconnects_ns),
-    }
+    return SendCounts(
+        sent=s.sent,
+        errors=dict(s.errors),
+        retries=s.retries,
+        per_client=dict(s.sent_per_client),
+        disconnects_ns=tuple(s.disconnects_ns),
+        reconnects_ns=tuple(s.reconnects_ns),
+        intended_per_client=dict(s.intended_per_client),
+        accepted_per_client=dict(s.accepted_per_client),
+    )
+
+
+@dataclass(frozen=True)
+class _SenderReport:
+    """A sender process's counters, with this interval's schedule lag (encoded HDR), or when
+    `done` its whole run's, its files and its failure."""
+
+    part: int
+    counts: SendCounts
+    lag: bytes
+    done: bool = False
+    files: tuple[str, ...] = ()
+    failure: str | None = None
 
 
 @dataclass
 class _Child:
-    counters: dict[str, Any] = field(default_factory=dict)
-    files: list[str] = field(default_factory=list)
+    counts: SendCounts = field(default_factory=SendCounts)
+    files: tuple[str, ...] = ()
     failure: str | None = None
     done: bool = False
 
 
-class MultiProcessSender(SendingAccount):
+class MultiProcessSender(ScheduledSending):
     """The `SenderRun` surface (run, stop, stats, keys, files, close) over child processes."""
 
     def __init__(self, plan: SenderPlan, processes: int, directory: Path, labels: dict[str, str]) -> None:
-        self.plan = plan
         self.timebase = Timebase()
+        keys = {c: sender_key(plan.test_id, plan.peer, c) for c in range(plan.parallel_count)}
+        super().__init__(plan, SenderStats(), keys, self.timebase.wall0_ns)
         self.parts = split_clients(plan.parallel_count, processes)
-        self.keys = {c: sender_key(plan.test_id, plan.peer, c) for c in range(plan.parallel_count)}
-        self.stats = SenderStats()
-        self.failure: str | None = None
         self._directory = directory
         self._labels = labels
         self._reports = _CONTEXT.Queue()
@@ -118,10 +135,6 @@ class MultiProcessSender(SendingAccount):
         self._children = {k: _Child() for k in range(len(self.parts))}
         self._procs: list[Any] = []
         self._live_lag = new_histogram()
-
-    @property
-    def warm_up_end_ns(self) -> int:
-        return max(self.timebase.wall0_ns, self.plan.start_at_ns) + int(self.plan.warm_up_s * 1e9)
 
     def stop(self) -> None:
         self._stop.set()
@@ -152,30 +165,27 @@ class MultiProcessSender(SendingAccount):
                 report = self._reports.get_nowait()
             except queue.Empty:
                 return
-            kind, part, counters, encoded_lag = report[:4]
-            child = self._children[part]
-            child.counters = counters
-            lag = HdrHistogram.decode(encoded_lag)
-            if kind == "interval":
+            child = self._children[report.part]
+            child.counts = report.counts
+            lag = HdrHistogram.decode(report.lag)
+            if not report.done:
                 self._live_lag.add(lag)  # for the live reports only
             else:
                 # The child's whole-run histogram: the only way into the run's total, so no
                 # message is counted twice.
                 self.stats.interval_lag_us.add(lag)
                 self.stats.fold()
-                child.files, child.failure, child.done = report[4], report[5], True
-            self._sum_counters()
+                child.files, child.failure, child.done = report.files, report.failure, True
+            self._sum_counts()
 
-    def _sum_counters(self) -> None:
+    def _sum_counts(self) -> None:
         stats = self.stats
-        children = [c.counters for c in self._children.values() if c.counters]
-        stats.sent = sum(c["sent"] for c in children)
-        stats.retries = sum(c["retries"] for c in children)
-        stats.errors = sum((Counter(c["errors"]) for c in children), Counter())
-        per_client = (Counter({int(k): v for k, v in c["per_client"].items()}) for c in children)
-        stats.sent_per_client = sum(per_client, Counter())
-        stats.disconnects_ns = sorted(t for c in children for t in c.get("disconnects_ns", []))
-        stats.reconnects_ns = sorted(t for c in children for t in c.get("reconnects_ns", []))
+        total = functools.reduce(SendCounts.merge, (c.counts for c in self._children.values()), SendCounts())
+        stats.sent, stats.retries = total.sent, total.retries
+        stats.errors, stats.sent_per_client = Counter(total.errors), Counter(total.per_client)
+        stats.disconnects_ns, stats.reconnects_ns = list(total.disconnects_ns), list(total.reconnects_ns)
+        stats.intended_per_client = dict(total.intended_per_client)
+        stats.accepted_per_client = dict(total.accepted_per_client)
 
     def interval_report(self) -> dict[str, Any]:
         self._drain_reports()
@@ -214,31 +224,40 @@ def _receiver_child_main(spec: _ReceiverChildSpec, reports: Any, stop: multiproc
     asyncio.run(_receiver_child(spec, reports, stop))
 
 
-def _receiver_counters(run: ReceiverRun) -> dict[str, Any]:
-    s = run.stats
-    return {
-        "received": s.received,
-        "foreign": dict(s.foreign),
-        "last_message_mono": s.last_message_mono,
-        "duplicates_per_s": dict(s.duplicates_per_s),
-        "per_sender": run.per_sender(),
-        "clamped": run.latency.clamped,
-        "skipped_by_sut": run.skipped_by_sut(),
-        "group": run.group_share(),
-    }
+@dataclass(frozen=True)
+class _ReceiverReport:
+    """A receiver process's news: `ready` (consuming; its group share), `failed` (why), or its
+    account so far (`interval`: with its last second's latency, encoded HDR, when one closed;
+    `done`: its sequence bitsets too)."""
+
+    kind: str
+    part: int
+    account: ReceiverAccount | None = None
+    last_message_mono: float = 0.0
+    group: GroupShare | None = None
+    latency: tuple[bytes, bytes] | None = None
+    failure: str = ""
+    bitsets: Mapping[str, bytes] = field(default_factory=dict)
+    files: tuple[str, ...] = ()
+
+
+def _receiver_report(kind: str, part: int, run: ReceiverRun, latency: tuple[bytes, bytes] | None) -> _ReceiverReport:
+    return _ReceiverReport(kind, part, run.account(), run.stats.last_message_mono, run.group_share(), latency)
 
 
 async def _receiver_child(spec: _ReceiverChildSpec, reports: Any, stop: multiprocessing.synchronize.Event) -> None:
     rate_file = RateFileWriter(spec.directory, f"receiver-p{spec.part}", spec.labels)
     # No logs of its own: its intervals go to the parent, which writes the one pair of logs.
-    run = ReceiverRun(spec.plan, rate_file, LatencyRecorder(None), clients=spec.clients)
+    run = ReceiverRun(
+        spec.plan, rate_file, LatencyRecorder(None, shift_us=spec.plan.latency_shift_us), clients=spec.clients
+    )
     try:
         await run.start(settle_group=False)  # the parent waits for the whole group
     except Exception as exc:  # the parent names it and fails the start
-        reports.put(("failed", spec.part, describe(exc)))
+        reports.put(_ReceiverReport("failed", spec.part, failure=describe(exc)))
         await run.close()
         return
-    reports.put(("ready", spec.part, run.group_share()))
+    reports.put(_ReceiverReport("ready", spec.part, group=run.group_share()))
     last_roll = time.monotonic()
     while not stop.is_set():
         await asyncio.sleep(_RECEIVER_REPORT_EVERY_S)
@@ -248,13 +267,12 @@ async def _receiver_child(spec: _ReceiverChildSpec, reports: Any, stop: multipro
             latency = (interval.corrected.encode(), interval.service.encode())
             run.rate_file.flush()
             last_roll = time.monotonic()
-        reports.put(("interval", spec.part, _receiver_counters(run), latency))
+        reports.put(_receiver_report("interval", spec.part, run, latency))
     last = run.latency.roll()
     await run.close()
-    final = (_receiver_counters(run), (last.corrected.encode(), last.service.encode()))
+    done = _receiver_report("done", spec.part, run, (last.corrected.encode(), last.service.encode()))
     bitsets = {f"{key:016x}": tracker.bitset for key, tracker in run.trackers.items()}
-    rate_files = run.rate_file.names()
-    reports.put(("done", spec.part, *final, bitsets, rate_files, sorted(run.reconnects_ns())))
+    reports.put(replace(done, bitsets=bitsets, files=tuple(run.rate_file.names())))
 
 
 class MultiProcessReceiver(ReceiverRun):
@@ -265,17 +283,22 @@ class MultiProcessReceiver(ReceiverRun):
     two processes is a duplicate, as between two receivers)."""
 
     def __init__(self, plan: ReceiverPlan, processes: int, directory: Path, labels: dict[str, str]) -> None:
-        super().__init__(plan, RateFileWriter(directory, "receiver", labels), LatencyRecorder(directory))
+        super().__init__(
+            plan,
+            RateFileWriter(directory, "receiver", labels),
+            LatencyRecorder(directory, shift_us=plan.latency_shift_us),
+        )
         self.parts = split_clients(plan.parallel_count, processes)
         self._directory = directory
         self._labels = labels
         self._reports = _CONTEXT.Queue()
         self._children_stop = _CONTEXT.Event()
         self._procs: list[Any] = []
-        self._counters: dict[int, dict[str, Any]] = {}
-        self._done: dict[int, tuple[Any, ...]] = {}
+        self._accounts: dict[int, ReceiverAccount] = {}  # each child's, as last told
+        self._done: dict[int, _ReceiverReport] = {}
         self._ready: set[int] = set()
         self._groups: dict[int, GroupShare | None] = {}  # each child's clients' share, as last told
+        self._last_message_mono: dict[int, float] = {}
         self._child_failures: dict[int, str] = {}
         self._pump_task: asyncio.Task[None] | None = None
 
@@ -319,36 +342,38 @@ class MultiProcessReceiver(ReceiverRun):
                 report = self._reports.get_nowait()
             except queue.Empty:
                 break
-            kind, part = report[0], report[1]
-            if kind == "ready":
-                self._ready.add(part)
-                self._groups[part] = report[2]
-            elif kind == "failed":
-                self._child_failures[part] = report[2]
-            elif kind == "interval":
-                self._take(part, report[2], report[3])
-            elif kind == "done":
-                self._take(part, report[2], report[3])
-                self._done[part] = report
+            match report.kind:
+                case "ready":
+                    self._ready.add(report.part)
+                    self._groups[report.part] = report.group
+                case "failed":
+                    self._child_failures[report.part] = report.failure
+                case "interval" | "done":
+                    self._take(report)
         self._sum()
 
-    def _take(self, part: int, counters: dict[str, Any], latency: tuple[bytes, bytes] | None) -> None:
-        self._counters[part] = counters
-        self._groups[part] = counters["group"]
-        if latency is not None:
+    def _take(self, report: _ReceiverReport) -> None:
+        assert report.account is not None
+        self._accounts[report.part] = report.account
+        self._groups[report.part] = report.group
+        self._last_message_mono[report.part] = report.last_message_mono
+        if report.latency is not None:
             current = self.latency.current
-            current.corrected.add(HdrHistogram.decode(latency[0]))
-            current.service.add(HdrHistogram.decode(latency[1]))
+            current.corrected.add(HdrHistogram.decode(report.latency[0]))
+            current.service.add(HdrHistogram.decode(report.latency[1]))
+        if report.kind == "done":
+            self._done[report.part] = report
+
+    def _total(self) -> ReceiverAccount:
+        """The children's accounts, merged (streams exact only with the bitsets: `per_sender`)."""
+        return functools.reduce(ReceiverAccount.merge, self._accounts.values(), ReceiverAccount(received=0))
 
     def _sum(self) -> None:
-        children = list(self._counters.values())
-        stats = self.stats
-        stats.received = sum(c["received"] for c in children)
-        stats.foreign = sum((Counter(c["foreign"]) for c in children), Counter())
-        stats.last_message_mono = max((c["last_message_mono"] for c in children), default=0.0)
-        duplicates = (Counter({int(k): v for k, v in c["duplicates_per_s"].items()}) for c in children)
-        stats.duplicates_per_s = sum(duplicates, Counter())
-        self.latency.clamped = sum(c["clamped"] for c in children)
+        total, stats = self._total(), self.stats
+        stats.received, stats.foreign = total.received, Counter(total.foreign)
+        stats.last_message_mono = max(self._last_message_mono.values(), default=0.0)
+        stats.duplicates_per_s = Counter({int(k): v for k, v in total.duplicates_per_s.items()})
+        self.latency.clamped = total.latency_clamped
 
     async def pause(self) -> None:
         raise DriverError("a receiver in several processes cannot pause (processes=1 can)", retry=False)
@@ -356,26 +381,18 @@ class MultiProcessReceiver(ReceiverRun):
     async def resume(self) -> None:
         raise DriverError("a receiver in several processes cannot resume (processes=1 can)", retry=False)
 
-    def per_sender(self) -> dict[str, dict[str, int]]:
+    def per_sender(self) -> dict[str, SenderDeliveries]:
         """Each sender's stream over all the processes; exact once they are done (the distinct
         count needs their bitsets), summed from their own counts before."""
-        out: dict[str, dict[str, int]] = {}
-        for counters in self._counters.values():
-            for key, c in counters["per_sender"].items():
-                mine = out.setdefault(key, dict.fromkeys(c, 0) | {"highest_sequence": -1})
-                for name, value in c.items():
-                    mine[name] = max(mine[name], value) if name == "highest_sequence" else mine[name] + value
+        streams = dict(self._total().per_sender)
         for key, bitset in self._merged_bitsets().items():
-            mine = out[key]
-            mine["received"] = int.from_bytes(bitset, "little").bit_count()
-            mine["duplicates"] = mine["deliveries"] - mine["received"]
-            mine["missing_below_highest"] = mine["highest_sequence"] + 1 - mine["received"]
-        return out
+            streams[key] = streams[key].exact(int.from_bytes(bitset, "little").bit_count())
+        return streams
 
     def _merged_bitsets(self) -> dict[str, bytes]:
         by_key: dict[str, list[bytes]] = {}
         for report in self._done.values():
-            for key, bitset in report[4].items():
+            for key, bitset in report.bitsets.items():
                 by_key.setdefault(key, []).append(bitset)
         return {key: union_bitsets(parts) for key, parts in by_key.items()}
 
@@ -383,18 +400,18 @@ class MultiProcessReceiver(ReceiverRun):
         self._drain_reports()
         report = super().interval_report()
         streams = self.per_sender().values()
-        report["duplicates"] = sum(c["duplicates"] for c in streams)
-        report["missing"] = sum(c["missing_below_highest"] for c in streams)
+        report["duplicates"] = sum(c.duplicates for c in streams)
+        report["missing"] = sum(c.missing_below_highest for c in streams)
         return report | {"processes": len(self.parts)}
 
     def reconnects_ns(self) -> list[int]:
-        return sorted(t for report in self._done.values() for t in report[6])
+        return sorted(t for report in self._done.values() if report.account for t in report.account.reconnects_ns)
 
     def skipped_by_sut(self) -> int:
-        return sum(c.get("skipped_by_sut", 0) for c in self._counters.values())
+        return self._total().skipped_by_sut
 
     def files(self) -> list[str]:
-        children = sorted(name for report in self._done.values() for name in report[5])
+        children = sorted(name for report in self._done.values() for name in report.files)
         return [*children, "receiver-latency.hlog", "receiver-service-latency.hlog", "receiver-sequences.json"]
 
     async def close(self) -> None:

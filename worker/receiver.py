@@ -18,20 +18,22 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from protocol.fail import FailConditions
 from protocol.options import Delay
 from protocol.precise_timer import PreciseTimer
 from protocol.ratefile import RateFileWriter
+from protocol.results import ReceiverAccount, ReplierAccount, SenderDeliveries
 from protocol.sequences import SequenceTracker, dump_bitsets
 from worker.drivers import driver_for_client
 from worker.drivers.base import FIRST_CONNECT_S, Burst, Driver, DriverError, GroupShare, SendError, connect_within
 from worker.heap import HeapHold
 from worker.latency import IntervalLatency, LatencyRecorder
 from worker.payload import HEADER_BYTES, HEADER_DTYPE, HEADER_LAYOUT, MAGIC, REPLY_STAMPS, headers_every, key_of
-from worker.run import ReceivingAccount
+from worker.run import Watch
 
 __all__ = ["ReceiverPlan", "ReceiverRun"]
 
@@ -61,7 +63,7 @@ class ReceiverPlan:
     duration_s: float | None = None  # stop by itself after this, once drained
     drain_idle_s: float = 2.0  # draining ends after this long without a message
     reconnect_budget_s: float = 60.0
-    latency_shift_us: int = 0  # the clock correction its bound and live figures use (StartWorker)
+    latency_shift_us: int = 0  # the clock correction its samples are recorded with (StartWorker)
     reply: bool = False  # a replier: answer each request
     service_time: Delay = field(default_factory=Delay)
     replier_key: int = 0  # key_of its peer id, stamped into each reply
@@ -79,7 +81,15 @@ class ReceiverStats:
     reply_errors: Counter[str] = field(default_factory=Counter)  # replies the SUT did not take
 
 
-class ReceiverRun(ReceivingAccount):
+class ReceiverRun:
+    """The receiving side's run: its clients consume, each message is accounted for by sender
+    and sequence, its latency recorded; a replier answers requests too."""
+
+    VERB: ClassVar[str] = "received"
+    # A fail condition does not end a receiving run: it says so and goes on until drained, so
+    # what is in flight is counted as received, not as lost.
+    STOPS_WHEN_TRIPPED: ClassVar[bool] = False
+
     def __init__(
         self,
         plan: ReceiverPlan,
@@ -392,24 +402,61 @@ class ReceiverRun(ReceivingAccount):
             path = self.latency.directory / "receiver-sequences.json"
             path.write_text(json.dumps(dump_bitsets(self.trackers)))
 
-    def per_sender(self) -> dict[str, dict[str, int]]:
+    # --- the Run surface ----------------------------------------------------------------------
+
+    def count(self) -> int:
+        return self.stats.received
+
+    def start_at_ns(self) -> int:
+        return 0
+
+    def idle_on_purpose(self) -> bool:
+        # A paused receiver is idle on purpose: its stall clock starts again when it resumes.
+        return self.paused
+
+    def verdict(self, conditions: FailConditions, watch: Watch, now: float) -> str | None:
+        """The corrected latency of the interval just closed."""
+        if self.last_interval is None:
+            return None
+        return conditions.latency(self.last_interval.corrected)
+
+    def account(self) -> ReceiverAccount:
+        stats = self.stats
+        return ReceiverAccount(
+            received=stats.received,
+            foreign=dict(stats.foreign),
+            latency_clamped=self.latency.clamped,
+            # What the samples in the latency logs were moved by as they were recorded: the
+            # reports correct the rest of the way (protocol.clock_correction).
+            latency_shift_us=self.latency.shift_us,
+            per_sender=self.per_sender(),
+            duplicates_per_s={str(s): n for s, n in sorted(stats.duplicates_per_s.items())},
+            reconnects_ns=tuple(self.reconnects_ns()),
+            skipped_by_sut=self.skipped_by_sut(),
+            replier=ReplierAccount(stats.replied, dict(stats.reply_errors)) if self.plan.reply else None,
+        )
+
+    def counters(self) -> dict[str, Any]:
+        return {"received": self.stats.received, "foreign": dict(self.stats.foreign)}
+
+    def per_sender(self) -> dict[str, SenderDeliveries]:
         out = {}
         for key, tracker in self.trackers.items():
             counts = tracker.counts()
-            out[f"{key:016x}"] = {
-                "received": counts.received,
-                "deliveries": counts.received + counts.duplicates,
-                "duplicates": counts.duplicates,
-                "out_of_order": counts.out_of_order,
-                "highest_sequence": counts.highest,
-                "missing_below_highest": counts.missing(),
-            }
+            out[f"{key:016x}"] = SenderDeliveries(
+                received=counts.received,
+                deliveries=counts.received + counts.duplicates,
+                duplicates=counts.duplicates,
+                out_of_order=counts.out_of_order,
+                highest_sequence=counts.highest,
+                missing_below_highest=counts.missing(),
+            )
         return out
 
     def interval_report(self) -> dict[str, Any]:
         self.rate_file.flush()
         interval = self.last_interval = self.latency.roll()
-        corrected, shift = interval.corrected, self.plan.latency_shift_us
+        corrected = interval.corrected  # recorded with the clock correction (LatencyRecorder)
         return {
             "received": self.stats.received,
             "foreign": dict(self.stats.foreign),
@@ -418,7 +465,7 @@ class ReceiverRun(ReceivingAccount):
             # each sender. Exact when one receiver takes a sender's whole stream; the merged
             # count at the end is the test's figure.
             "missing": sum(t.counts().missing() for t in self.trackers.values()),
-            "latency_p50_us": max(corrected.get_value_at_percentile(50) + shift, 0),
-            "latency_p99_us": max(corrected.get_value_at_percentile(99) + shift, 0),
-            "latency_max_us": max(corrected.get_max_value() + shift, 0),
+            "latency_p50_us": corrected.get_value_at_percentile(50),
+            "latency_p99_us": corrected.get_value_at_percentile(99),
+            "latency_max_us": corrected.get_max_value(),
         }

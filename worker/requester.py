@@ -29,15 +29,15 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from protocol.concurrency import wait_event
-from protocol.fail import FailConditions
 from protocol.options import Delay, Duration, MessageSize
 from protocol.precise_timer import PreciseTimer
 from protocol.ratefile import RateFileWriter
+from protocol.results import RequestReplyAccount, SenderAccount
 from protocol.sequences import SequenceTracker
 from worker.drivers import driver_for_client
 from worker.drivers.base import (
@@ -51,7 +51,7 @@ from worker.drivers.base import (
 )
 from worker.latency import LatencyRecorder
 from worker.payload import HEADER_BYTES, MAGIC, REPLY_BYTES, REPLY_LAYOUT, key_of, pack_header
-from worker.run import Watch, run_clients
+from worker.run import SendingRun, run_clients
 from worker.sender import sender_key
 
 __all__ = ["REQUESTER_LOGS", "RequesterPlan", "RequesterRun", "RequesterStats"]
@@ -105,9 +105,10 @@ class RequesterStats:
     skipped_by_sut: int = 0  # replies the SUT passed over (Driver.skipped_by_sut): they time out
 
 
-class RequesterRun:
-    VERB: ClassVar[str] = "sent"
-    STOPS_WHEN_TRIPPED: ClassVar[bool] = True
+class RequesterRun(SendingRun[RequesterPlan, RequesterStats]):
+    """A closed system's requesting side: each client's `outstanding` turns request, wait for
+    the reply, think, and go again. A sending run without a schedule to fall short of: its
+    timeouts are judged at the end."""
 
     def __init__(
         self,
@@ -116,12 +117,10 @@ class RequesterRun:
         directory: Path | None,
         driver_for: Callable[[int], Driver] | None = None,
     ) -> None:
-        self.plan = plan
+        keys = {client: sender_key(plan.test_id, plan.peer, client) for client in range(plan.parallel_count)}
+        super().__init__(plan, RequesterStats(), keys, time.time_ns())
         self.rate_file = rate_file
-        self.stats = RequesterStats()
-        self.failure: str | None = None
         self.test_key = key_of(plan.test_id)
-        self.keys = {client: sender_key(plan.test_id, plan.peer, client) for client in range(plan.parallel_count)}
         (first, second) = REQUESTER_LOGS
         self.latency = LatencyRecorder(directory, logs=first)  # response, replier
         self.legs = LatencyRecorder(directory, logs=second)  # request leg, reply leg
@@ -132,7 +131,6 @@ class RequesterRun:
         self._driver_for = driver_for or functools.partial(driver_for_client, plan.urls, "send_url")
         self._filler = random.Random(0).randbytes(max(0, plan.size.max_bytes - HEADER_BYTES))
         self._timer: PreciseTimer | None = None
-        self._started_ns = time.time_ns()
         self._think_rng = random.Random(2)
 
     # --- the clients ----------------------------------------------------------------------------
@@ -270,10 +268,6 @@ class RequesterRun:
 
     # --- the Run surface ----------------------------------------------------------------------
 
-    @property
-    def warm_up_end_ns(self) -> int:
-        return max(self._started_ns, self.plan.start_at_ns) + int(self.plan.warm_up_s * 1e9)
-
     def stop(self) -> None:
         self._stop.set()
 
@@ -295,47 +289,23 @@ class RequesterRun:
             "response_p99_us": response.get_value_at_percentile(99),
         }
 
-    def count(self) -> int:
-        return self.stats.sent
-
-    def start_at_ns(self) -> int:
-        return self.plan.start_at_ns
-
-    def idle_on_purpose(self) -> bool:
-        return False
-
-    def verdict(self, conditions: FailConditions, watch: Watch, now: float) -> str | None:
-        # A closed system has no schedule to fall short of; its timeouts are judged at the end.
-        return None
-
-    def account(self) -> dict[str, Any]:
+    def account(self) -> SenderAccount:
         s, plan = self.stats, self.plan
-        return {
-            "sent": s.sent,
-            "warm_up_end_ns": self.warm_up_end_ns,
-            "warm_up_s": plan.warm_up_s,
-            "errors": dict(s.errors),
-            "disconnects_ns": s.disconnects_ns,
-            "reconnects_ns": sorted(s.reconnects_ns),
-            "senders": {
-                f"{key:016x}": {"client": client, "sent": s.sent_per_client[client]}
-                for client, key in self.keys.items()
-            },
-            "request_reply": {
-                "clients": plan.parallel_count,
-                "outstanding": plan.outstanding,
-                "think_time": str(plan.think_time),
-                "think_time_mean_s": plan.think_time.mean_s,
-                "think_time_measured_s": s.thought_ns / s.thoughts / 1e9 if s.thoughts else None,
-                "request_timeout_s": plan.request_timeout_s,
-                "replies": s.replies,
-                "timed_out": s.timed_out,
-                "late": s.late,
-                "duplicates": s.duplicates,
-                "foreign": dict(s.foreign),
-                "skipped_by_sut": s.skipped_by_sut,
-            },
-        }
+        closed = RequestReplyAccount(
+            clients=plan.parallel_count,
+            outstanding=plan.outstanding,
+            think_time=str(plan.think_time),
+            think_time_mean_s=plan.think_time.mean_s,
+            think_time_measured_s=s.thought_ns / s.thoughts / 1e9 if s.thoughts else None,
+            request_timeout_s=plan.request_timeout_s,
+            replies=s.replies,
+            timed_out=s.timed_out,
+            late=s.late,
+            duplicates=s.duplicates,
+            foreign=dict(s.foreign),
+            skipped_by_sut=s.skipped_by_sut,
+        )
+        return replace(super().account(), request_reply=closed)
 
     def counters(self) -> dict[str, Any]:
         s = self.stats

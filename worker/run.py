@@ -7,28 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from protocol.fail import FailConditions
+from protocol.results import ClientSent, ReceiverAccount, SenderAccount
 from worker.drivers.base import DriverError
 from worker.heap import frozen_heap
 
-if TYPE_CHECKING:
-    from hdrh.histogram import HdrHistogram
-
-    from worker.latency import IntervalLatency
-    from worker.receiver import ReceiverPlan, ReceiverStats
-    from worker.sender import SenderPlan, SenderStats
-
-__all__ = ["RATE_JUDGED_AFTER_S", "ReceivingAccount", "Run", "SendingAccount", "Watch", "run_clients"]
+__all__ = ["Run", "SendingRun", "Watch", "run_clients"]
 
 log = logging.getLogger(__name__)
-
-# A sender's rate is judged only this long after its warm-up: one slow second at the start does
-# not decide the test.
-RATE_JUDGED_AFTER_S = 5.0
 
 
 async def run_clients(clients: list[Coroutine[Any, Any, None]], role: str) -> str | None:
@@ -65,22 +56,50 @@ class Run(Protocol):
     def start_at_ns(self) -> int: ...
     def idle_on_purpose(self) -> bool: ...
     def verdict(self, conditions: FailConditions, watch: Watch, now: float) -> str | None: ...
-    def account(self) -> dict[str, Any]: ...
+    def account(self) -> SenderAccount | ReceiverAccount: ...
     def counters(self) -> dict[str, Any]: ...
 
 
-class SendingAccount:
-    """The `Run` methods of a sending run, over its plan, stats and keys."""
+class SendingPlan(Protocol):
+    """What the sending runs' plans (a sender's, a requester's) have in common."""
+
+    @property
+    def start_at_ns(self) -> int: ...
+    @property
+    def warm_up_s(self) -> float: ...
+
+
+class SendingStats(Protocol):
+    sent: int
+    sent_per_client: Counter[int]
+    errors: Counter[str]
+    disconnects_ns: list[int]
+    reconnects_ns: list[int]
+
+
+P = TypeVar("P", bound=SendingPlan)
+S = TypeVar("S", bound=SendingStats)
+
+
+class SendingRun(Generic[P, S]):
+    """What every sending run is to the daemon (the `Run` surface a sender in one process or
+    several, and a requester, share), over the plan, stats and keys it holds."""
 
     VERB: ClassVar[str] = "sent"
     STOPS_WHEN_TRIPPED: ClassVar[bool] = True
-    plan: SenderPlan
-    stats: SenderStats
-    keys: dict[int, int]
+
+    def __init__(self, plan: P, stats: S, keys: dict[int, int], started_ns: int) -> None:
+        """`keys`: each client's sender key; `started_ns`: the run's own start (wall clock), from
+        which the warm-up runs unless the plan gives a later common start."""
+        self.plan = plan
+        self.stats = stats
+        self.keys = keys
+        self.failure: str | None = None
+        self._started_ns = started_ns
 
     @property
     def warm_up_end_ns(self) -> int:
-        raise NotImplementedError
+        return max(self._started_ns, self.plan.start_at_ns) + int(self.plan.warm_up_s * 1e9)
 
     def count(self) -> int:
         return self.stats.sent
@@ -92,99 +111,23 @@ class SendingAccount:
         return False
 
     def verdict(self, conditions: FailConditions, watch: Watch, now: float) -> str | None:
-        """The rate achieved since the first look after warm-up against the schedule's over the
-        same span (all clients together). The span starts at that look, not at the warm-up's end:
-        the count is taken there, and a look comes up to a stats interval late, which counted
-        against the rate read a sender on schedule as 80 % of it at its first verdict."""
-        count = self.count()
-        if watch.count_at_warm_up is None:
-            watch.count_at_warm_up, watch.warm_up_looked_at = count, now
-            return None
-        seconds = now - watch.warm_up_looked_at
-        if seconds < RATE_JUDGED_AFTER_S:
-            return None
-        expected_now = self.plan.expected_sent(now - watch.origin)
-        expected_then = self.plan.expected_sent(watch.warm_up_looked_at - watch.origin)
-        if expected_now is None or expected_then is None:
-            return None  # unbounded: no target to fall short of
-        return conditions.rate(count - watch.count_at_warm_up, seconds, (expected_now - expected_then) / seconds)
+        """A run with no schedule has none to fall short of (a scheduled sender's has one)."""
+        return None
 
-    def account(self) -> dict[str, Any]:
-        lag: HdrHistogram = self.stats.lag_us
-        schedule_lag: dict[str, Any] = {p: lag.get_value_at_percentile(float(p)) for p in ("50", "99", "99.9")}
-        schedule_lag["max"] = lag.get_max_value()
-        return {
-            "sent": self.stats.sent,
-            "warm_up_end_ns": self.warm_up_end_ns,
-            "warm_up_s": self.plan.warm_up_s,
-            "errors": dict(self.stats.errors),
-            "retries": self.stats.retries,
-            "disconnects_ns": self.stats.disconnects_ns,
-            "reconnects_ns": sorted(self.stats.reconnects_ns),
-            "senders": {
-                f"{key:016x}": {"client": client, "sent": self.stats.sent_per_client[client]}
-                for client, key in self.keys.items()
-            },
-            "schedule_lag_us": schedule_lag,
-        }
+    def account(self) -> SenderAccount:
+        s = self.stats
+        return SenderAccount(
+            sent=s.sent,
+            warm_up_end_ns=self.warm_up_end_ns,
+            warm_up_s=self.plan.warm_up_s,
+            errors=dict(s.errors),
+            disconnects_ns=tuple(s.disconnects_ns),
+            reconnects_ns=tuple(sorted(s.reconnects_ns)),
+            senders={f"{key:016x}": ClientSent(client, s.sent_per_client[client]) for client, key in self.keys.items()},
+        )
 
     def counters(self) -> dict[str, Any]:
         return {"sent": self.stats.sent, "errors": dict(self.stats.errors)}
-
-
-class ReceivingAccount:
-    """The `Run` methods of a receiving run."""
-
-    VERB: ClassVar[str] = "received"
-    STOPS_WHEN_TRIPPED: ClassVar[bool] = False
-    plan: ReceiverPlan
-    stats: ReceiverStats
-    paused: bool
-    last_interval: IntervalLatency | None
-    latency: Any
-
-    def per_sender(self) -> dict[str, dict[str, int]]:
-        raise NotImplementedError
-
-    def reconnects_ns(self) -> list[int]:
-        raise NotImplementedError
-
-    def skipped_by_sut(self) -> int:
-        raise NotImplementedError
-
-    def count(self) -> int:
-        return self.stats.received
-
-    def start_at_ns(self) -> int:
-        return 0
-
-    def idle_on_purpose(self) -> bool:
-        # A paused receiver is idle on purpose: its stall clock starts again when it resumes.
-        return self.paused
-
-    def verdict(self, conditions: FailConditions, watch: Watch, now: float) -> str | None:
-        """The corrected latency of the interval just closed."""
-        if self.last_interval is None:
-            return None
-        return conditions.latency(self.last_interval.corrected, self.plan.latency_shift_us)
-
-    def account(self) -> dict[str, Any]:
-        replier = {}
-        if self.plan.reply:
-            stats = self.stats
-            replier = {"replier": {"replied": stats.replied, "reply_errors": dict(stats.reply_errors)}}
-        return replier | {
-            "received": self.stats.received,
-            "foreign": dict(self.stats.foreign),
-            "latency_clamped": self.latency.clamped,
-            "per_sender": self.per_sender(),
-            "duplicates_per_s": {str(s): n for s, n in sorted(self.stats.duplicates_per_s.items())},
-            "reconnects_ns": self.reconnects_ns(),
-            "skipped_by_sut": self.skipped_by_sut(),
-        }
-
-    def counters(self) -> dict[str, Any]:
-        return {"received": self.stats.received, "foreign": dict(self.stats.foreign)}
 
 
 @dataclass

@@ -91,6 +91,28 @@ class Schedule:
         self._sent = sent + count
         return [int(start + k * interval) for k in range(sent, sent + count)]
 
+    def slots_before(self, end_ns: int) -> int:
+        """How many messages this schedule meant to send before `end_ns`, from its start and
+        whatever it has sent: what a sender owed, the slots a stopped or late one never reached
+        included. Not for an unbounded schedule (it has no slots). A Poisson schedule's gaps are
+        drawn again from its seed, a few hundred ns each, once at the end of a run."""
+        if self.unbounded:
+            raise ValueError("an unbounded schedule has no slots")
+        if self.poisson:
+            rng, at, count = random.Random(self.seed), float(self.start_ns), 0
+            while int(at) < end_ns:
+                count += 1
+                at += rng.expovariate(self.rate_per_s) * 1e9
+            return count
+        # As `take_due` counts: an estimate put right against the times `_upcoming` makes.
+        start, interval = self.start_ns, self.interval_ns
+        count = max(0, int((end_ns - start) / interval) + 1)
+        while count > 0 and not int(start + (count - 1) * interval) < end_ns:
+            count -= 1
+        while int(start + count * interval) < end_ns:
+            count += 1
+        return count
+
     def _upcoming(self) -> float:
         """The next message's intended time, the schedule not moved."""
         if self.poisson:

@@ -22,17 +22,19 @@ import time
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from protocol.concurrency import wait_event
+from protocol.fail import FailConditions
 from protocol.hdr import new_histogram, record_samples
 from protocol.options import Duration, MessageSize, ProfileStep
 from protocol.precise_timer import PreciseTimer
 from protocol.ratefile import RateFileWriter
+from protocol.results import SenderAccount
 from worker.drivers import driver_for_client
 from worker.drivers.base import (
     FIRST_CONNECT_S,
@@ -43,7 +45,7 @@ from worker.drivers.base import (
     connect_within,
 )
 from worker.payload import HEADER_BYTES, HeaderColumns, key_of, pack_header
-from worker.run import SendingAccount, run_clients
+from worker.run import SendingRun, Watch, run_clients
 from worker.schedule import Schedule
 from worker.timebase import Timebase
 
@@ -55,14 +57,14 @@ log = logging.getLogger(__name__)
 # milliseconds), so clients wait for their next message on the run's one `PreciseTimer` (tens
 # of µs). With `precise_timing` a client instead sleeps until this long before a message is
 # due, then yields to the loop until it is: ~20 µs of lag for a core's worth of CPU from
-# 1000 msg/s (bench/README.md).
+# 1000 msg/s (bench/HISTORY.md).
 _WAKE_EARLY_NS = 2_000_000
 # A message due sooner than this goes now: a wake-up would cost more than it is early by.
 _MIN_SLEEP_NS = 50_000
 # A client starts a burst at most this often by its schedule, with what fell due since: at
 # 63,000 msg/s a burst every 50 µs or so (the messages due within `_MIN_SLEEP_NS`), each paying
 # the loop's turn, the burst's bookkeeping and a write of its own, took the rest of the core and
-# the schedule fell behind (bench/README.md, session 17). A message waits at most this long for
+# the schedule fell behind (bench/HISTORY.md). A message waits at most this long for
 # its burst, half of it at the median; from 4,000 msg/s a client down, nothing changes.
 _BURST_GAP_NS = 250_000
 # Longer waits than this are taken on the stop event first, so a slow schedule still stops at once.
@@ -76,7 +78,7 @@ _YIELD_EVERY_NS = 2_000_000
 _MOST_PER_BURST = 256
 # The same for a driver that takes a burst in one call (Driver.TAKES_BURSTS): its per-burst costs
 # (numpy's calls, the library's) are most of what is left, and a message costs ~1.5 µs, so
-# 1,024 still look at the loop every 2 ms. Kafka send 0.80 -> 0.86 of the raw loop (bench/README).
+# 1,024 still look at the loop every 2 ms. Kafka send 0.80 -> 0.86 of the raw loop (bench/HISTORY.md).
 _MOST_PER_WHOLE_BURST = 1024
 # From this many messages in a burst, their lags and rate rows are made with numpy (and, for a
 # driver that takes a burst whole, their bodies).
@@ -142,6 +144,30 @@ class SenderPlan:
     def messages_for(self, client: int) -> int | None:
         return self.duration.messages_for(client, self.parallel_count)
 
+    def intended_for(self, client: int, started_ns: int) -> int | None:
+        """How many messages client `client`'s schedule, begun at `started_ns` (monotonic), meant
+        to send: its count, or the slots of each step it takes part in before the duration's
+        end; None where a step it sends in is unbounded (no schedule to count by) or the run has
+        no end. The steps' schedules are made as `SenderRun._send_loop` makes them."""
+        limit = self.messages_for(client)
+        if limit is not None:
+            return limit
+        if self.duration.seconds is None:
+            return None
+        end_ns = started_ns + int(self.duration.seconds * 1e9)
+        steps = self.steps()
+        total = 0
+        for i, step in enumerate(steps):
+            begin = started_ns if i == 0 else started_ns + int(step.at_s * 1e9)
+            until = min(end_ns, started_ns + int(steps[i + 1].at_s * 1e9) if i + 1 < len(steps) else end_ns)
+            if client >= step.parallel or begin >= until:
+                continue
+            if not step.rate_per_s:
+                return None
+            seed = client if i == 0 else client + 7919 * i
+            total += Schedule(step.rate_per_s, begin, self.poisson, seed).slots_before(until)
+        return total
+
 
 @dataclass
 class SenderStats:
@@ -153,6 +179,10 @@ class SenderStats:
     # the report's per-fault reconnect counts.
     disconnects_ns: list[int] = field(default_factory=list)
     reconnects_ns: list[int] = field(default_factory=list)  # the client library's own reconnects
+    # By client, once it ended: what its schedule meant to send (None: unbounded), and what the
+    # SUT acknowledged (None: its driver's settings acknowledge nothing).
+    intended_per_client: dict[int, int | None] = field(default_factory=dict)
+    accepted_per_client: dict[int, int | None] = field(default_factory=dict)
     # perf_counter ns when the first message was handed over, and when the last client had
     # everything it sent settled: a run's send rate without its connect and close.
     first_send_mono_ns: int = 0
@@ -192,6 +222,7 @@ class _Flight:
 
     window: int
     in_flight: int = 0
+    accepted: int = 0  # settled without an error: what the SUT took, where it acknowledges
     room: asyncio.Event = field(default_factory=asyncio.Event)
     closed: bool = False  # the driver is closed: whatever it still settles was counted already
     # A full window reopens once a sixteenth of it has settled, not at each settlement: the
@@ -203,7 +234,47 @@ class _Flight:
         self.low_water = self.window - max(1, self.window // 16)
 
 
-class SenderRun(SendingAccount):
+# A sender's rate is judged only this long after its warm-up: one slow second at the start does
+# not decide the test.
+RATE_JUDGED_AFTER_S = 5.0
+
+
+class ScheduledSending(SendingRun[SenderPlan, SenderStats]):
+    """A sender on a schedule, in one process or several: its rate is judged against the
+    schedule, and its account holds its retries and how late the schedule ran."""
+
+    def verdict(self, conditions: FailConditions, watch: Watch, now: float) -> str | None:
+        """The rate achieved since the first look after warm-up against the schedule's over the
+        same span (all clients together). The span starts at that look, not at the warm-up's end:
+        the count is taken there, and a look comes up to a stats interval late, which counted
+        against the rate read a sender on schedule as 80 % of it at its first verdict."""
+        count = self.count()
+        if watch.count_at_warm_up is None:
+            watch.count_at_warm_up, watch.warm_up_looked_at = count, now
+            return None
+        seconds = now - watch.warm_up_looked_at
+        if seconds < RATE_JUDGED_AFTER_S:
+            return None
+        expected_now = self.plan.expected_sent(now - watch.origin)
+        expected_then = self.plan.expected_sent(watch.warm_up_looked_at - watch.origin)
+        if expected_now is None or expected_then is None:
+            return None  # unbounded: no target to fall short of
+        return conditions.rate(count - watch.count_at_warm_up, seconds, (expected_now - expected_then) / seconds)
+
+    def account(self) -> SenderAccount:
+        lag = self.stats.lag_us
+        schedule_lag: dict[str, float] = {p: lag.get_value_at_percentile(float(p)) for p in ("50", "99", "99.9")}
+        schedule_lag["max"] = lag.get_max_value()
+        account = super().account()
+        s = self.stats
+        senders = {
+            key: replace(c, intended=s.intended_per_client.get(c.client), accepted=s.accepted_per_client.get(c.client))
+            for key, c in account.senders.items()
+        }
+        return replace(account, senders=senders, retries=s.retries, schedule_lag_us=schedule_lag)
+
+
+class SenderRun(ScheduledSending):
     def __init__(
         self,
         plan: SenderPlan,
@@ -215,16 +286,14 @@ class SenderRun(SendingAccount):
         """`clients`: the client numbers this process runs (all of them unless several
         processes share the plan). `driver_for(client)`: the driver a client sends with (by
         default from the plan's URLs; tests give an in-memory one)."""
-        self.plan = plan
-        self.rate_file = rate_file
         self.timebase = timebase or Timebase()
-        self.stats = SenderStats()
+        self.clients = clients if clients is not None else range(plan.parallel_count)
+        keys = {client: sender_key(plan.test_id, plan.peer, client) for client in self.clients}
+        super().__init__(plan, SenderStats(), keys, self.timebase.wall0_ns)
+        self.rate_file = rate_file
         self._down_clients: set[int] = set()
         self._down_reason = ""  # what the driver said when a client last found its connection down
         self.test_key = key_of(plan.test_id)
-        self.clients = clients if clients is not None else range(plan.parallel_count)
-        self.keys = {client: sender_key(plan.test_id, plan.peer, client) for client in self.clients}
-        self.failure: str | None = None
         self._stop = asyncio.Event()
         self._filler = random.Random(0).randbytes(plan.size.max_bytes)
         self._tails: dict[int, bytes] = {}  # filler after the header, by message size
@@ -237,12 +306,6 @@ class SenderRun(SendingAccount):
 
     def stop(self) -> None:
         self._stop.set()
-
-    @property
-    def warm_up_end_ns(self) -> int:
-        """Wall time before which messages were intended as warm-up: the reporter leaves them out
-        (rate rows by their intended time, latency intervals by their start)."""
-        return max(self.timebase.wall0_ns, self.plan.start_at_ns) + int(self.plan.warm_up_s * 1e9)
 
     def files(self) -> list[str]:
         return self.rate_file.names()
@@ -264,6 +327,7 @@ class SenderRun(SendingAccount):
         driver = self._driver_for(client)
         flight = _Flight(plan.confirm_window or driver.window())
         driver.on_settled = functools.partial(self._settled, flight)
+        begin = time.perf_counter_ns()  # until the schedule's own start is known
         # Connect first, so the time a connection takes does not skew the common start.
         await connect_within(driver, FIRST_CONNECT_S)
         try:
@@ -288,12 +352,16 @@ class SenderRun(SendingAccount):
             if flight.in_flight:  # never settled: their fate is unknown
                 self.stats.errors["unconfirmed"] += flight.in_flight
                 flight.in_flight = 0
+            self.stats.accepted_per_client[client] = flight.accepted if driver.acknowledges() else None
+            self.stats.intended_per_client[client] = plan.intended_for(client, begin)
 
     def _settled(self, flight: _Flight, count: int, error: SendError | None) -> None:
         if flight.closed:
             return
         flight.in_flight -= count
-        if error is not None:
+        if error is None:
+            flight.accepted += count
+        else:
             self.stats.errors[error.kind] += count
         if flight.in_flight <= flight.low_water:
             flight.room.set()

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.processes import Daemons, wait_for_port
+from support.processes import Daemons, PrivateMosquitto, private_mosquitto, wait_for_port
 
 from coordinator import Maestro
 from coordinator.local import LocalCluster, LocalError
@@ -37,6 +37,18 @@ def rabbitmq() -> None:
     require_service(5672, "RabbitMQ")
 
 
+@pytest.fixture(scope="session")
+def rabbitmq_stream() -> None:
+    """RabbitMQ's stream port, which its plugin opens (`rabbitmq-plugins enable rabbitmq_stream`; .ci/run does)."""
+    require_service(5552, "RabbitMQ Streams (the rabbitmq_stream plugin)")
+
+
+@pytest.fixture(scope="session")
+def nats() -> None:
+    """The shared NATS server (with JetStream)."""
+    require_service(4222, "NATS")
+
+
 @pytest.fixture
 def prefix() -> str:
     return f"/mpt-test-{uuid.uuid4().hex[:10]}"
@@ -47,6 +59,16 @@ def daemons(mosquitto_url: str, prefix: str, tmp_path: Path) -> Iterator[Daemons
     started = Daemons(mosquitto_url, prefix, tmp_path)
     yield started
     started.kill_all()
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[PrivateMosquitto]:
+    """A Mosquitto of the test's own, which it may stop and start again."""
+    (tmp_path / "broker").mkdir()
+    started = private_mosquitto(tmp_path / "broker")
+    started.start()
+    yield started
+    started.stop()
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ as the worker's own, from their Data section. Every one of the worker's messages
 received, none twice.
 
 The receiver reads a plain message's body from its bytes, not through a proton `Message`
-(`worker.drivers.amqp10.data_body`); proton decodes only what that cannot read. Before, a
+(`worker.drivers.amqp10_bytes.data_body`); proton decodes only what that cannot read. Before, a
 string body failed the receiver's handler (`bytes()` of a str).
 """
 

@@ -31,6 +31,9 @@ from protocol.embedded_broker import free_port
 
 REPO = ANSIBLE_DIR.parent
 PLAYBOOKS = ("site.yml", "upgrade.yml", "teardown.yml", "topology.yml", "check.yml")
+# With maestro_mosquitto_acl, the files that hold a control broker password: etc/NAME.broker of
+# each daemon, and of the coordinators (maestro) on the control node.
+BROKER_FILES = {"node-a": {"s1", "node-a-agent", "maestro"}, "node-b": {"r1", "w3", "node-b-inspector"}}
 PEERS = {"s1", "r1", "w3", "node-b-inspector", "node-a-agent"}
 LAB_KEY = "lab-note-key-0f3c9a1e7d"
 LAB_TOKEN = "lab-upload-token-5b21"
@@ -97,6 +100,11 @@ class Lab:
     def key_file(self) -> Path:
         return self.prefix("node-a") / "etc/note.key"
 
+    @property
+    def coordinator_url(self) -> str:
+        """With maestro_mosquitto_acl: the control node's coordinators' login, as maestro.env names it."""
+        return f"@{self.prefix('node-a') / 'etc/maestro.broker'}"
+
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
@@ -120,6 +128,8 @@ maestro_data_listen=127.0.0.1
 maestro_install_packages=false
 maestro_note_key={LAB_KEY}
 maestro_data_token={LAB_TOKEN}
+# Mosquitto reads its password file and ACL as this user, under pytest's 0700 temporary folder.
+maestro_mosquitto_user=root
 
 [control]
 node-a ansible_host=127.0.0.1 maestro_prefix={root}/node-a {agent_vars}
@@ -169,6 +179,46 @@ def test_every_playbook_passes_syntax_check_and_ansible_lint(tmp_path: Path) -> 
     )
     assert lint.returncode == 0, lint.stdout + lint.stderr
     assert "Profile 'production' was required, and it passed" in lint.stdout + lint.stderr
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        ("", "maestro_note_key is empty"),
+        ("short-key", "shorter than 16"),
+        ("'                '", "maestro_note_key is empty"),  # 16 spaces: the daemons would read none
+        ("'   short-key      '", "shorter than 16"),
+        ("aaaaaaaaaaaaaaaaaaaa", "fewer than 10 distinct characters"),
+    ],
+)
+def test_a_lab_without_a_cluster_key_is_refused_before_anything_is_installed(
+    tmp_path: Path, key: str, why: str
+) -> None:
+    """#38: with an empty key every daemon obeys whoever reaches the control broker; the
+    playbook stops first, saying how to make one, and builds and installs nothing."""
+    inventory = tmp_path / "inventory.ini"
+    inventory.write_text(
+        f"""\
+[all:vars]
+ansible_connection=local
+ansible_python_interpreter={sys.executable}
+maestro_note_key={key}
+
+[control]
+node-a ansible_host=127.0.0.1 maestro_prefix={tmp_path}/node-a
+
+[data]
+node-a
+
+[workers]
+node-a
+"""
+    )
+    result = run_playbook(tmp_path / "ansible-home", inventory, "site.yml")
+    assert result.returncode != 0, result.stdout[-3000:]
+    assert why in result.stdout and "maestro keygen" in result.stdout and "maestro_unsigned=true" in result.stdout
+    assert "Build or find the wheel" not in result.stdout and not (tmp_path / "node-a").exists()
 
 
 @pytest.mark.rabbitmq
@@ -227,32 +277,81 @@ def test_site_deploys_a_cluster_that_runs_a_test_then_upgrade_and_teardown(lab: 
     # 2. A second run changes nothing.
     assert changed(_playbook(home, lab.inventory, "site.yml")) == {"localhost": 0, "node-a": 0, "node-b": 0}
 
-    # 3. A daemon that dies is restarted by its supervisor.
+    # 3. The control broker's users and ACL, switched on.
+    acl = ("-e", "maestro_mosquitto_acl=true")
+    peers = _switch_the_acl_on(lab, home, acl, queue)
+
+    # 4. A daemon that dies is restarted by its supervisor.
     pid_before = peers["s1"]["pid"]
     os.kill(int(str(pid_before)), signal.SIGKILL)
     deadline = time.monotonic() + 30
-    while (peer := _peers(lab.broker_url, lab.key_file).get("s1")) is None or peer["pid"] == pid_before:
+    while (peer := _peers(lab.coordinator_url, lab.key_file).get("s1")) is None or peer["pid"] == pid_before:
         assert time.monotonic() < deadline, "s1 was not restarted"
         time.sleep(1)
 
-    # 4. An upgrade replaces the version in place and restarts the daemons on it.
+    # 5. An upgrade replaces the version in place and restarts the daemons on it.
     wheel = _wheel_with_version(lab.root / "upgrade", "0.1.1.post7")
-    _playbook(home, lab.inventory, "upgrade.yml", "-e", f"maestro_wheel={wheel}")
+    _playbook(home, lab.inventory, "upgrade.yml", "-e", f"maestro_wheel={wheel}", *acl)
     for node in ("node-a", "node-b"):
         version = subprocess.run(
             [str(lab.prefix(node) / "venv/bin/maestro-worker"), "--version"], capture_output=True, text=True, check=True
         )
         assert version.stdout.split() == ["maestro-worker", "0.1.1.post7"]
-    peers = _wait_for_peers(lab.broker_url, lab.key_file, PEERS)
+    peers = _wait_for_peers(lab.coordinator_url, lab.key_file, PEERS)
     assert {name: peer["version"] for name, peer in peers.items()} == dict.fromkeys(PEERS, "0.1.1.post7")
 
-    # 5. Teardown leaves nothing running and keeps the results.
+    # 6. Teardown leaves nothing running and keeps the results.
     _playbook(home, lab.inventory, "teardown.yml")
     assert _processes_under(lab.root) == []
     for node in ("node-a", "node-b"):
         assert not (lab.prefix(node) / "venv").exists()
         assert not (lab.prefix(node) / "etc").exists()
     assert (results / "test.json").is_file()
+
+
+def _switch_the_acl_on(lab: Lab, home: Path, acl: tuple[str, ...], queue: str) -> dict[str, dict[str, object]]:
+    """site.yml with maestro_mosquitto_acl: the daemons log in as themselves, an anonymous client is
+    refused, a test runs signed under the ACL, a second run changes nothing, and the passwords are
+    only in the files of mode 600 they belong in. The peers, as the coordinators see them."""
+    output = _playbook(home, lab.inventory, "site.yml", *acl)
+    peers = _wait_for_peers(lab.coordinator_url, lab.key_file, PEERS)
+    assert set(peers) == PEERS
+    refused = subprocess.run(
+        [str(BIN / "maestro"), "--key-file", str(lab.key_file), "peers", "--broker", lab.broker_url, "--timeout", "3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode != 0 and "not authori" in refused.stderr.lower(), refused.stderr
+    with Maestro.connect(
+        lab.coordinator_url,
+        discover_s=1,
+        data_server=lab.data_url,
+        key_file=lab.key_file,
+        token_file=lab.prefix("node-a") / "etc/data.token",
+    ) as maestro:
+        result = maestro.run(
+            FixedRateTest(send_url=f"amqp://guest:guest@127.0.0.1:5672/{queue}", rate=50, size=64, duration="3s"),
+            progress=False,
+        )
+    assert result.passed, result.reason
+    assert result.summary["sent"] == result.summary["received"] == 150
+    output += _playbook(home, lab.inventory, "site.yml", *acl)
+    assert changed(output) == {"localhost": 0, "node-a": 0, "node-b": 0}
+    passwords = [p.read_text().strip() for p in (lab.root / "credentials/mosquitto").glob("*") if "lock" not in p.name]
+    assert len(passwords) == len(PEERS) + 1  # and the coordinators'
+    assert not [password for password in passwords if password in output]
+    holding = {
+        str(path.relative_to(lab.root))
+        for node in ("node-a", "node-b")
+        for folder in ("etc", "log", "run", "results", "data")
+        for path in (lab.prefix(node) / folder).rglob("*")
+        if path.is_file() and any(password.encode() in path.read_bytes() for password in passwords)
+    }
+    assert holding == {f"{node}/etc/{name}.broker" for node, names in BROKER_FILES.items() for name in names}
+    assert all(stat.S_IMODE((lab.root / path).stat().st_mode) == 0o600 for path in holding)
+    return peers
 
 
 def _wheel_with_version(where: Path, version: str) -> Path:

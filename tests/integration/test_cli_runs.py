@@ -3,29 +3,45 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from datetime import datetime
 from pathlib import Path
 
 import pytest
+from support.jetstream import delete_stream
 from support.processes import BIN, Daemons
+from support.rabbit_queues import delete_queue
+from support.raw_mqtt import RawClient
+from support.waiting import until_blocking
 
 from coordinator.local import LocalCluster
+from protocol.notes import PeerOnline
+from protocol.topics import Topics
 
 
-def maestro(*args: str, cwd: Path, timeout: float = 150) -> subprocess.CompletedProcess[str]:
+def maestro(
+    *args: str, cwd: Path, timeout: float = 150, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(BIN / "maestro"), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+        [str(BIN / "maestro"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
 def test_record(root: Path, output: str) -> dict[str, object]:
-    match = re.search(r"^test id: (\S+)$", output, re.MULTILINE)
+    match = re.search(r"^test id:\s+(\S+)$", output, re.MULTILINE)
     assert match, output
     record: dict[str, object] = json.loads((root / match.group(1) / "test.json").read_text())
     return record
@@ -67,6 +83,49 @@ def test_maestro_demo_needs_nothing_but_the_install(tmp_path: Path) -> None:
 
 @pytest.mark.rabbitmq
 @pytest.mark.embedded_broker
+@pytest.mark.parametrize("sut", ["rabbitmq-stream", "nats-jetstream"])
+def test_maestro_demo_on_a_stream_writes_a_full_report(tmp_path: Path, sut: str) -> None:
+    """#41: `maestro demo --sut` with a RabbitMQ stream (one per receiving client: each reads a
+    stream whole) and with JetStream, the report built; every message sent once and back."""
+    name = f"demo-{uuid.uuid4().hex[:8]}"
+    url = {
+        "rabbitmq-stream": f"rabbitmq-stream://guest:guest@127.0.0.1:5552/{name}-%d?destinations=1-2",
+        "nats-jetstream": f"nats://127.0.0.1:4222/maestro.{name}?jetstream=true&stream={name}",
+    }[sut]
+    try:
+        run = maestro("demo", "--sut", url, "--duration", "4s", "--warm-up", "1s", "--quiet", cwd=tmp_path)
+    finally:
+        if sut == "rabbitmq-stream":
+            for n in (1, 2):
+                delete_queue(f"{name}-{n}")
+        else:
+            delete_stream(name)
+    assert run.returncode == 0, run.stdout + run.stderr
+    record = test_record(tmp_path / "results", run.stdout)
+    report = json.loads((tmp_path / "results" / str(record["test_id"]) / "report" / "summary.json").read_text())
+    # 100 msg/s x 2 clients x 4 s, each received once.
+    assert (report["sent"], report["received"], report["lost"], report["duplicates"]) == (800, 800, 0, 0)
+    assert report["outcome"] == "success" and report["latency_us"]["p50"] > 0
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.embedded_broker
+def test_without_a_terminal_a_progress_line_each_log_interval(tmp_path: Path) -> None:
+    """#40: a CI log gets a line each `--log-interval` seconds (one a second by default), each
+    within the test's length."""
+    argv = ["--local", "--send-url", queue_url(), "--rate", "50", "--duration", "8s", "--no-report"]
+    run = maestro("test", "fixed-rate", *argv, "--log-interval", "2", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = [line for line in run.stderr.splitlines() if line.startswith("[")]
+    assert 4 <= len(lines) <= 6, run.stderr  # 8 s of load and its drain, a line each 2 s, and the last
+    assert len(set(lines)) == len(lines), lines  # none twice
+    assert all(int(line.split("]")[1].split("/")[0]) <= 8 for line in lines), lines
+    refused = maestro("test", "fixed-rate", *argv, "--log-interval", "0", cwd=tmp_path)
+    assert refused.returncode == 2 and "'0' is no number of seconds above 0" in refused.stderr
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.embedded_broker
 def test_maestro_test_local_runs_and_exits_by_outcome(tmp_path: Path) -> None:
     common = ["--local", "--send-url", queue_url(), "--rate", "20", "--duration", "3s", "--quiet", "--no-report"]
     run = maestro("test", "fixed-rate", *common, cwd=tmp_path)
@@ -83,14 +142,32 @@ def test_maestro_test_local_runs_and_exits_by_outcome(tmp_path: Path) -> None:
 
 @pytest.mark.rabbitmq
 @pytest.mark.embedded_broker
+def test_a_report_that_fails_fails_the_run_and_says_so_in_a_line(tmp_path: Path) -> None:
+    # A JVM that cannot start: the reporter's Spark session fails for real, after a test that
+    # succeeded. The run must not exit 0 (the first `maestro demo` without pandas did, #34).
+    common = ["--local", "--send-url", queue_url(), "--rate", "20", "--duration", "2s", "--quiet"]
+    run = maestro("test", "fixed-rate", *common, cwd=tmp_path, env={"JAVA_HOME": str(tmp_path / "no-java")})
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert test_record(tmp_path / "results", run.stdout)["outcome"] == "success"
+    assert "Traceback" not in run.stderr, run.stderr
+    (verdict,) = [line for line in run.stderr.splitlines() if line.startswith("maestro test: failed: ")]
+    assert verdict.startswith("maestro test: failed: the report (exit 1: PySparkRuntimeError: "), verdict
+    assert "the test" not in verdict, verdict
+    assert (tmp_path / "results" / ".logs" / "report-error.log").read_text().startswith("Traceback")
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.embedded_broker
 def test_maestro_test_from_a_toml_file_stores_the_definition(tmp_path: Path) -> None:
     definition = tmp_path / "test.toml"
     definition.write_text(
         f'kind = "fixed-rate"\nname = "from a file"\nsend_url = "{queue_url()}"\nrate = 25\nduration = "2s"\n'
         '[labels]\ninstance_type = "m5.large"\nprice_per_hour = 0.096\n'
     )
-    run = maestro("test", "--file", str(definition), "--local", "--quiet", "--no-report", cwd=tmp_path)
+    # A flag given goes over the file's value (#40), and the test as it runs is said first.
+    run = maestro("test", "--file", str(definition), "--rate", "50", "--local", "--quiet", "--no-report", cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.startswith("test:    fixed-rate: 50 msg/s per client, 50 in all; "), run.stdout
     record = test_record(tmp_path / "results", run.stdout)
     assert record["labels"] == {"instance_type": "m5.large", "price_per_hour": 0.096}
     test_dir = tmp_path / "results" / str(record["test_id"])
@@ -99,7 +176,7 @@ def test_maestro_test_from_a_toml_file_stores_the_definition(tmp_path: Path) -> 
     assert stored == definition.read_text().replace("guest:guest@", "guest:***@")
     assert "guest:guest@" in definition.read_text()
     summary = record["summary"]
-    assert isinstance(summary, dict) and summary["sent"] == summary["received"] == 50
+    assert isinstance(summary, dict) and summary["sent"] == summary["received"] == 100  # 50/s, not 25, for 2 s
 
 
 def test_a_bad_test_definition_is_explained_without_a_traceback(tmp_path: Path) -> None:
@@ -228,3 +305,74 @@ def test_maestro_hands_its_key_and_token_to_what_it_starts(tmp_path: Path) -> No
     assert "uploads only with its bearer token" in server.read_text()
     secrets = ("a key for this lab only", "token-for-uploads")
     assert not [p for p in logs for secret in secrets if secret in p.read_text()]
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.mosquitto
+def test_local_takes_the_broker_and_data_server_it_is_given_and_prints_the_live_page(
+    tmp_path: Path, prefix: str, data_server: tuple[str, Path]
+) -> None:
+    """#34: `--local` started a data server of its own on a random port, never printed, and an
+    embedded broker whatever $MAESTRO_BROKER said; the live page of the lab's data server waited
+    for a test that never came to it."""
+    url, root = data_server
+    announced = RawClient([Topics(prefix).notifications])  # the given broker: the lab Mosquitto
+    argv = [str(BIN / "maestro"), "test", "--local", "--data-server", url, "--topic-prefix", prefix]
+    argv += ["--send-url", queue_url(), "--rate", "20", "--duration", "6s", "--quiet", "--no-report"]
+    env = {**os.environ, "MAESTRO_BROKER": "mqtt://127.0.0.1:1883"}
+    work = tmp_path / "work"  # its own ./results would be the data server's (tmp_path/results)
+    work.mkdir()
+    with subprocess.Popen(argv, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as run:
+        assert run.stdout is not None
+        assert run.stdout.readline().startswith("test:")  # the workload, first
+        test_id = run.stdout.readline().removeprefix("test id: ").strip()
+        assert run.stdout.readline().strip() == f"live:    {url}/live/{test_id}"
+        # The given data server shows it running (what its live page draws), while it runs.
+        until_blocking(lambda: _live_points(url, test_id) > 0, 30, "live points on the given data server")
+        out, err = run.communicate(timeout=60)
+    announced.close()
+    assert run.returncode == 0, out + err
+    assert json.loads((root / test_id / "test.json").read_text())["outcome"] == "success"
+    assert not (work / "results" / test_id).exists()  # nothing went to a data server of its own
+    workers = {n.header.sender_name for n in announced.received if isinstance(n, PeerOnline)}
+    assert len([w for w in workers if w.startswith("worker-")]) == 2, workers  # on $MAESTRO_BROKER
+
+
+def _live_points(url: str, test_id: str) -> int:
+    try:
+        with urllib.request.urlopen(f"{url}/api/live/{test_id}", timeout=5) as response:
+            return len(json.loads(response.read()).get("points", []))
+    except OSError:  # 404 until the coordinator's first post
+        return 0
+
+
+@pytest.mark.mosquitto
+def test_peers_that_find_nobody_do_not_print_the_brokers_password(tmp_path: Path) -> None:
+    """#38 (a hostile pass): "no peers answered ... on URL" printed the URL as given, password
+    and all. (The stock Mosquitto takes any user: the connection itself succeeds.)"""
+    url = "mqtt://lab:s3cret-pw@127.0.0.1:1883"
+    env = {**os.environ, "MAESTRO_BROKER": url}
+    run = maestro("peers", "--topic-prefix", f"/nobody-{uuid.uuid4().hex[:8]}", "--wait", "0.5", cwd=tmp_path, env=env)
+    assert run.returncode == 0, run.stderr
+    assert "no peers answered" in run.stderr and "lab:***@127.0.0.1:1883" in run.stderr, run.stderr
+    assert "s3cret-pw" not in run.stdout + run.stderr
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.embedded_broker
+def test_a_stream_read_whole_by_two_clients_is_no_success(tmp_path: Path) -> None:
+    """#41 (a hostile pass): two receiving clients on one stream each read all of it; every
+    message arrived twice and the run said success with a doubled receive rate. Now invalid
+    (exit 4), saying why and what to do."""
+    name = f"fanout-{uuid.uuid4().hex[:8]}"
+    url = f"rabbitmq-stream://guest:guest@127.0.0.1:5552/{name}"
+    argv = ["--local", "--send-url", url, "--parallel", "2", "--rate", "50", "--duration", "3s", "--quiet"]
+    try:
+        run = maestro("test", "fixed-rate", *argv, "--no-report", cwd=tmp_path)
+    finally:
+        delete_queue(name)
+    assert run.returncode == 4, run.stdout + run.stderr
+    record = test_record(tmp_path / "results", run.stdout)
+    summary = record["summary"]
+    assert (summary["sent"], summary["received"], summary["duplicates"]) == (300, 300, 300), summary
+    assert record["outcome"] == "invalid" and "every message arrived 2.0 times on average" in str(record["reason"])

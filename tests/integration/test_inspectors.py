@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from support.jolokia_broker import jolokia_broker
+from support.jolokia_broker import PASSWORD, USER, jolokia_broker
 from support.processes import Daemons
 from support.qdrouter_management import ANSWERS, management_peer
 from support.runs import run_with
@@ -75,7 +75,7 @@ def test_rabbitmq_and_host_inspectors_record_a_backlog_during_a_test(
 
 
 @pytest.mark.mosquitto
-def test_an_unreachable_management_interface_is_counted_not_fatal(
+def test_an_unreachable_management_interface_is_counted_and_makes_the_run_invalid_not_failed(
     daemons: Daemons, prefix: str, data_server: tuple[str, Path]
 ) -> None:
     url, root = data_server
@@ -88,7 +88,10 @@ def test_an_unreachable_management_interface_is_counted_not_fatal(
         inspectors=("rabbitmq=http://admin:s3cret@127.0.0.1:1",),
     )
     result = run_with(daemons, url, test, peers=3)
-    assert result.passed, result.reason  # the test did not ask to fail on it
+    # The load ran and was measured; what the inspector promised was not: invalid, not failed.
+    assert result.outcome == "invalid", (result.outcome, result.reason)
+    assert result.reason is not None and "inspector rabbitmq on i1 collected no sample" in result.reason
+    assert "s3cret" not in result.reason
     info = json.loads((root / result.test_id / "inspector" / "i1" / "peer.json").read_text())
     summary = info["inspectors"]["rabbitmq"]
     assert summary["errors"] >= 3 and summary["samples"] == 0
@@ -124,7 +127,12 @@ def test_host_values_move_when_the_machine_works(tmp_path: Path) -> None:
 
 def test_jolokia_reads_a_real_activemq_and_its_jvm_in_one_bulk_request() -> None:
     queue = f"maestro.jolokia.{uuid.uuid4().hex[:6]}"
-    with jolokia_broker(queue, messages=7) as url:
+    with jolokia_broker(queue, messages=7) as anonymous:
+        # Without credentials, the broker refuses, and the inspector says so in one line.
+        with pytest.raises(SourceError, match="401") as refused:
+            JolokiaSource(anonymous).sample()
+        assert "\n" not in str(refused.value)
+        url = anonymous.replace("http://", f"http://{USER}:{PASSWORD}@")
         source = JolokiaSource(url)
         sample = source.sample()
         (broker,) = sample["broker"]
@@ -143,10 +151,10 @@ def test_jolokia_reads_a_real_activemq_and_its_jvm_in_one_bulk_request() -> None
             "enqueued": 7,
         }
         assert queues[f"{queue}.consumed"]["consumers"] == 1
-        # Credentials in the URL go as basic auth and never into an error.
+        # Credentials in the URL go as basic auth (taken above) and never into an error.
         with pytest.raises(SourceError) as caught:
-            JolokiaSource(url.replace("/jolokia", "/nowhere").replace("http://", "http://admin:s3cret@")).sample()
-        assert "s3cret" not in str(caught.value)
+            JolokiaSource(url.replace("/jolokia", "/nowhere")).sample()
+        assert PASSWORD not in str(caught.value)
 
 
 def test_amqp_management_reads_what_qpid_dispatch_router_answers_as_it_answers_it() -> None:

@@ -141,3 +141,9 @@ def test_the_live_page_gains_points_then_turns_into_the_report(
             time.sleep(1)
         assert browser.run("return document.title") == test_id
         browser.screenshot(artifacts_dir() / "live-page-then-report.png")
+        # Ended, it is no longer "running now" on the index: it is listed apart, with its outcome.
+        browser.open(f"{url}/")
+        assert browser.run(f"return document.querySelector('#running a[href=\"/live/{test_id}\"]') === null")
+        link = f'#finished a[href="/results/{test_id}/report/"]'
+        assert browser.run(f"return document.querySelector('{link}') !== null")
+        assert "success" in browser.run("return document.querySelector('#finished').textContent")

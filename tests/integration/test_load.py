@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
-from hdrh.log import HistogramLogReader
+from support.outage import check_latency_log
 from support.processes import Daemons
 
 from coordinator import Maestro, MaestroError, PeerInfo, PeerRequestError
 from protocol.codes import Role
-from protocol.hdr import new_histogram
 from protocol.notes import (
     DrainComplete,
     DrainRequest,
@@ -92,22 +92,11 @@ def _missing(bitsets: list[bytes], sent: int) -> list[int]:
     return [i for i in range(sent) if not (seen >> i) & 1][:20]
 
 
-def _check_latency(directory: Path, received: int) -> int:
-    """A receiver's latency log holds a value per message, ordered percentiles; 1 if it got none."""
-    reader = HistogramLogReader(str(directory / "receiver-latency.hlog"), new_histogram())
-    try:
-        total = new_histogram()
-        while (interval := reader.get_next_interval_histogram()) is not None:
-            total.add(interval)
-    finally:
-        reader.close()
-    assert total.get_total_count() == received
-    if received == 0:
-        return 1
-    percentiles = [total.get_value_at_percentile(p) for p in (50, 90, 99, 99.9, 100)]
-    assert percentiles[0] > 0
-    assert percentiles == sorted(percentiles)
-    return 0
+def assert_checked(info: dict[str, Any], rows: int) -> None:
+    """Each file a peer names is checked as it closed it, and its rate files' rows are `rows`."""
+    checks = info["checks"]
+    assert set(checks) == set(info["files"])
+    assert sum(c["rows"] for name, c in checks.items() if name.endswith(".csv.gz")) == rows
 
 
 def check_results(daemons: Daemons, maestro: Maestro, test_id: str, idle_receivers: int = 0) -> None:
@@ -122,6 +111,7 @@ def check_results(daemons: Daemons, maestro: Maestro, test_id: str, idle_receive
         rows = [row for f in info["files"] if f.endswith(".csv.gz") for row in read_rate_file(directory / f)]
         assert info["sent"] == len(rows) == RATE_PER_CLIENT * CLIENTS * SECONDS
         assert info["errors"] == {}
+        assert_checked(info, info["sent"])
         # The warm-up boundary the reporter cuts at: 2 s after the sender started.
         assert info["warm_up_end_ns"] - info["started_ns"] == pytest.approx(2e9, abs=0.5e9)
         # About one self-monitoring sample a second; a sender at 100 msg/s is far from one core.
@@ -152,9 +142,13 @@ def check_results(daemons: Daemons, maestro: Maestro, test_id: str, idle_receive
             bitsets[key].append(load_bitset(text))
         rows = [row for f in info["files"] if f.endswith(".csv.gz") for row in read_rate_file(directory / f)]
         assert len(rows) == info["received"]
+        assert_checked(info, info["received"])
+        assert info["checks"]["receiver-latency.hlog"]["rows"] >= SECONDS - 1  # an interval a second
         received_total += info["received"]
         skipped_total += info["skipped_by_sut"]
-        idle += _check_latency(directory, info["received"])
+        # Each message's own latency, from its row, is in the log: a sample each, no other.
+        assert check_latency_log(directory) == info["received"]
+        idle += info["received"] == 0
     assert idle == idle_receivers
     # Every message sent arrived exactly once, spread over the two receivers, but for any the
     # broker's own numbering shows it passed over: tansu can skip one when two producers write a

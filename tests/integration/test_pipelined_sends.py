@@ -16,9 +16,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+from support.jetstream import delete_stream
 from support.processes import Daemons
 from support.proxy_process import ProxyProcess
-from support.rabbit_queues import declare_queue
+from support.rabbit_queues import declare_queue, delete_queue
 from support.runs import run_with
 
 from coordinator import Fail, FixedRateTest
@@ -72,6 +73,11 @@ CASES = {
     "mqtt-qos1": ("mqtt://127.0.0.1:{port}/maestro/pipe-{id}?qos=1", 1883),
     "amqp-confirms": ("amqp://guest:guest@127.0.0.1:{port}/pipe-{id}?confirms=true", 5672),
     "amqp10-at-least-once": ("amqp10://guest:guest@127.0.0.1:{port}//queue/pipe-{id}?settle=at-least-once", 5672),
+    # load_balancer: every connection through the URL's address, the proxy; without it the
+    # publisher would connect to the address the stream's leader advertises, past the proxy.
+    "rabbitmq-stream": ("rabbitmq-stream://guest:guest@127.0.0.1:{port}/pipe-{id}?load_balancer=true", 5552),
+    # Published with JetStream's acknowledgement, read through a pull consumer.
+    "nats-jetstream": ("nats://127.0.0.1:{port}/pipe.{id}?jetstream=true&stream=pipe-{id}", 4222),
 }
 
 
@@ -80,13 +86,19 @@ CASES = {
 @pytest.mark.usefixtures("mosquitto_url", "rabbitmq")
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_confirmed_send_through_20_ms_more_keeps_its_rate_and_adds_20_ms(
-    case: str, daemons: Daemons, data_server: tuple[str, Path]
+    case: str, daemons: Daemons, data_server: tuple[str, Path], request: pytest.FixtureRequest
 ) -> None:
     template, broker_port = CASES[case]
     url, _root = data_server
     test_id = uuid.uuid4().hex[:8]
     if case.startswith("amqp10"):
         declare_queue(f"pipe-{test_id}")  # RabbitMQ's AMQP 1.0 address /queue/NAME needs the queue
+    if case.startswith("rabbitmq-stream"):
+        request.getfixturevalue("rabbitmq_stream")
+        request.addfinalizer(lambda: delete_queue(f"pipe-{test_id}"))  # a stream is a queue to AMQP 0-9-1
+    if case.startswith("nats"):
+        request.getfixturevalue("nats")
+        request.addfinalizer(lambda: delete_stream(f"pipe-{test_id}"))  # with its consumer
     _workers(daemons)
     readings = []
     with ProxyProcess(broker_port) as proxy:

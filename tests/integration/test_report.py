@@ -16,12 +16,13 @@ from typing import Any
 import numpy as np
 import pytest
 from support.browser import artifacts_dir, chromium
-from support.synthetic import T0_US, one_loss_one_duplicate
+from support.synthetic import T0_US, edit_peer_json, one_loss_one_duplicate
 
 from coordinator.local import LocalCluster
 from protocol.clock_correction import Correction
 from protocol.hdr import new_histogram, read_total, record_values
 from protocol.ratefile import RateFileWriter
+from protocol.results import PeerRecord
 from reports.faults import PeerEvents, Window, fault_effects, gather_in_memory, spark_gather
 from reports.report import SUMMARY_KEYS, build_index, build_report
 from reports.series import figures_of, report_series, spark_session
@@ -64,7 +65,9 @@ def test_the_report_of_a_known_folder(spark: Any, tmp_path: Path) -> None:
     assert f'<p class="failure">Inspector: {flagged}</p>' in page
     (row,) = [p for p in summary["peers"] if p["role"] == "inspector"]
     assert row["inspector_shortfall"] == [flagged]
-    assert "Loss and duplicates per sender" in page and "<td>s1/0</td><td>40</td><td>39</td><td>1</td>" in page
+    # Intended and accepted blank: a synthetic sender's record from before they were counted.
+    row = "<td>s1/0</td><td></td><td>40</td><td></td><td>39</td><td>1</td><td>2.5</td><td>1</td><td>0</td>"
+    assert "Loss and duplicates per sender" in page and row in page
     # Price-performance from the labels' hourly price: 2 EUR/h over the mean receive rate.
     cost = 2 * 730 / (summary["receive_rate"]["mean"] / 1000)
     assert f"<td>cost per 1,000 msg/s per month, EUR</td><td>{cost:,.3f}".rstrip("0").rstrip(".") in page
@@ -93,7 +96,7 @@ def test_fault_effects_from_spark_over_rate_files_are_the_hand_worked_ones(spark
         writer = RateFileWriter(directory, role, {}, rows_per_file=300)
         writer.write_many(eta, ata)
         writer.close()
-        peers.append((directory, {"role": role, "name": role, "files": writer.names()}))
+        peers.append((directory, PeerRecord(name=role, role=role, files=tuple(writer.names()))))
     windows = [
         Window("a1", "stop", "broker", T0_US + 5 * s, T0_US + 7 * s),
         Window("a1", "latency", "proxy", T0_US + 12 * s, T0_US + 14 * s),
@@ -123,12 +126,13 @@ def test_corrected_latency_per_second_from_spark_is_the_messages_own_and_agrees_
         [(seq, 1000 + 25_000 * (20 + i)) for i, seq in enumerate(range(19, 39))],
     )
 
-    def expected(shift_r1: int) -> dict[int, dict[str, float]]:
+    def expected(shift_r1: Any = lambda _arrival: 0) -> dict[int, dict[str, float]]:
+        """By second: the latencies, r1's moved by `shift_r1(its arrival µs)`."""
         by_second: dict[int, list[int]] = {}
-        for messages, shift in ((r1, shift_r1), (r2, 0)):
+        for messages, shift in ((r1, shift_r1), (r2, lambda _arrival: 0)):
             for seq, latency in messages:
                 arrival = T0_US + 250_000 + seq * 100_000 + latency
-                by_second.setdefault(arrival // 1_000_000, []).append(max(1, latency + shift))
+                by_second.setdefault(arrival // 1_000_000, []).append(max(1, latency + round(shift(arrival))))
         out = {}
         for second, values in sorted(by_second.items()):
             h = new_histogram()
@@ -137,7 +141,7 @@ def test_corrected_latency_per_second_from_spark_is_the_messages_own_and_agrees_
         return out
 
     series = report_series(spark, read_peers(test))
-    assert series.corrected == expected(0)
+    assert series.corrected == expected()
     assert sum(f["count"] for f in series.corrected.values()) == 40  # every delivery, the duplicate too
     # Those messages are the ones the receivers' own HDR logs hold: the same distribution.
     logged, truth = new_histogram(), new_histogram()
@@ -146,20 +150,53 @@ def test_corrected_latency_per_second_from_spark_is_the_messages_own_and_agrees_
     record_values(truth, np.array([latency for _, latency in r1 + r2], dtype=np.int64))
     assert figures_of(truth) == figures_of(logged)
     # A receiver on a clock 2 ms behind its senders: its latencies move by the correction.
-    moved = report_series(spark, read_peers(test), {"r1": Correction(-2_000.0, 100.0)})
-    assert moved.corrected == expected(-2_000)
+    moved = report_series(spark, read_peers(test), {"r1": Correction.constant(-2_000.0, 100.0)})
+    assert moved.corrected == expected(lambda _arrival: -2_000)
     assert moved.rates == series.rates  # arrivals are counted by the receiver's own clock, as written
+    # A receiver clock drifting away from its senders': -2 ms at T0 + 0.25 s to -6 ms at T0 + 1.75 s
+    # (a ramp), each message moved by the correction at its own arrival, before anything is clamped.
+    knots = (T0_US + 250_000.0, T0_US + 1_750_000.0)
+    drifting = Correction(knots, (-2_000.0, -6_000.0), 100.0)
+    moved = report_series(spark, read_peers(test), {"r1": drifting})
+    assert moved.corrected == expected(lambda arrival: float(np.interp(arrival, knots, (-2_000.0, -6_000.0))))
 
 
+@pytest.mark.timeout(300)  # two reporter processes and four reports; 69 s on a loaded machine
 def test_maestro_report_cli_writes_reports_and_the_index(tmp_path: Path) -> None:
     one_loss_one_duplicate(tmp_path, "t1")
     one_loss_one_duplicate(tmp_path, "t2")
+    # t3: a receiver's rate file cut in half after its peer recorded it. t4: one from before
+    # file checks, whose rate file is not one: only Spark's tasks read it, and fail.
+    cut = tmp_path / "t3" / "receiver" / "r1" / "receiver-0000.csv.gz"
+    one_loss_one_duplicate(tmp_path, "t3")
+    whole = cut.read_bytes()
+    cut.write_bytes(whole[: len(whole) // 2])
+    one_loss_one_duplicate(tmp_path, "t4")
+    for path in (tmp_path / "t4").glob("*/*/peer.json"):
+        edit_peer_json(path, lambda info: None, checked=False)
+    (tmp_path / "t4" / "sender" / "s1" / "sender-0000.csv.gz").write_bytes(b"not gzip at all")
     run = subprocess.run(
         [sys.executable, "-m", "coordinator", "report", str(tmp_path)], capture_output=True, text=True, check=False
     )
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == 1, run.stdout + run.stderr
     for name in ("t1", "t2"):
         assert (tmp_path / name / "report" / "summary.json").exists()
+    assert not (tmp_path / "t3" / "report" / "summary.json").exists()
+    assert not (tmp_path / "t4" / "report" / "summary.json").exists()
+    tail = run.stderr[run.stderr.index("maestro report: 2 of 4 reports not built:") :].splitlines()
+    lacks = f"0 of 20 rows, {len(whole) // 2} of {len(whole)} bytes"
+    assert tail[1] == f"  t3: receiver r1: receiver-0000.csv.gz is cut short: {lacks}"
+    assert tail[2].startswith("  t4: ") and "sender-0000.csv.gz: not a Maestro rate file" in tail[2], tail
+    assert len(tail) == 3 and "Traceback" not in run.stderr
+    for name in ("t3", "t4"):  # their reports are asked for again until they are built
+        (tmp_path / name / "report").mkdir(exist_ok=True)
+    cut.write_bytes(whole)
+    (tmp_path / "t4").rename(tmp_path / ".t4")
+    again = subprocess.run(
+        [sys.executable, "-m", "coordinator", "report", str(tmp_path)], capture_output=True, text=True, check=False
+    )
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "t3" / "report" / "summary.json").exists()
     index = (tmp_path / "index.html").read_text()
     assert 'href="t1/report/index.html"' in index and 'href="t2/report/index.html"' in index
     bad = subprocess.run(
@@ -171,7 +208,7 @@ def test_maestro_report_cli_writes_reports_and_the_index(tmp_path: Path) -> None
     assert bad.returncode == 2 and "test id" in bad.stderr and "Traceback" not in bad.stderr
 
 
-@pytest.mark.timeout(240)  # two runs and three Spark reports: 62-72 s in CI beside other tests, 120 s the default
+@pytest.mark.timeout(300)  # three runs and five Spark reports: 62-72 s for two in CI beside other tests
 def test_a_baseline_comparison_gates_on_a_regression(tmp_path: Path) -> None:
     one_loss_one_duplicate(tmp_path, "base")
     one_loss_one_duplicate(tmp_path, "same")
@@ -191,6 +228,14 @@ def test_a_baseline_comparison_gates_on_a_regression(tmp_path: Path) -> None:
     assert summary["send_rate"]["mean"] == 8.0
     page = (tmp_path / "slower" / "report" / "index.html").read_text()
     assert "Against baseline base" in page and "REGRESSION" in page
+    # An invalid baseline holds nothing to it: not compared, exit 4, and the page says why.
+    invalid = {"outcome": "invalid", "reason": "the load generator was the limit"}
+    (tmp_path / "base" / "test.json").write_text(json.dumps(invalid))
+    run = subprocess.run([*argv, "slower", "--baseline", "base"], capture_output=True, text=True, check=False)
+    assert run.returncode == 4, run.stdout + run.stderr
+    assert "against base: invalid the baseline (base) did not measure the SUT: the load generator" in run.stdout
+    page = (tmp_path / "slower" / "report" / "index.html").read_text()
+    assert "not compared" in page and "REGRESSION" not in page
 
 
 def test_a_browser_renders_the_index_and_a_report_from_maestro_serve(spark: Any, tmp_path: Path) -> None:

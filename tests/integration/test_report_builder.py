@@ -77,8 +77,9 @@ def test_a_failed_build_says_why_and_the_next_starts_a_fresh_builder(tmp_path: P
     try:
         failed = _built(queue, "t-broken")
         assert failed.state == "failed"
-        # The build's last lines, which name the file and what is wrong with it.
-        assert re.search(r"-0000\.csv\.gz: not a Maestro rate file \(not gzip-compressed text", failed.error)
+        # The build's last lines, which name the file and what is wrong with it (its peer's record
+        # says what it held: 86 bytes, 20 rows; the first of the three named, the others counted).
+        assert re.search(r"receiver-0000\.csv\.gz is cut short: 0 of 20 rows, 8 of 86 bytes \(and 2 more", failed.error)
         broken_builder = queue.builder_pid
         assert broken_builder is not None
         assert _built(queue, "t-good").state == "done"

@@ -149,7 +149,8 @@ def test_kafka_reply_topics_named_in_a_request_header(
 
 
 # A reply address and a correlation in each protocol's own terms: MQTT 5's response topic and
-# correlation data; AMQP 1.0's reply_to and correlation_id (a reply address per client).
+# correlation data; AMQP 1.0's reply_to and correlation_id (a reply address per client); core
+# NATS's reply subject (one per client; the request's number in its body, NATS has no correlation).
 REPLY_PATHS = {
     "mqtt-5": (
         "mqtt://127.0.0.1:1883/maestro-rr/{id}?version=5&qos=1",
@@ -161,14 +162,21 @@ REPLY_PATHS = {
         "amqp10://guest:guest@127.0.0.1:5672//queue/maestro-replies",
         2,
     ),
+    "nats": (
+        "nats://127.0.0.1:4222/maestro.rr.{id}",
+        "nats://127.0.0.1:4222/maestro.replies",
+        2,
+    ),
 }
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("path", list(REPLY_PATHS))
 def test_a_reply_address_and_a_correlation_per_request(
-    path: str, daemons: Daemons, data_server: tuple[str, Path]
+    path: str, daemons: Daemons, data_server: tuple[str, Path], request: pytest.FixtureRequest
 ) -> None:
+    if path == "nats":
+        request.getfixturevalue("nats")
     url, _ = data_server
     start(daemons)
     request_url, reply_url, outstanding = REPLY_PATHS[path]

@@ -10,15 +10,20 @@ SASL, so that test fails at the connection, and what it leaves is searched the s
 
 from __future__ import annotations
 
+import os
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.processes import BIN
 from support.rabbit_queues import declare_queue
+from support.waiting import until_blocking
 
 from coordinator import FixedRateTest, Flow, Maestro
+from protocol.process_table import processes_naming
 from reports.report import build_report
 from reports.series import spark_session
 
@@ -62,9 +67,26 @@ def test_no_password_reaches_any_file_or_log(rabbit_user: str, tmp_path: Path) -
     )
     results = tmp_path / "results"
     broker = f"mqtt://{rabbit_user}:{PASSWORD}@127.0.0.1:1883"  # Mosquitto here takes any credentials
+    on_command_lines: set[int] = set()
+    scans = []
+    done = threading.Event()
+
+    def read_ps() -> None:  # what `ps` shows every user: each process's command line
+        while not done.wait(0.2):
+            on_command_lines.update(processes_naming(PASSWORD))
+            scans.append(1)
+
     with Maestro.local(workers=6, inspectors=1, data=results, broker=broker, topic_prefix=f"/mpt-{tag}") as maestro:
-        result = maestro.run(test, progress=False)
+        reader = threading.Thread(target=read_ps)
+        reader.start()
+        try:
+            result = maestro.run(test, progress=False)
+        finally:
+            done.set()
+            reader.join()
     assert result.passed, result.reason
+    # Seven daemons and a data server ran all along, and none had the password in its command line.
+    assert on_command_lines == set() and len(scans) >= 10
     assert result.summary["received"] == result.summary["sent"] == 3 * 80
     spark = spark_session()
     try:
@@ -99,3 +121,35 @@ def test_a_kafka_url_with_credentials_leaves_no_password_even_when_the_broker_re
     assert {"test.json", "junit.xml"} <= {p.name for p in files} and any(p.suffix == ".log" for p in files)
     leaks = [str(p.relative_to(results)) for p in files if PASSWORD.encode() in p.read_bytes()]
     assert leaks == []
+
+
+def _worker(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "maestro-worker"), *argv], capture_output=True, text=True, timeout=30, env=env, check=False
+    )
+
+
+@pytest.mark.usefixtures("mosquitto_url")
+def test_a_daemon_takes_the_brokers_password_from_its_environment_or_a_private_file_only(tmp_path: Path) -> None:
+    url = f"mqtt://someone:{PASSWORD}@127.0.0.1:1883"
+    on_argv = _worker("--broker", url, "--name", "w1")
+    assert on_argv.returncode == 2
+    assert "the control broker's password is on the command line, where ps shows it" in on_argv.stderr
+    assert PASSWORD not in on_argv.stderr and "Traceback" not in on_argv.stderr
+    args = tmp_path / "w1.args"
+    args.write_text(f"--broker\n{url}\n--name\nw1\n--data-dir\n{tmp_path / 'data'}\n")
+    args.chmod(0o644)
+    readable = _worker(f"@{args}")
+    assert readable.returncode == 2 and f"which others may read (mode 0644): chmod 600 {args}" in readable.stderr
+    # From a private file or the environment, it connects (Mosquitto here takes any credentials).
+    args.chmod(0o600)
+    env = {**os.environ, "MAESTRO_BROKER": url}
+    for n, (argv, environment) in enumerate((([f"@{args}"], None), (["--data-dir", str(tmp_path / "data")], env))):
+        log = tmp_path / f"worker-{n}.log"
+        with log.open("wb") as out:
+            daemon = subprocess.Popen([str(BIN / "maestro-worker"), *argv], stderr=out, env=environment)
+        try:
+            until_blocking(lambda log=log: "is up on" in log.read_text(), 20, f"the daemon's connection ({argv})")
+        finally:
+            daemon.terminate()
+            daemon.wait(10)

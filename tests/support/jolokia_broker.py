@@ -12,6 +12,7 @@ from pathlib import Path
 from protocol.embedded_broker import free_port
 
 LAUNCHER = Path(__file__).parent / "jolokia" / "JolokiaBroker.java"
+USER, PASSWORD = "admin", "s3cret-jolokia"  # a test's own, on loopback
 JARS = [
     "activemq-broker",
     "activemq-client",
@@ -27,14 +28,15 @@ JARS = [
 
 @contextmanager
 def jolokia_broker(queue: str, messages: int) -> Iterator[str]:
-    """The Jolokia URL of a JVM running an ActiveMQ broker with `messages` on `queue`."""
+    """The Jolokia URL of a JVM running an ActiveMQ broker with `messages` on `queue`, which
+    asks for basic authentication as `USER` with `PASSWORD` (the URL does not carry them)."""
     missing = [jar for jar in JARS if not Path(f"/usr/share/java/{jar}.jar").exists()]
     if missing:
         raise RuntimeError(f"Debian's jars are missing: {', '.join(missing)} (.ci/run installs them)")
     classpath = ":".join(f"/usr/share/java/{jar}.jar" for jar in JARS)
     port = free_port()
     proc = subprocess.Popen(
-        ["java", "-cp", classpath, str(LAUNCHER), str(port), queue, str(messages)],
+        ["java", "-cp", classpath, str(LAUNCHER), str(port), queue, str(messages), USER, PASSWORD],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

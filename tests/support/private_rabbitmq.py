@@ -25,6 +25,7 @@ class RabbitNode:
     node: str  # for rabbitmqctl -n
     port: int  # AMQP 0-9-1, and AMQP 1.0 where its plugin is on
     mqtt_port: int | None = None
+    stream_port: int | None = None
 
 
 @contextmanager
@@ -33,6 +34,7 @@ def private_rabbitmq(plugins: tuple[str, ...] = ("rabbitmq_amqp1_0",)) -> Iterat
     root = Path(tempfile.mkdtemp(prefix="maestro-rabbit-"))
     port, dist_port = free_port(), free_port()
     mqtt_port = free_port() if "rabbitmq_mqtt" in plugins else None
+    stream_port = free_port() if "rabbitmq_stream" in plugins else None
     node = f"maestro-{uuid.uuid4().hex[:6]}@localhost"
     (root / "mnesia").mkdir()
     (root / "log").mkdir()
@@ -40,6 +42,11 @@ def private_rabbitmq(plugins: tuple[str, ...] = ("rabbitmq_amqp1_0",)) -> Iterat
     config = f"listeners.tcp.1 = 127.0.0.1:{port}\nloopback_users = none\n"
     if mqtt_port is not None:
         config += f"mqtt.listeners.tcp.1 = 127.0.0.1:{mqtt_port}\n"
+    if stream_port is not None:
+        # Advertised as reached: a stream client connects to the address its leader advertises
+        # (by default this host's name and 5552, the shared node's port).
+        config += f"stream.listeners.tcp.1 = 127.0.0.1:{stream_port}\n"
+        config += f"stream.advertised_host = 127.0.0.1\nstream.advertised_port = {stream_port}\n"
     (root / "rabbitmq.conf").write_text(config)
     shutil.chown(root, "rabbitmq", "rabbitmq")
     for path in root.rglob("*"):
@@ -56,9 +63,10 @@ def private_rabbitmq(plugins: tuple[str, ...] = ("rabbitmq_amqp1_0",)) -> Iterat
     proc = subprocess.Popen(["rabbitmq-server"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_port(port, timeout_s=60)
-        if mqtt_port is not None:
-            wait_for_port(mqtt_port, timeout_s=60)
-        yield RabbitNode(node, port, mqtt_port)
+        for plugin_port in (mqtt_port, stream_port):
+            if plugin_port is not None:
+                wait_for_port(plugin_port, timeout_s=60)
+        yield RabbitNode(node, port, mqtt_port, stream_port)
     finally:
         subprocess.run(["rabbitmqctl", "-n", node, "stop"], capture_output=True, timeout=60, check=False)
         try:

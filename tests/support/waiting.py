@@ -14,3 +14,8 @@ async def until(condition: Callable[[], object], timeout_s: float = 10.0, what: 
     while not condition():
         assert time.monotonic() < deadline, f"{what} never came within {timeout_s:g} s"
         await asyncio.sleep(0.005)
+
+
+def until_blocking(condition: Callable[[], object], timeout_s: float = 10.0, what: str = "the awaited state") -> None:
+    """`until`, from a thread that runs no event loop."""
+    asyncio.run(until(condition, timeout_s, what))

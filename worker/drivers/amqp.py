@@ -103,6 +103,9 @@ class AmqpDriver(Driver):
         self._outbox_filled = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
 
+    def acknowledges(self) -> bool:
+        return self.confirms
+
     def _queue_arguments(self) -> dict[str, Any]:
         o = self.endpoint.options
         arguments: dict[str, Any] = {}
@@ -110,6 +113,8 @@ class AmqpDriver(Driver):
             arguments["x-queue-type"] = o["queue_type"]
         if "max_length" in o:
             arguments["x-max-length"] = o["max_length"]
+        if "overflow" in o:
+            arguments["x-overflow"] = o["overflow"]
         if o.get("lazy"):
             arguments["x-queue-mode"] = "lazy"
         return arguments
@@ -176,7 +181,7 @@ class AmqpDriver(Driver):
             return
         # No timeout= here: aio-pika's is a timer per publish, set and cancelled; one sweep
         # over the oldest in flight does the same (a confirmed sender kept 0.88 of aio-pika's
-        # own loop with the timer per publish, 0.99 with the sweep: bench/README.md, session 18).
+        # own loop with the timer per publish, 0.99 with the sweep: bench/HISTORY.md).
         task = asyncio.ensure_future(exchange.publish(message, routing_key=routing_key, mandatory=True))
         loop = task.get_loop()
         self._publishing[task] = loop.time() + self._confirm_timeout_s

@@ -32,6 +32,7 @@ from proton.reactor import ApplicationEvent, AtMostOnce, Container, DurableSubsc
 from protocol.concurrency import LoopBatch, PollThread, call_in_loop
 from protocol.schemes import schemes_of
 from protocol.sut_url import DRIVER_OPTIONS
+from worker.drivers.amqp10_bytes import DATA_SHORT, body_bytes, data_body, encode_data_message
 from worker.drivers.base import (
     ConnectError,
     DisconnectedError,
@@ -47,79 +48,18 @@ from worker.drivers.base import (
 __all__ = ["Amqp10Driver"]
 
 _CONNECT_TIMEOUT_S = 15.0
-# A Data section's descriptor and the binary's constructor, one-byte length or four.
-_DATA_SHORT = b"\x00Su\xa0"
-_DATA_LONG = b"\x00Su\xb0"
 
 
 def data_sections(durable: bool) -> bytes:
     """What proton writes before a message's Data section (its header and properties sections,
-    empty but for `durable`), taken from proton's own encoding of an empty message."""
+    empty but for `durable`), taken from proton's own encoding of an empty message; the Data
+    section after them is `amqp10_bytes`'s."""
     empty = Message(body=b"", durable=durable)
     empty.inferred = True
     encoded = bytes(empty.encode())
-    if not encoded.endswith(_DATA_SHORT + b"\x00"):
+    if not encoded.endswith(DATA_SHORT + b"\x00"):
         raise ConnectError(f"proton encodes an empty message as {encoded!r}: not a Data section last", retry=False)
-    return encoded[: -len(_DATA_SHORT) - 1]
-
-
-def encode_data_message(sections: bytes, body: bytes) -> bytes:
-    """The bytes `Message(body=body, durable=...)`, inferred, encodes to (`sections` from
-    `data_sections`): without the Message, its Data object and its encoding, a third of proton's
-    thread per message (bench/README.md, session 17)."""
-    size = len(body)
-    return sections + (_DATA_SHORT + bytes((size,)) if size < 256 else _DATA_LONG + size.to_bytes(4, "big")) + body
-
-
-# The sections that may come before the body (header, delivery and message annotations,
-# properties, application properties): each a list or a map, skipped by its size.
-_BEFORE_BODY = range(0x70, 0x75)
-_DATA_CODE = 0x75
-
-
-def data_body(encoded: bytes | bytearray) -> bytes | None:
-    """The body of a message whose body is one Data section, the last section, read from its
-    `encoded` bytes; None for any other (an AmqpValue or AmqpSequence body, several Data sections,
-    a footer, a descriptor or an encoding proton may use and this does not know): proton decodes
-    those. Decoding a `Message` turns its annotations, properties and body into Python objects,
-    4.6 µs a message; this takes 0.5."""
-    pos, end = 0, len(encoded)
-    while pos + 3 < end and encoded[pos] == 0 and encoded[pos + 1] == 0x53:  # described by a small ulong
-        code, constructor = encoded[pos + 2], encoded[pos + 3]
-        pos += 3
-        if code == _DATA_CODE:
-            if constructor == 0xA0:  # vbin8
-                start = pos + 2
-                stop = start + encoded[pos + 1]
-            elif constructor == 0xB0:  # vbin32
-                start = pos + 5
-                stop = start + int.from_bytes(encoded[pos + 1 : start], "big")
-            else:
-                return None
-            return bytes(encoded[start:stop]) if stop == end else None  # proton's recv gives a bytearray
-        if code not in _BEFORE_BODY:
-            return None
-        if constructor == 0x45:  # list0
-            pos += 1
-        elif constructor in (0xC0, 0xC1):  # list8, map8: a byte of size
-            pos += 2 + encoded[pos + 1]
-        elif constructor in (0xD0, 0xD1):  # list32, map32: four bytes of size
-            pos += 5 + int.from_bytes(encoded[pos + 1 : pos + 5], "big")
-        else:
-            return None
-    return None
-
-
-def body_bytes(body: object) -> bytes:
-    """A decoded message's body as the bytes a receiver reads: a string as its UTF-8, nothing
-    (or a body that is neither, a list or a map) as empty, counted then as a foreign message."""
-    if isinstance(body, bytes):
-        return body
-    if isinstance(body, str):
-        return body.encode()
-    if isinstance(body, bytearray | memoryview):
-        return bytes(body)
-    return b""
+    return encoded[: -len(DATA_SHORT) - 1]
 
 
 class Amqp10Driver(Driver):
@@ -136,6 +76,9 @@ class Amqp10Driver(Driver):
         self._poller: PollThread | None = None
         self._injector = EventInjector()
         self.reply_address = ""  # a requester's, once open_replies made it
+
+    def acknowledges(self) -> bool:
+        return not self.presettled
 
     def _url(self) -> str:
         """Without the credentials: proton logs the URL it connects to (they go as arguments)."""
@@ -537,7 +480,7 @@ class _Incoming(IncomingMessageHandler):
     """proton's handler of incoming deliveries, but for a plain receiver's messages: their body
     is read from their bytes (`data_body`), and proton decodes only those it cannot read, into
     the `Message` that `on_message` takes. A proton `Message` per message held a receiver at
-    0.84-0.91 of a raw proton loop's rate (bench/README.md, session 19)."""
+    0.84-0.91 of a raw proton loop's rate (bench/HISTORY.md)."""
 
     def __init__(self, handler: _Handler) -> None:
         super().__init__(auto_accept=True, delegate=weakref.proxy(handler))

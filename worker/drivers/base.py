@@ -68,7 +68,7 @@ OnRequests = Callable[[list[tuple[bytes, int, Any]]], None]
 class Burst(Sequence[tuple[bytes, int]]):
     """Messages a library handed over together and stamped once (Kafka's consume), kept as their
     bodies: a (body, stamp) tuple each, which the receiver's column path only takes apart again,
-    cost a Kafka receiver 100-200 ns a message of its ~1 µs (bench/README.md, session 18).
+    cost a Kafka receiver 100-200 ns a message of its ~1 µs (bench/HISTORY.md).
     Reads as the pairs it stands for."""
 
     bodies: list[bytes]
@@ -184,6 +184,13 @@ class Driver(ABC):
         """The in-flight bound this driver's options give (the default unless an option sets it)."""
         return self.DEFAULT_WINDOW
 
+    def acknowledges(self) -> bool:
+        """Whether the SUT acknowledges each message with these options (confirms, PUBACK, a
+        delivery report, a disposition): then a settlement without error says the SUT accepted
+        it. A driver that settles once written (QoS 0, no confirms) says False, and its senders
+        give no accepted count rather than a made-up one."""
+        return False
+
     @classmethod
     def parse(cls, url: str, option_name: str = "url") -> Endpoint:
         """Parse and check a URL (protocol.sut_url); raises OptionError naming `option_name`."""
@@ -292,6 +299,7 @@ _CAUSES = (
             "not authorized",
             "bad user name or password",
             "sasl authentication",
+            "authorization violation",  # NATS
         ),
     ),
     (

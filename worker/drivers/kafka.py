@@ -111,6 +111,9 @@ class KafkaDriver(Driver):
     def window(self) -> int:
         return int(self.endpoint.options.get("queue_max_messages", self.DEFAULT_WINDOW))
 
+    def acknowledges(self) -> bool:
+        return str(self.endpoint.options.get("acks", "all")) != "0"
+
     def _common_config(self) -> dict[str, Any]:
         e = self.endpoint
         config: dict[str, Any] = {"bootstrap.servers": f"{e.host}:{e.port}", "client.id": f"maestro-{self.client}"}

@@ -5,7 +5,7 @@ is readable, `loop_write` when paho has something to write and the socket takes 
 once a second for the keepalive), not in a network thread of its own. A second Python thread
 took the GIL for every packet: the loop waited up to a switch interval (5 ms) for it, which was
 the schedule's lag at high rates, and each publish wrote a byte to wake it. On the loop, a raw
-paho send measured 1.2-1.4 times its threaded rate (bench/README.md), and what a read brings in
+paho send measured 1.2-1.4 times its threaded rate (bench/HISTORY.md), and what a read brings in
 is handed to the receiver at once, with no thread hop. Only the blocking parts, the TCP (and
 TLS) connect of `connect` and `reconnect`, run in a thread.
 
@@ -149,6 +149,9 @@ class MqttDriver(Driver):
     def window(self) -> int:
         return int(self.endpoint.options.get("max_inflight", self.DEFAULT_WINDOW))
 
+    def acknowledges(self) -> bool:
+        return self.qos >= 1
+
     async def connect(self) -> None:
         await probe(self.endpoint)  # a clear "connection refused" before paho's own try
         self._loop = asyncio.get_running_loop()
@@ -188,8 +191,8 @@ class MqttDriver(Driver):
         Left to paho's wish to write, each burst cost a writer registered on the loop's selector,
         another turn of the loop to learn that the socket takes it, and the writer taken off again:
         a QoS 0 sender at 108,000 msg/s (4,000 bursts a second) took 95-98 % of its core, 92-93 %
-        this way, and sent unbounded 121,000-141,000 msg/s against 158,000-176,000 (bench/README.md,
-        session 19). A socket that does not take it all gets the writer then."""
+        this way, and sent unbounded 121,000-141,000 msg/s against 158,000-176,000 (bench/HISTORY.md).
+        A socket that does not take it all gets the writer then."""
         self._bursting = True
         try:
             done = super().publish_many(bodies, first_token)

@@ -2,7 +2,7 @@
 
 A sender's burst hands paho one packet per message, and paho's `_packet_write` sends them one
 system call each. Here the run of QoS 0 PUBLISH packets at the head of paho's queue is joined and
-offered to the socket at once (an unbounded QoS 0 sender: +30 %, bench/README.md, session 14).
+offered to the socket at once (an unbounded QoS 0 sender: +30 %, bench/HISTORY.md).
 What the socket took is marked written exactly as paho's own write marks it (position, bytes
 left, `_set_as_published`), and a packet the socket took only part of keeps its place, for the
 next write to finish.

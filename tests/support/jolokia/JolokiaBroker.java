@@ -1,11 +1,13 @@
 // A real JVM for the jolokia inspector's test: Debian's ActiveMQ 5 broker (embedded, in memory)
 // and Debian's Jolokia 1.7 core serving its MBeans and java.lang's over HTTP, in one process.
 //
-//   java -cp <jars> JolokiaBroker.java HTTP_PORT QUEUE MESSAGES
+//   java -cp <jars> JolokiaBroker.java HTTP_PORT QUEUE MESSAGES USER PASSWORD
 //
-// Puts MESSAGES messages on QUEUE, prints "READY <port>" and serves until killed. Jolokia's own
+// Puts MESSAGES messages on QUEUE, prints "READY <port>" and serves until killed, to requests
+// with HTTP basic authentication as USER (Artemis's Jolokia asks for it: 401 without). Jolokia's own
 // request handler does the protocol work (the same class its JVM agent and servlet use); this
 // file only hands it HTTP requests, through the JDK's built-in HTTP server.
+import com.sun.net.httpserver.BasicAuthenticator;
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
 import java.io.OutputStream;
@@ -31,6 +33,8 @@ public class JolokiaBroker {
         int port = Integer.parseInt(args[0]);
         String queue = args[1];
         int messages = Integer.parseInt(args[2]);
+        String user = args[3];
+        String password = args[4];
 
         BrokerService broker = new BrokerService();
         broker.setBrokerName("maestro-test");
@@ -54,7 +58,13 @@ public class JolokiaBroker {
         LogHandler log = new LogHandler.StdoutLogHandler(false);
         HttpRequestHandler jolokia = new HttpRequestHandler(config, new BackendManager(config, log), log);
         HttpServer server = HttpServer.create(new InetSocketAddress("127.0.0.1", port), 0);
-        server.createContext("/jolokia", exchange -> serve(jolokia, exchange));
+        server.createContext("/jolokia", exchange -> serve(jolokia, exchange))
+                .setAuthenticator(new BasicAuthenticator("jolokia") {
+                    @Override
+                    public boolean checkCredentials(String who, String secret) {
+                        return user.equals(who) && password.equals(secret);
+                    }
+                });
         server.start();
         System.out.println("READY " + server.getAddress().getPort());
         System.out.flush();

@@ -8,10 +8,11 @@ import pytest
 from coordinator import Fail, FixedRateTest, Flow, IncrementalTest, RequestReplyTest, UnboundedTest
 from coordinator.cli import build_parser
 from coordinator.commands import test_from_args as definition_from_args
+from coordinator.commands import workload
 from coordinator.declared import load_test_file
 from coordinator.definitions import DefinitionError, RepeatedTest, SweepTest
 from coordinator.junit import junit_xml
-from coordinator.results import TestResult, loss_verdict
+from coordinator.results import TestResult, judge, loss_verdict
 
 
 def test_a_request_reply_test_becomes_requesters_and_repliers_options() -> None:
@@ -106,9 +107,13 @@ def test_several_flows_with_their_own_senders() -> None:
         ({"send_url": "amqp://h/q", "options": {"prefetsh": 1}}, "unknown option"),
         ({"send_url": "amqp://h/q", "duration": "100 messages"}, "give a time"),
         # A SUT URL's scheme and query options, before any daemon is asked (#15 item 4).
-        ({"send_url": "nats://h/q"}, "the scheme must be one of amqp, "),
+        ({"send_url": "stomp://h/q"}, "the scheme must be one of amqp, "),
         ({"send_url": "amqp://h/q?prefetsh=5"}, "unknown option 'prefetsh' for amqp://"),
         ({"send_url": "amqp://h/q", "receive_url": "kafka://h/t?partitioner=hash"}, "expected one of library, client"),
+        # A run that would measure nothing (#37): a warm-up as long as it, or a count of none.
+        ({"send_url": "amqp://h/q", "warm_up": "10s", "duration": "3s"}, r"the warm-up \(10 s\) is as long as the run"),
+        ({"send_url": "amqp://h/q", "warm_up": 5, "duration": 5}, "nothing would be measured"),
+        ({"send_url": "amqp://h/q", "count": 0}, "a message count must be positive"),
     ],
 )
 def test_bad_definitions_are_refused_when_made(fields: dict[str, object], message: str) -> None:
@@ -202,3 +207,79 @@ def test_the_incremental_and_repeated_executors_take_a_closed_system_as_their_ba
     assert all(o["request_reply"] and o["think_time"] == "10ms" for o in options)
     repeated = RepeatedTest(base=base, times=3)
     assert repeated.base is base and repeated.KIND == "repeated"
+
+
+def _figures(send_rate: float, **peer: object) -> dict[str, object]:
+    return {
+        "sent": 4000,
+        "lost": 0,
+        "send_rate": {"mean": send_rate},
+        "latency_samples": 4000,
+        "latency_us": {"p50": 1000.0},
+        "peers": [{"name": "s1", "role": "sender", **peer}],
+    }
+
+
+def test_a_generator_that_fell_short_of_the_target_makes_the_run_invalid() -> None:
+    # 400 msg/s asked, 320.6 sent (80 %), and the sender used a core: the generator's figure.
+    test = FixedRateTest(send_url="amqp://h/q", rate=400)
+    busy = "sender s1 used 97 % of a core on average"
+    verdict = judge(_figures(320.6, generator_bound=busy), test)
+    assert verdict.failure is None
+    (why,) = verdict.invalid
+    assert why == (
+        f"the load generator was the limit: its senders sent 320.6 msg/s of the 400.0 asked (80%; bound 95%): {busy}"
+    )
+    # Within the bound, or short with a generator that was not the limit (the SUT's back-pressure): valid.
+    assert judge(_figures(381.0, generator_bound=busy), test).invalid == ()
+    assert judge(_figures(320.6), test).invalid == ()
+    # The user's bound: 25 % short allowed.
+    lenient = FixedRateTest(send_url="amqp://h/q", rate=400, fail=Fail(max_generator_shortfall=0.25))
+    assert judge(_figures(320.6, generator_bound=busy), lenient).invalid == ()
+
+
+def test_an_inspector_that_collected_nothing_makes_the_run_invalid() -> None:
+    figures = _figures(400.0)
+    figures["peers"] = [
+        {
+            "name": "i1",
+            "role": "inspector",
+            "inspector_shortfall": ["inspector rabbitmq on i1 collected no sample (3 failed)"],
+        }
+    ]
+    assert judge(figures, FixedRateTest(send_url="amqp://h/q", rate=400)).invalid == (
+        "inspector rabbitmq on i1 collected no sample (3 failed)",
+    )
+
+
+def test_flags_given_override_a_files_values(tmp_path: Path) -> None:
+    """#40: `--file` took no flag; each flag given now goes over the file's value, options,
+    labels and fail conditions key by key, and what is not given stays the file's."""
+    path = _write(
+        tmp_path / "t.toml",
+        'name = "nightly"\nsend_url = "amqp://h/q"\nrate = 50\nduration = "30s"\nparallel = 2\n'
+        '[options]\nconfirm_window = 10\nprocesses = 2\n[labels]\nbuild = "a"\n[fail]\nmax_loss_ratio = 0.01\n',
+    )
+    argv = ["test", "--file", str(path), "--rate", "80", "--duration", "5s", "--name", "quick"]
+    argv += ["--option", "processes=1", "--label", "branch=main", "--fail-stall-s", "9"]
+    test, text = definition_from_args(build_parser().parse_args(argv))
+    assert isinstance(test, FixedRateTest) and text == path.read_text()
+    assert (test.name, test.rate, test.duration, test.parallel, test.send_url) == ("quick", 80, "5s", 2, "amqp://h/q")
+    assert test.options == {"confirm_window": 10, "processes": 1}
+    assert test.labels == {"build": "a", "branch": "main"}
+    assert (test.fail.max_loss_ratio, test.fail.stall_s) == (0.01, 9)
+    untouched, _ = definition_from_args(build_parser().parse_args(["test", "--file", str(path)]))
+    assert (untouched.name, untouched.rate, untouched.options) == (
+        "nightly",
+        50,
+        {"confirm_window": 10, "processes": 2},
+    )
+
+
+def test_the_test_as_it_will_run_is_said_in_one_line() -> None:
+    test = FixedRateTest(send_url="amqp://u:secret@h/q", rate=50, parallel=2, senders=2, duration="30s", warm_up="5s")
+    assert workload(test) == (
+        "fixed-rate: 50 msg/s per client, 200 in all; 2 client(s) in each of 2 sender(s) and 1 receiver(s); "
+        "256 B; 30s, warm-up 5s; amqp://u:***@h/q"
+    )
+    assert workload(RepeatedTest(base=test, times=3)).startswith("repeated: 50 msg/s per client")

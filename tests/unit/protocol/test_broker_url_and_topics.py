@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from protocol.broker_url import BrokerUrl, BrokerUrlError
@@ -68,3 +70,23 @@ def test_names_cannot_change_the_topic_shape(name: str) -> None:
 def test_bad_prefixes(prefix: str) -> None:
     with pytest.raises(ValueError):
         Topics(prefix)
+
+
+def test_an_at_file_holds_the_url_readable_by_its_owner_only(tmp_path: Path) -> None:
+    """`@FILE`, as $MAESTRO_BROKER or --broker: the Ansible role's way to give a coordinator the
+    control broker's password without an environment file that others read."""
+    url_file = tmp_path / "coordinator.broker"
+    url_file.write_text("mqtt://maestro:hunter2@broker.lab:1884\n")
+    url_file.chmod(0o600)
+    url = BrokerUrl.parse(f"@{url_file}")
+    assert (url.host, url.port, url.username, url.password) == ("broker.lab", 1884, "maestro", "hunter2")
+    url_file.chmod(0o644)
+    with pytest.raises(BrokerUrlError, match=r"may be read by others \(mode 0644\)") as caught:
+        BrokerUrl.parse(f"@{url_file}")
+    assert "hunter2" not in str(caught.value)
+    with pytest.raises(BrokerUrlError, match="cannot read"):
+        BrokerUrl.parse(f"@{tmp_path / 'missing'}")
+    url_file.write_text(f"@{url_file}\n")
+    url_file.chmod(0o600)
+    with pytest.raises(BrokerUrlError, match="names another file"):
+        BrokerUrl.parse(f"@{url_file}")

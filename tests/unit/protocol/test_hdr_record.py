@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
+from hdrh.log import HistogramLogWriter
 
-from protocol.hdr import HIGHEST_US, LOWEST_US, bucket_indexes, histogram_of, new_histogram, record_values
+from protocol.hdr import (
+    HIGHEST_US,
+    LOWEST_US,
+    bucket_indexes,
+    histogram_of,
+    new_histogram,
+    read_intervals,
+    read_total,
+    record_values,
+)
 
 
 @pytest.mark.parametrize("n", [1, 17, 5000, 50_000])
@@ -54,3 +65,20 @@ def test_a_histogram_from_bucket_counts_is_the_histogram_of_the_values() -> None
     for p in (0.0, 1.0, 50.0, 90.0, 99.0, 99.9, 100.0):
         assert rebuilt.get_value_at_percentile(p) == direct.get_value_at_percentile(p)
     assert histogram_of(np.empty(0, np.int64), np.empty(0, np.int64)).get_total_count() == 0
+
+
+def test_a_logs_total_leaves_out_the_intervals_begun_before_the_warm_up_ended(tmp_path: Path) -> None:
+    # Three intervals starting at 0, 1000 and 2000 ms with 1, 2 and 4 samples of 10, 20, 40 µs.
+    path = tmp_path / "x.hlog"
+    with path.open("w") as f:
+        writer = HistogramLogWriter(f)
+        for start_ms, value, count in ((0, 10, 1), (1000, 20, 2), (2000, 40, 4)):
+            interval = new_histogram()
+            interval.record_value(value, count)
+            interval.set_start_time_stamp(start_ms)
+            interval.set_end_time_stamp(start_ms + 1000)
+            writer.output_interval_histogram(interval)
+    assert [h.get_total_count() for h in read_intervals(path)] == [1, 2, 4]
+    assert read_total(path).get_total_count() == 7  # from 0: all of them
+    assert read_total(path, 1000).get_total_count() == 6  # one starting at the cut is in
+    assert read_total(path, 1001).get_min_value() == 40

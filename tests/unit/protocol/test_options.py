@@ -1,14 +1,19 @@
 from __future__ import annotations
 
 import random
+from dataclasses import fields
 
 import pytest
 
+from coordinator.fixed_rate import SCRIPT_NAMES, FixedRateTest
+from protocol.fail import FailConditions
 from protocol.options import (
+    OPTIONS,
     Delay,
     Duration,
     MessageSize,
     OptionError,
+    TestOptions,
     parse_delay,
     parse_duration,
     parse_message_size,
@@ -120,3 +125,21 @@ def test_delays_are_fixed_or_exponential_around_their_mean() -> None:
         parse_delay("exp:soon")
     with pytest.raises(OptionError, match="option 'think_time'"):
         parse_options({"think_time": "-5ms"})
+
+
+def test_a_scripts_defaults_are_the_set_options_defaults() -> None:
+    """One place for defaults: a test left at its defaults sets each option to what a peer
+    given no SET at all would use."""
+    test = FixedRateTest(send_url="amqp://h/q")
+    sent = TestOptions.from_parsed(parse_options(test.sender_options(test.all_flows()[0], "t1")))
+    defaults = TestOptions()
+    for name in SCRIPT_NAMES.values():
+        assert getattr(sent, name) == getattr(defaults, name), name
+    assert sent.fail == defaults.fail
+
+
+def test_every_set_option_is_a_field_with_its_parser() -> None:
+    typed = {f.name for f in fields(TestOptions) if f.name != "fail"}
+    assert set(OPTIONS) == typed | {f"fail_{f.name}" for f in fields(FailConditions)}
+    with pytest.raises(OptionError, match="option 'fail_stall_s'"):
+        parse_options({"fail_stall_s": "soon"})

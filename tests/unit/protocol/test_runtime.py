@@ -25,8 +25,8 @@ from protocol.notes import (
     StatsRequest,
     StatsResponse,
 )
-from protocol.options import Duration
-from protocol.runtime import Peer, PeerConfig
+from protocol.options import Duration, TestOptions
+from protocol.runtime import Peer, PeerConfig, starts_afresh
 
 
 class Worker(Peer):
@@ -50,10 +50,56 @@ def test_ping_echoes_the_coordinator_clock_and_adds_the_peers(worker: Worker) ->
     assert response.pid > 0
 
 
+@pytest.mark.parametrize(
+    ("options_test", "taken", "named", "afresh"),
+    [
+        ("", False, "", False),  # the first SETs of a daemon add up
+        ("", False, "t1", False),  # a test id after the options: they are for it
+        ("t1", False, "t1", False),  # several SETs for one test (senders', then common ones)
+        ("t1", False, "", False),
+        ("t1", True, "t1", False),  # a SET during its own test
+        ("t1", False, "t2", True),  # another test's: nothing of t1's (even never started)
+        ("t1", True, "t2", True),
+        ("t1", True, "", True),  # a test ran on these: an unnamed SET is for the next one
+    ],
+)
+def test_a_set_starts_afresh_for_another_test(options_test: str, taken: bool, named: str, afresh: bool) -> None:
+    assert starts_afresh(options_test, taken, named) is afresh
+
+
+def test_a_new_test_starts_from_the_defaults(worker: Worker) -> None:
+    # The coordinator's order: SET (with the test id), then START_TEST; then the next test.
+    rr = {"test_id": "t1", "request_reply": True, "think_time": "20ms", "rate_per_s": 5}
+    assert isinstance(answer(worker, SetRequest(options=rr)), OkResponse)
+    assert isinstance(answer(worker, SetRequest(options={"test_id": "t1", "parallel_count": 2})), OkResponse)
+    assert isinstance(answer(worker, StartTest(test_id="t1")), OkResponse)
+    assert worker.settings.request_reply and worker.settings.parallel_count == 2
+    assert isinstance(answer(worker, SetRequest(options={"test_id": "t2", "rate_per_s": 50})), OkResponse)
+    assert worker.given == {"test_id": "t2", "rate_per_s": 50}
+    assert not worker.settings.request_reply and worker.settings.parallel_count == 1
+    assert worker.test_id == ""  # until START_TEST names it: no file of t2 goes to t1's folder
+    assert worker.current_test_id() == "t2"
+    # A script that names no test: the first SET after a test ran starts afresh too.
+    assert isinstance(answer(worker, StartTest(test_id="t2")), OkResponse)
+    assert isinstance(answer(worker, SetRequest(options={"parallel_count": 3})), OkResponse)
+    assert worker.given == {"parallel_count": 3}
+
+
+def test_a_set_for_another_test_waits_until_the_running_one_ends(worker: Worker) -> None:
+    assert isinstance(answer(worker, SetRequest(options={"test_id": "t1", "rate_per_s": 5})), OkResponse)
+    assert isinstance(answer(worker, StartTest(test_id="t1")), OkResponse)
+    worker.state = Activity.RUNNING
+    refused = answer(worker, SetRequest(options={"test_id": "t2", "rate_per_s": 50}))
+    assert isinstance(refused, InternalErrorResponse) and "busy with test t1" in refused.message
+    assert worker.given == {"test_id": "t1", "rate_per_s": 5}
+
+
 def test_set_stores_parsed_options_and_stats_echo_them(worker: Worker) -> None:
     assert isinstance(answer(worker, SetRequest(options={"duration": "10s", "rate_per_s": 5})), OkResponse)
     assert isinstance(answer(worker, SetRequest(options={"parallel_count": 3})), OkResponse)
-    assert worker.options == {"duration": Duration(seconds=10.0), "rate_per_s": 5.0, "parallel_count": 3}
+    settings = worker.settings
+    assert (settings.duration, settings.rate_per_s, settings.parallel_count) == (Duration(seconds=10.0), 5.0, 3)
+    assert settings.message_size == TestOptions().message_size  # what no SET gave keeps its default
     stats = answer(worker, StatsRequest())
     assert isinstance(stats, StatsResponse)
     assert stats.options == {"duration": "10s", "rate_per_s": 5, "parallel_count": 3}
@@ -65,7 +111,7 @@ def test_a_bad_set_stores_nothing(worker: Worker) -> None:
     assert isinstance(response, InternalErrorResponse)
     assert response.code == ErrorCode.INVALID_OPTION
     assert "option 'parallel_count'" in response.message
-    assert worker.options == {}
+    assert worker.settings == TestOptions() and worker.given == {}
 
 
 def test_role_assignment(worker: Worker) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from protocol.secrets import redact, redact_text
+from pathlib import Path
+
+from protocol.secrets import exposed, redact, redact_text
 
 
 def test_passwords_in_urls_are_replaced_and_the_rest_kept() -> None:
@@ -29,3 +31,38 @@ def test_structures_are_walked_whole() -> None:
     assert redact({"nested": {"deeper": [{"url": "kafkas://a:b@c/t"}]}}) == {
         "nested": {"deeper": [{"url": "kafkas://a:***@c/t"}]}
     }
+
+
+def test_a_secret_is_exposed_on_a_command_line_or_in_a_file_others_read(tmp_path: Path) -> None:
+    assert exposed("pw", ["--broker", "mqtt://u:pw@h", "--name", "w1"]) == (
+        "is on the command line, where ps shows it to every user of this host"
+    )
+    assert exposed("pw", ["--broker=mqtt://u:pw@h"]) is not None
+    args = tmp_path / "w1.args"
+    args.write_text("--broker\nmqtt://u:pw@h\n")
+    args.chmod(0o644)
+    assert (
+        exposed("pw", [f"@{args}", "--name", "w1"])
+        == f"is in {args}, which others may read (mode 0644): chmod 600 {args}"
+    )
+    args.chmod(0o600)
+    assert exposed("pw", [f"@{args}", "--name", "w1"]) is None
+    other = tmp_path / "other.args"
+    other.write_text("--name\nw1\n")
+    other.chmod(0o644)  # holds no secret: its mode is its owner's business
+    assert exposed("pw", [f"@{other}", "--log-level", "info"]) is None
+    assert exposed("pw", ["@/no/such/file"]) is None  # argparse says what is wrong with it
+
+
+def test_a_secret_is_exposed_in_an_at_file_that_an_at_file_names(tmp_path: Path) -> None:
+    """The Ansible role's NAME.args says `--broker @NAME.broker`, and argparse reads both."""
+    args, url_file = tmp_path / "w1.args", tmp_path / "w1.broker"
+    args.write_text(f"--broker\n@{url_file}\n--name\nw1\n")
+    url_file.write_text("mqtt://u:pw@h\n")
+    args.chmod(0o600)
+    url_file.chmod(0o640)
+    assert exposed("pw", [f"@{args}"]) == f"is in {url_file}, which others may read (mode 0640): chmod 600 {url_file}"
+    url_file.chmod(0o600)
+    assert exposed("pw", [f"@{args}"]) is None
+    args.write_text(f"@{args}\n")  # a file naming itself: argparse refuses it; this must still end
+    assert exposed("pw", [f"@{args}"]) is None

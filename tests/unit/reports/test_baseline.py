@@ -33,3 +33,28 @@ def test_latency_and_loss_regressions() -> None:
     result = compare(worse, BASE, Thresholds())
     assert result["regressions"] == ["latency_p99_us", "loss_ratio"]
     assert compare(worse, BASE, Thresholds(latency_rise=0.2, loss_rise=0.001))["verdict"] == "pass"
+
+
+def test_an_invalid_run_on_either_side_is_not_compared() -> None:
+    """A baseline whose generator was the limit would pass a slower build (its figure is the
+    generator's); a run that measured nothing cannot regress or pass."""
+    slower = copy.deepcopy(BASE) | {"test_id": "now"}
+    slower["receive_rate"] = {"mean": 500.0}
+    invalid_base = BASE | {"outcome": "invalid", "reason": "the load generator was the limit"}
+    result = compare(slower, invalid_base, Thresholds())
+    assert result == {
+        "test_id": "base",
+        "verdict": "invalid",
+        "reason": "the baseline (base) did not measure the SUT: the load generator was the limit",
+        "regressions": [],
+        "changes": {},
+    }
+    result = compare(slower | {"outcome": "invalid", "reason": "latency untrusted"}, BASE, Thresholds())
+    assert (result["verdict"], result["reason"]) == (
+        "invalid",
+        "this run (now) did not measure the SUT: latency untrusted",
+    )
+    # The same figures, both runs valid: a regression.
+    assert (
+        compare(slower | {"outcome": "success"}, BASE | {"outcome": "success"}, Thresholds())["verdict"] == "regression"
+    )

@@ -7,7 +7,8 @@ import random
 import pytest
 from proton import Message
 
-from worker.drivers.amqp10 import body_bytes, data_body, data_sections, encode_data_message
+from worker.drivers.amqp10 import data_sections
+from worker.drivers.amqp10_bytes import bare_data_bodies, body_bytes, data_body, encode_data_message
 
 
 @pytest.mark.parametrize("durable", [False, True], ids=["not-durable", "durable"])
@@ -88,3 +89,21 @@ def test_a_data_section_with_anything_after_it_is_left_to_proton() -> None:
     assert data_body(encoded + b"\x00Sx\xc1\x01\x00") is None  # a footer (an empty map)
     assert data_body(encoded[:-1]) is None  # cut short
     assert data_body(b"") is None
+
+
+def test_bare_data_bodies_read_what_data_body_reads_and_leave_the_rest_to_another_reader() -> None:
+    """The stream driver's messages (a Data section and nothing else), every length where the
+    binary's size changes its width, read in place; a message with sections before its body, or
+    two Data sections, or cut short, goes to the other reader."""
+    rng = random.Random(3)
+    bodies = [rng.randbytes(size) for size in (0, 1, 254, 255, 256, 257, 65_536, 70_000)]
+    bare = [encode_data_message(b"", body) for body in bodies]
+    others = [
+        encode_data_message(data_sections(durable=True), b"with a header"),
+        bare[3] + b"\x00Su\xa0\x03two",
+        bare[5][:-1],
+        bare[0][:4],  # a descriptor and a constructor, and no length
+        bare[6][:7],
+    ]
+    assert bare_data_bodies(bare, lambda message: b"other") == bodies
+    assert bare_data_bodies(others, lambda message: b"other") == [b"other"] * 5

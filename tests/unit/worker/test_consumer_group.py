@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.memory_driver import MemoryDriver
 
 from protocol.ratefile import RateFileWriter
 from worker import receiver
 from worker.drivers.base import DriverError, GroupShare
+from worker.drivers.memory import MemoryDriver
 from worker.latency import LatencyRecorder
 from worker.receiver import ReceiverPlan, ReceiverRun
 

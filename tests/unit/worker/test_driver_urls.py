@@ -13,6 +13,8 @@ from worker.drivers.amqp10 import Amqp10Driver
 from worker.drivers.base import DriverError
 from worker.drivers.kafka import KafkaDriver
 from worker.drivers.mqtt import MqttDriver
+from worker.drivers.nats import NatsDriver, _api_error, _stream_name
+from worker.drivers.rabbit_stream import RabbitStreamDriver
 
 
 @pytest.mark.parametrize(
@@ -23,6 +25,10 @@ from worker.drivers.mqtt import MqttDriver
         ("amqp10://h/addr", Amqp10Driver),
         ("kafka://h/topic", KafkaDriver),
         ("mqtts://h/topic", MqttDriver),
+        ("rabbitmq-stream://h/s", RabbitStreamDriver),
+        ("rabbitmq-stream+tls://h/s", RabbitStreamDriver),
+        ("nats://h/subject", NatsDriver),
+        ("nats+tls://h/subject", NatsDriver),
     ],
 )
 def test_the_scheme_chooses_the_driver(url: str, cls: type) -> None:
@@ -38,8 +44,60 @@ def test_a_full_url() -> None:
 
 
 def test_default_ports() -> None:
-    ports = {url: parse_endpoint(url)[1].port for url in ("amqp://h/q", "amqp10://h/a", "kafka://h/t", "mqtt://h/t")}
-    assert ports == {"amqp://h/q": 5672, "amqp10://h/a": 5672, "kafka://h/t": 9092, "mqtt://h/t": 1883}
+    urls = (
+        "amqp://h/q",
+        "amqp10://h/a",
+        "kafka://h/t",
+        "mqtt://h/t",
+        "rabbitmq-stream://h/s",
+        "rabbitmq-stream+tls://h/s",
+        "nats://h/s",
+        "nats+tls://h/s",
+    )
+    ports = {url: parse_endpoint(url)[1].port for url in urls}
+    assert ports == {
+        "amqp://h/q": 5672,
+        "amqp10://h/a": 5672,
+        "kafka://h/t": 9092,
+        "mqtt://h/t": 1883,
+        "rabbitmq-stream://h/s": 5552,  # RabbitMQ's stream port, and 5551 with TLS
+        "rabbitmq-stream+tls://h/s": 5551,
+        "nats://h/s": 4222,  # NATS serves TLS on its one port
+        "nats+tls://h/s": 4222,
+    }
+
+
+@pytest.mark.parametrize(
+    ("offset", "parsed"),
+    [
+        ("first", ("first", 0)),
+        ("last", ("last", 0)),
+        ("next", ("next", 0)),
+        ("1234", ("offset", 1234)),
+        ("2026-11-30T12:00:00Z", ("timestamp", 1_796_040_000_000)),
+        ("2026-11-30T12:00:00", ("timestamp", 1_796_040_000_000)),  # no zone: UTC
+        ("2026-11-30T13:00:00.250+01:00", ("timestamp", 1_796_040_000_250)),
+    ],
+)
+def test_a_stream_consumer_starts_where_its_offset_says(offset: str, parsed: tuple[str, int]) -> None:
+    _, e = parse_endpoint(f"rabbitmq-stream://h/s?offset={offset.replace('+', '%2B')}")
+    assert e.options["offset"] == parsed
+
+
+def test_a_stream_is_made_with_the_retention_the_url_gives() -> None:
+    url = "rabbitmq-stream://h/s?max-length-bytes=2000000000&max-segment-size-bytes=500000000&max-age=7D&credit=3"
+    _, e = parse_endpoint(url)
+    assert dict(e.options) == {
+        "max-length-bytes": 2_000_000_000,
+        "max-segment-size-bytes": 500_000_000,
+        "max-age": "7D",
+        "credit": 3,
+    }
+    assert RabbitStreamDriver(e)._stream_arguments() == {  # the stream protocol's names
+        "max-length-bytes": 2_000_000_000,
+        "stream-max-segment-size-bytes": 500_000_000,
+        "max-age": "7D",
+    }
 
 
 def test_one_slash_separates_host_and_destination() -> None:
@@ -72,6 +130,15 @@ def test_destinations_spread_clients_over_numbered_queues() -> None:
         ("mqtt://h/t?qos=3", "option 'qos': 3 is out of range (0 to 2)"),
         ("mqtt://h/t?clean_session=maybe", "option 'clean_session': expected true or false"),
         ("amqp10://h/a?settle=sometimes", "option 'settle'"),
+        ("rabbitmq-stream://h/s?offset=sometime", "option 'offset': expected first, last, next, an offset or an ISO"),
+        ("rabbitmq-stream://h/s?max-age=7days", "option 'max-age': expected a whole number and a unit of Y, M, D"),
+        ("rabbitmq-stream://h/s?max-age=0h", "option 'max-age'"),
+        ("rabbitmq-stream://h/s?credit=0", "option 'credit': 0 is out of range (1 to 1000)"),
+        ("rabbitmq-stream://h/s?max-segment-size-bytes=4000000000", "option 'max-segment-size-bytes'"),
+        ("nats://h/s?jetstream=maybe", "option 'jetstream': expected true or false"),
+        ("nats://h/s?deliver=sometimes", "option 'deliver': expected one of new, all, last"),
+        ("nats://h/s?batch=0", "option 'batch': 0 is out of range (1 to 10000)"),
+        ("nats://h/s?storage=tape", "option 'storage': expected one of file, memory"),
         ("amqp://h/q?destinations=9-1", "option 'destinations': expected a range such as 1-100"),
         ("mqtt://h/", "names no queue, topic or address"),
         ("mqtt:///t", "names no host"),
@@ -112,10 +179,13 @@ def test_connect_failures_are_named_in_the_words_a_user_looks_for() -> None:
     ("url", "refusal"),
     [
         ("mqtt://127.0.0.1:1883/t", r"request/reply needs MQTT 5 \(\?version=5\)"),
+        ("rabbitmq-stream://127.0.0.1:5552/s", r"RabbitMQ Streams \(rstream\): request/reply is not supported"),
+        ("nats://127.0.0.1:4222/s?jetstream=true", r"request/reply is core NATS's: drop jetstream=true"),
     ],
 )
 def test_a_driver_without_request_reply_refuses_it_by_name(url: str, refusal: str) -> None:
-    """MQTT 3.1.1 has no response topic: it says so instead of sending blind."""
+    """MQTT 3.1.1 has no response topic, a stream no reply address, and NATS's request/reply is
+    its core's, not JetStream's: each says so instead of sending blind."""
     driver = driver_for_client([url], "send_url", 0)
     for call in (
         lambda: driver.serve(lambda batch: None),
@@ -185,3 +255,16 @@ def test_kafka_a_reply_topic_the_broker_does_not_delete_in_time_is_told_and_the_
     with caplog.at_level("WARNING", logger="worker.drivers.kafka"):
         driver._delete_topic("maestro-replies-gone")
     assert "the reply topic maestro-replies-gone was not deleted: no answer within 0.2 s" in caplog.text
+
+
+def test_a_jetstream_stream_the_nats_driver_makes_is_named_after_its_subject() -> None:
+    # A stream's name has no `.`, `*` or `>`.
+    assert _stream_name("orders.eu") == "maestro-orders_eu"
+    assert _stream_name("orders.*.new") == "maestro-orders_any_new"
+    assert _stream_name("orders.>") == "maestro-orders_all"
+
+
+def test_a_jetstream_refusal_is_told_with_its_reason() -> None:
+    answer = b'{"error":{"code":400,"err_code":10077,"description":"maximum messages exceeded"}}'
+    assert _api_error(answer) == "JetStream refused it: maximum messages exceeded (code 10077)"
+    assert _api_error(b'{"error"') == "JetStream refused it"

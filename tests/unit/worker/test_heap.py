@@ -9,10 +9,10 @@ import weakref
 from pathlib import Path
 
 import pytest
-from support.memory_driver import MemoryDriver
 
 from protocol.options import Duration, MessageSize
 from protocol.ratefile import RateFileWriter
+from worker.drivers.memory import MemoryDriver
 from worker.heap import HeapHold, frozen_heap
 from worker.latency import LatencyRecorder
 from worker.receiver import ReceiverPlan, ReceiverRun

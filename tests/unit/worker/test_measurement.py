@@ -6,8 +6,10 @@ import gzip
 import hashlib
 import itertools
 import random
+import time
 from array import array
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +25,15 @@ from protocol.ratefile import (
     read_rate_file,
     rows_text,
 )
-from protocol.sequences import SequenceTracker, dump_bitsets, load_bitset, merge_bitsets
+from protocol.sequences import (
+    MergedCounts,
+    SequenceCounts,
+    SequenceTracker,
+    dump_bitsets,
+    load_bitset,
+    merge_bitsets,
+    union_bitsets,
+)
 from worker.latency import LatencyRecorder
 from worker.payload import HEADER_BYTES, ForeignPayloadError, MessageHeader, key_of, make_body, read_header
 from worker.schedule import Schedule
@@ -371,9 +381,22 @@ def test_out_of_range_samples_are_clamped_and_counted(tmp_path: Path) -> None:
     recorder.record(-50, 0)  # a receiver clock behind the sender's
     recorder.record(HIGHEST_US * 2, 10)
     recorder.flush()  # samples go into the histograms a column at a time
-    assert recorder.clamped == 3
+    assert recorder.clamped == 2  # of the corrected series, the one the figures judge
     assert recorder.current.corrected.get_min_value() == 1
+    assert recorder.current.service.get_min_value() == 1  # clamped alike
     recorder.close()
+
+
+def test_a_receiver_behind_its_senders_is_corrected_before_anything_is_clamped(tmp_path: Path) -> None:
+    # The receiver's clock is 500 ms behind: a 1 ms path reads -499 ms. Clamped first and
+    # corrected after, it would read 500 ms; corrected first, it is the 1 ms it took.
+    recorder = LatencyRecorder(tmp_path, shift_us=500_000)
+    recorder.record_many(np.full(1000, -499_000), np.full(1000, -499_100))
+    recorder.close()
+    assert recorder.clamped == 0
+    assert recorder.total_corrected.get_value_at_percentile(50) == 1000
+    assert recorder.total_service.get_value_at_percentile(50) == 900
+    assert recorder.total_corrected.get_total_count() == 1000
 
 
 def test_receivers_sharing_a_stream_merge_to_exact_loss_and_duplicates() -> None:
@@ -478,3 +501,178 @@ def test_bursts_in_order_recorded_at_once_count_as_one_by_one(seed: int) -> None
     assert firsts == [one.record(sequence) for sequence in arrivals]
     assert many.counts() == one.counts()
     assert many.bitset.rstrip(b"\0") == one.bitset.rstrip(b"\0")
+
+
+def test_a_burst_with_a_repeat_or_reaching_back_to_the_highest_is_no_run_of_firsts() -> None:
+    tracker = SequenceTracker()
+    assert tracker.record_many(np.array([5, 5], dtype=np.int64)).tolist() == [True, False]
+    assert tracker.record_many(np.array([5, 6], dtype=np.int64)).tolist() == [False, True]
+    assert tracker.counts() == SequenceCounts(received=2, duplicates=2, out_of_order=0, highest=6)
+    nothing = tracker.record_many(np.empty(0, dtype=np.int64))
+    assert nothing.dtype == bool and len(nothing) == 0
+    assert tracker.record_many(np.array([7, 8], dtype=np.int64)).dtype == bool
+
+
+def test_a_bitset_grows_as_record_grows_it() -> None:
+    # To the byte needed, and at least double what it had: as long as `record` makes it.
+    tracker = SequenceTracker()
+    tracker.record_many(np.arange(16, dtype=np.int64))
+    assert len(tracker.bitset) == 2
+    tracker.record_many(np.array([15], dtype=np.int64))
+    assert len(tracker.bitset) == 2
+    tracker.record_many(np.array([40], dtype=np.int64))
+    assert len(tracker.bitset) == 6  # 2 + max(6 - 2, 2)
+    one = SequenceTracker()
+    for sequence in [*range(16), 15, 40]:
+        one.record(sequence)
+    assert one.bitset == tracker.bitset
+
+
+def test_a_burst_of_any_integer_columns_records_as_int64() -> None:
+    wide, narrow = LatencyRecorder(None), LatencyRecorder(None)
+    values = np.array([1, 900, 70_000, 2_000_000], dtype=np.int64)
+    wide.record_many(values, values // 2)
+    narrow.record_many(values.astype(np.int32), (values // 2).astype(np.uint32))
+    assert narrow.corrected_us == wide.corrected_us == array("q", values.tolist())
+    assert narrow.service_us == wide.service_us == array("q", (values // 2).tolist())
+
+
+def test_samples_go_into_the_histograms_once_65536_are_held() -> None:
+    recorder = LatencyRecorder(None)
+    recorder.record_many(np.full(65_535, 7, np.int64), np.full(65_535, 3, np.int64))
+    assert len(recorder.corrected_us) == 65_535 and recorder.current.corrected.get_total_count() == 0
+    recorder.record(7, 3)
+    assert len(recorder.corrected_us) == len(recorder.service_us) == 0
+    assert recorder.current.corrected.get_total_count() == recorder.current.service.get_total_count() == 65_536
+    recorder.record_many(np.full(65_536, 7, np.int64), np.full(65_536, 3, np.int64))
+    assert len(recorder.corrected_us) == 0 and recorder.current.service.get_total_count() == 131_072
+
+
+def test_due_times_at_a_rate_whose_interval_is_no_whole_nanosecond() -> None:
+    # 3/s from 1000 ns: intended 1000, 333,334,333.3, 666,667,666.7, 1,000,001,000 ns (floored).
+    schedule = Schedule(rate_per_s=3, start_ns=1000)
+    assert schedule.interval_ns == 1e9 / 3
+    assert schedule.take_due(1000 + 10**9, before_ns=2**62, most=10) == [1000, 333_334_333, 666_667_666, 1_000_001_000]
+    assert schedule.scheduled == 4
+    # Woken early enough only counts from the exact intended time: 333,334,333.3 is not due
+    # at 333,334,333, nor before it.
+    again = Schedule(rate_per_s=3, start_ns=1000)
+    assert again.take_due(1000, before_ns=2**62, most=10, early_ns=333_333_333) == [1000]
+    assert again.take_due(1000, before_ns=2**62, most=10, early_ns=333_333_334) == [333_334_333]
+    bounded = Schedule(rate_per_s=3, start_ns=1000)
+    assert bounded.take_due(10**10, before_ns=333_334_333, most=10) == [1000]
+    assert bounded.take_due(10**10, before_ns=333_334_334, most=10) == [333_334_333]
+    # A million seconds on, from the start rather than by adding up intervals: still exact.
+    far = Schedule(rate_per_s=3, start_ns=1000)
+    far._sent = 3_000_000
+    assert far.next_intended(now_ns=0) == 1000 + 10**15
+    assert far.take_due(2 * 10**15, before_ns=2**62, most=2) == [
+        1000 + 10**15 + 333_333_333,
+        1000 + 10**15 + 666_666_666,
+    ]
+
+
+def test_an_unbounded_schedule_takes_as_many_as_asked_all_now() -> None:
+    schedule = Schedule(rate_per_s=0, start_ns=0)
+    assert schedule.interval_ns == 0.0
+    assert schedule.take_due(77, before_ns=0, most=3) == [77, 77, 77]
+    assert schedule.next_intended(now_ns=78) == 78
+    assert schedule.scheduled == 4
+    assert schedule.take_due(77, before_ns=2**62, most=-1) == [] and schedule.scheduled == 4
+    with pytest.raises(ValueError, match="rate_per_s must be >= 0"):
+        Schedule(rate_per_s=-1, start_ns=0)
+
+
+def test_poisson_due_times_stop_at_the_wake_up_the_bound_and_most() -> None:
+    expected = Schedule(1000, 0, poisson=True, seed=3)
+    times = [expected.next_intended(0) for _ in range(6)]
+    assert times[0] == 0 and times == sorted(times) and len(set(times)) == 6
+    # Drawn times have fractions of a ns, floored as they are handed out: one is due a ns on.
+    schedule = Schedule(1000, 0, poisson=True, seed=3)
+    assert schedule.take_due(times[2], before_ns=2**62, most=10) == times[:2]
+    assert schedule.take_due(times[2] + 1, before_ns=2**62, most=10) == [times[2]]
+    assert schedule.take_due(times[3] - 1, before_ns=2**62, most=10, early_ns=2) == [times[3]]
+    assert schedule.take_due(10**12, before_ns=times[5], most=10) == [times[4]]
+    assert schedule.take_due(10**12, before_ns=2**62, most=1) == [times[5]]
+    assert schedule.scheduled == 6
+
+
+def test_a_bound_at_or_before_what_was_taken_takes_nothing_and_moves_nothing() -> None:
+    schedule = Schedule(rate_per_s=1000, start_ns=0)
+    assert schedule.take_due(10**10, before_ns=1_000_000, most=10) == [0]
+    # The next is intended at 1 ms exactly, which a bound of 1 ms leaves out; one of 0.5 ms
+    # (before what was taken already, as a profile's next step may be) takes nothing either.
+    assert schedule.take_due(10**10, before_ns=1_000_000, most=10) == []
+    assert schedule.take_due(10**10, before_ns=500_000, most=10) == []
+    assert schedule.scheduled == 1
+    unbounded = Schedule(rate_per_s=0, start_ns=0)
+    unbounded.take_due(5, before_ns=0, most=2)
+    unbounded.take_due(5, before_ns=0, most=3)
+    assert unbounded.scheduled == 5
+
+
+def test_poisson_bounds_fall_on_the_first_intended_time_exactly() -> None:
+    # The first message is intended at the start itself: due at it, and not before a bound at it.
+    assert Schedule(1000, 0, poisson=True, seed=3).take_due(0, before_ns=2**62, most=5) == [0]
+    assert Schedule(1000, 0, poisson=True, seed=3).take_due(0, before_ns=0, most=5) == []
+
+
+def test_poisson_times_are_the_seeded_draws_added_up_in_nanoseconds() -> None:
+    rng = random.Random(9)
+    expected, at = [], 5.0
+    for _ in range(20_000):
+        expected.append(int(at))
+        at += rng.expovariate(1000) * 1e9
+    schedule = Schedule(1000, 5, poisson=True, seed=9)
+    assert schedule.take_due(10**12, before_ns=2**62, most=20_000) == expected
+
+
+def test_an_interval_is_stamped_with_its_start_and_end_and_its_max_in_ms(tmp_path: Path) -> None:
+    recorder = LatencyRecorder(tmp_path)
+    start_s = recorder.current.start_s
+    recorder.record(5000, 2000)
+    done = recorder.roll(now_s=start_s + 2.5)
+    assert done.corrected.get_start_time_stamp() == int(start_s * 1000)
+    assert done.corrected.get_end_time_stamp() == int((start_s + 2.5) * 1000)
+    recorder.close()
+    line = next(
+        text
+        for text in (tmp_path / "receiver-latency.hlog").read_text().splitlines()
+        if text[:1].isdigit() and "," in text
+    )
+    # StartTimestamp, Interval_Length, Interval_Max (ms: the µs values / 1000), the histogram.
+    assert [float(field) for field in line.split(",")[1:3]] == [2.5, 5.0]
+
+
+def test_bitsets_unite_byte_by_byte_to_the_longest() -> None:
+    # Byte i holds sequences 8i..8i+7, lowest bit first: {0} and {9} make {0, 9}.
+    assert union_bitsets([b"\x01", b"\x00\x02"]) == b"\x01\x02"
+    assert union_bitsets([]) == b""
+    assert merge_bitsets([b"\x01", b"\x00\x02", b"\x01"], deliveries=4) == MergedCounts(distinct=2, duplicates=2)
+
+
+def test_a_latency_log_opens_with_its_series_and_its_utc_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Kolkata")  # the stamp is UTC's, whatever the host's zone
+    time.tzset()
+    try:
+        before = time.time()
+        recorder = LatencyRecorder(tmp_path / "not" / "yet")  # folders made as needed
+        start = recorder.current.start_s
+        recorder.close()
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert before - 0.001 <= start <= time.time() and (start * 1000) == pytest.approx(round(start * 1000), abs=1e-3)
+    head = (tmp_path / "not" / "yet" / "receiver-latency.hlog").read_text().splitlines()
+    stamp = datetime.fromtimestamp(start, UTC).isoformat(sep=" ")
+    assert head[0] == "#[maestro corrected latency, microseconds]"
+    assert f"#[StartTime: {start:.3f} (seconds since epoch), {stamp}]" in head
+    assert "+00:00" in stamp
+
+
+def test_a_service_latency_below_zero_is_kept_until_it_is_clamped() -> None:
+    recorder = LatencyRecorder(None)
+    recorder.flush()
+    recorder.record(-5, -7)  # a receiver's clock behind its sender's, not yet corrected
+    recorder.flush()
+    assert recorder.clamped == 1 and recorder.current.service.get_total_count() == 1

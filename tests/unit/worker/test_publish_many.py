@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from support.memory_driver import MemoryDriver
-
 from worker.drivers.base import DisconnectedError
+from worker.drivers.memory import MemoryDriver
 
 
 def test_a_burst_goes_in_order_and_stops_where_the_connection_is_down() -> None:

@@ -8,12 +8,12 @@ import random
 from pathlib import Path
 
 import pytest
-from support.memory_driver import MemoryDriver
 
 from protocol.hdr import read_total
 from protocol.ratefile import RateFileWriter, read_rate_file
 from protocol.sequences import load_bitset
 from worker.drivers.base import Burst
+from worker.drivers.memory import MemoryDriver
 from worker.latency import LatencyRecorder
 from worker.payload import MessageHeader, key_of, make_body
 from worker.receiver import ReceiverPlan, ReceiverRun
@@ -60,8 +60,8 @@ def test_a_burst_is_counted_timed_and_written_exactly(tmp_path: Path) -> None:
     assert sum(run.stats.duplicates_per_s.values()) == 1
     per_sender = run.per_sender()
     a, b = per_sender[f"{key_of('a'):016x}"], per_sender[f"{key_of('b'):016x}"]
-    assert (a["received"], a["duplicates"], a["missing_below_highest"]) == (5, 1, 0)
-    assert (b["received"], b["duplicates"], b["missing_below_highest"]) == (2, 0, 1)
+    assert (a.received, a.duplicates, a.missing_below_highest) == (5, 1, 0)
+    assert (b.received, b.duplicates, b.missing_below_highest) == (2, 0, 1)
     # Latency from the intended time: 3 ms for a's five, 7 ms for b's two; service 1 ms and ~7 ms.
     corrected = read_total(tmp_path / "receiver-latency.hlog")
     assert corrected.get_total_count() == 7

@@ -12,12 +12,12 @@ import random
 from pathlib import Path
 
 import pytest
-from support.memory_driver import MemoryDriver
 from support.waiting import until
 
 from protocol.options import Duration, MessageSize
 from protocol.ratefile import RateFileWriter, read_rate_file
 from worker.drivers.base import SendError
+from worker.drivers.memory import MemoryDriver
 from worker.payload import make_body, read_header
 from worker.sender import SenderPlan, SenderRun
 
@@ -257,3 +257,113 @@ def test_a_client_down_past_its_budget_fails_the_run_and_ends_the_others(tmp_pat
     assert run.failure is not None and "for more than 0.3 s" in run.failure
     assert down.closed and fine.closed  # the other client was ended and closed, not left running
     assert run.stats.sent_per_client[0] == 0 and run.stats.sent_per_client[1] > 0
+
+
+def test_confirms_that_come_back_together_and_out_of_order_are_counted_exactly(tmp_path: Path) -> None:
+    # Confirms arrive 64 at a time in a shuffled order, every fifth a nack, through a window of
+    # 100: each message is counted once, by its own verdict, and the window is never passed.
+    def verdict(token: int) -> SendError | None:
+        return SendError("nacked", retry=False, kind="nacked") if token % 5 == 0 else None
+
+    driver = MemoryDriver(confirm_delay_s=0.002, settle_batch=64, seed=3, verdict=verdict)
+    run = _run(_plan(confirm_window=100, duration=Duration(messages=1000)), tmp_path, {0: driver})
+    asyncio.run(run.run())
+    run.rate_file.close()
+    assert run.stats.sent == 1000 and dict(run.stats.errors) == {"nacked": 200}
+    assert max(driver.settled_in) == 64 and len(driver.settled_in) > 16  # they did come back together
+    assert driver.max_in_flight == 100
+
+
+def test_a_dropped_connection_fails_what_was_in_flight_and_the_rest_is_sent_once_it_is_back(tmp_path: Path) -> None:
+    # 20 messages go and none is confirmed; the connection drops: those 20 are unconfirmed (the
+    # broker may or may not have them), and the next ones wait for the connection, with their
+    # sequence numbers kept, and are sent once it is back.
+    driver = MemoryDriver(confirm_delay_s=None)
+    run = _run(_plan(duration=Duration(messages=30), reconnect_budget_s=10), tmp_path, {0: driver})
+
+    async def scenario() -> None:
+        task = asyncio.create_task(run.run())
+        await until(lambda: len(driver.tokens) == 30)
+        driver.release(10)
+        driver.drop()
+        assert driver.held == []
+        driver.restore()
+        await task
+
+    asyncio.run(scenario())
+    run.rate_file.close()
+    assert run.stats.sent == 30 and dict(run.stats.errors) == {"unconfirmed": 20}
+    assert [read_header(b).sequence for b in driver.bodies] == list(range(30))
+
+
+def test_sends_during_a_drop_are_tried_again_once_the_connection_is_back(tmp_path: Path) -> None:
+    driver = MemoryDriver(confirm_delay_s=0.0)
+    run = _run(_plan(rate_per_s=200.0, duration=Duration(messages=60), reconnect_budget_s=10), tmp_path, {0: driver})
+
+    async def scenario() -> None:
+        task = asyncio.create_task(run.run())
+        await until(lambda: len(driver.tokens) >= 20)
+        driver.drop()
+        await asyncio.sleep(0.1)  # ~20 more fall due meanwhile, each tried and refused
+        driver.restore()
+        await task
+
+    asyncio.run(scenario())
+    run.rate_file.close()
+    assert run.stats.sent == 60 and run.stats.retries >= 1
+    assert sorted(read_header(b).sequence for b in driver.bodies) == list(range(60))
+    assert len(run.stats.disconnects_ns) == 1
+
+
+def _accounts(run: SenderRun) -> list[tuple[int | None, int, int | None]]:
+    """Each stream's (intended, sent, accepted), as peer.json will hold them."""
+    return [(c.intended, c.sent, c.accepted) for c in run.account().senders.values()]
+
+
+def test_accepted_is_what_the_sut_acknowledged_and_intended_the_count(tmp_path: Path) -> None:
+    # 30 sent, every third nacked (tokens 0, 3, ..., 27: 10 of them): 20 accepted.
+    nacked = MemoryDriver(verdict=lambda token: SendError("no", retry=False, kind="nacked") if token % 3 == 0 else None)
+    run = _run(_plan(duration=Duration(messages=30)), tmp_path, {0: nacked})
+    asyncio.run(run.run())
+    run.rate_file.close()
+    assert _accounts(run) == [(30, 30, 20)]
+
+
+def test_what_never_settled_is_not_accepted(tmp_path: Path) -> None:
+    driver = MemoryDriver(confirm_delay_s=None)
+    run = _run(_plan(duration=Duration(messages=4)), tmp_path, {0: driver})
+
+    async def scenario() -> None:
+        task = asyncio.create_task(run.run())
+        await until(lambda: len(driver.tokens) == 4)
+        driver.release(1)
+        run.stop()
+        await task
+
+    asyncio.run(scenario())
+    run.rate_file.close()
+    assert _accounts(run) == [(4, 4, 1)]  # 3 unconfirmed
+
+
+def test_a_driver_that_acknowledges_nothing_gives_no_accepted_count(tmp_path: Path) -> None:
+    run = _run(_plan(duration=Duration(messages=10)), tmp_path, {0: MemoryDriver(acknowledges=False)})
+    asyncio.run(run.run())
+    run.rate_file.close()
+    assert _accounts(run) == [(10, 10, None)]
+
+
+def test_a_stopped_sender_still_owes_its_schedules_slots(tmp_path: Path) -> None:
+    # 200 msg/s for 5 s: 1,000 slots, 0 to 995 ms apart. Stopped after 10 went: intended stays 1,000.
+    driver = MemoryDriver()
+    run = _run(_plan(rate_per_s=200.0, duration=Duration(seconds=5.0)), tmp_path, {0: driver})
+
+    async def scenario() -> None:
+        task = asyncio.create_task(run.run())
+        await until(lambda: len(driver.tokens) >= 10)
+        run.stop()
+        await task
+
+    asyncio.run(scenario())
+    run.rate_file.close()
+    [(intended, sent, accepted)] = _accounts(run)
+    assert intended == 1000 and 10 <= sent < 100 and accepted == sent

@@ -10,10 +10,9 @@ import pytest
 from coordinator import Fail, FixedRateTest
 from coordinator.definitions import DefinitionError
 from protocol.fail import FailConditions
-from protocol.options import Duration, MessageSize, OptionError, parse_options
+from protocol.options import Duration, MessageSize, OptionError, TestOptions, parse_options
 from protocol.parsing import boolean
 from protocol.sut_url import SutUrlError, parse_sut_url
-from protocol.test_options import TestOptions
 
 
 def test_what_set_gave_is_typed_and_the_rest_keeps_its_default() -> None:

@@ -1,0 +1,278 @@
+"""The results index: every test.json under a results folder, as a row of a database, so that a
+history, the data server and a nightly gate ask a database instead of reading every folder.
+
+SQLite in a file beside the results by default (`RESULTS/.maestro-index.sqlite3`: embedded,
+nothing to start); PostgreSQL with a `postgresql://` URL (psycopg 3). The schema is Alembic's
+(reports/index_migrations), brought to its newest revision whenever an index is opened.
+
+The files stay the truth. The index is brought up to date from them each time it is read
+(`sync`): a test.json whose size or modification time differs from its row's is read again, and
+a row whose folder is gone is dropped. So a run is in the index as soon as the coordinator has
+stored its test.json on the data server, whoever reads next, with no hook in the coordinator;
+`maestro index RESULTS` (`rebuild`) reads every file again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.engine import Connection, Engine
+
+from reports.history import FIGURES, Run, facts_of, run_of
+from reports.paths import result_dirs
+from reports.summary import read_test_json
+
+__all__ = ["DEFAULT_INDEX_FILE", "VERSION_TABLE", "IndexStats", "ResultsIndex", "ResultsIndexError", "index_row"]
+
+DEFAULT_INDEX_FILE = ".maestro-index.sqlite3"  # hidden: not a test's folder to the data server
+VERSION_TABLE = "maestro_index_version"
+_MIGRATIONS = Path(__file__).parent / "index_migrations"
+
+_metadata = sa.MetaData()
+# The table as the newest migration leaves it (reports/index_migrations/versions).
+RUNS = sa.Table(
+    "maestro_runs",
+    _metadata,
+    sa.Column("results_root", sa.Text, primary_key=True),
+    sa.Column("test_id", sa.String(200), primary_key=True),
+    sa.Column("name", sa.Text),
+    sa.Column("phase_of", sa.String(200)),
+    sa.Column("finished", sa.Boolean, nullable=False),
+    sa.Column("started", sa.String(40)),
+    sa.Column("ended", sa.String(40)),
+    sa.Column("kind", sa.String(40)),
+    sa.Column("outcome", sa.String(20)),
+    sa.Column("reason", sa.Text),
+    sa.Column("generator_bound", sa.Boolean, nullable=False),
+    sa.Column("workload_hash", sa.String(16), nullable=False),
+    sa.Column("testbed_hash", sa.String(16), nullable=False),
+    sa.Column("sut_kind", sa.String(40), nullable=False),
+    sa.Column("sut_version", sa.Text, nullable=False),
+    sa.Column("client_libraries", sa.JSON, nullable=False),
+    sa.Column("testbed", sa.JSON, nullable=False),
+    sa.Column("sent", sa.BigInteger),
+    sa.Column("received", sa.BigInteger),
+    sa.Column("lost", sa.BigInteger),
+    sa.Column("duplicates", sa.BigInteger),
+    *(sa.Column(fig.key, sa.Float) for fig in FIGURES),
+    sa.Column("path", sa.Text, nullable=False),
+    sa.Column("record_bytes", sa.BigInteger, nullable=False),
+    sa.Column("record_mtime_ns", sa.BigInteger, nullable=False),
+)
+
+
+class ResultsIndexError(Exception):
+    """The index cannot be opened or written: a bad URL, a database out of reach, a driver missing."""
+
+
+@dataclass(frozen=True)
+class IndexStats:
+    read: int  # test.json files read (new or changed)
+    dropped: int  # rows whose folder is gone
+    rows: int  # rows of this results folder now
+
+
+def index_row(record: dict[str, Any], test_dir: Path, size: int, mtime_ns: int) -> dict[str, Any]:
+    """A test.json as its row. A run without figures (still running, a phase's parent) has a row
+    too, `finished` false, so that the next sync does not read it again until it changes."""
+    run = run_of(record)
+    summary = record.get("summary")
+    if not isinstance(summary, dict):
+        summary = {}
+    facts = facts_of(record)
+    counts = {key: _int(summary.get(key)) for key in ("sent", "received", "lost", "duplicates")}
+    return {
+        "results_root": str(test_dir.parent),
+        "test_id": test_dir.name,
+        "name": record.get("name"),
+        "phase_of": record.get("phase_of"),
+        "finished": run is not None,
+        "started": str(record.get("started") or "")[:40],
+        "ended": str(record.get("ended") or "")[:40] or None,
+        "kind": record.get("kind"),
+        "outcome": record.get("outcome"),
+        "reason": record.get("reason"),
+        "generator_bound": bool(run and run.generator_bound),
+        "workload_hash": run.workload if run else "",
+        "testbed_hash": run.testbed if run else "",
+        **facts,
+        **counts,
+        **{fig.key: (run.figures.get(fig.key) if run else None) for fig in FIGURES},
+        "path": str(test_dir),
+        "record_bytes": size,
+        "record_mtime_ns": mtime_ns,
+    }
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _run_of_row(row: Any) -> Run:
+    return Run(
+        test_id=row.test_id,
+        started=row.started or "",
+        outcome=row.outcome or "unknown",
+        figures={fig.key: getattr(row, fig.key) for fig in FIGURES},
+        generator_bound=bool(row.generator_bound),
+        reason=row.reason,
+        workload=row.workload_hash,
+        testbed=row.testbed_hash,
+    )
+
+
+class ResultsIndex:
+    """One results folder's runs in a database (several folders may share one database)."""
+
+    def __init__(self, root: Path, url: str | None = None) -> None:
+        self.root = root.resolve()
+        self.url = url or f"sqlite:///{self.root / DEFAULT_INDEX_FILE}"
+        self._engine = _engine(self.url)
+        with self._connect() as connection:
+            _migrate(connection)
+
+    @property
+    def shown_url(self) -> str:
+        """The URL without its password, as it may be printed."""
+        return _safe(self.url)
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> ResultsIndex:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def sync(self) -> IndexStats:
+        """Read again every test.json that changed since it was indexed; drop the rows of
+        folders gone."""
+        with self._connect() as connection:
+            known = {
+                row.test_id: (row.record_bytes, row.record_mtime_ns)
+                for row in connection.execute(
+                    sa.select(RUNS.c.test_id, RUNS.c.record_bytes, RUNS.c.record_mtime_ns).where(self._mine)
+                )
+            }
+            return self._index(connection, known)
+
+    def rebuild(self) -> IndexStats:
+        """Every test.json read again: the rows of this folder made anew from the files."""
+        with self._connect() as connection:
+            connection.execute(sa.delete(RUNS).where(self._mine))
+            return self._index(connection, {})
+
+    def runs(self, name: str) -> list[Run]:
+        """Every finished run named `name`, oldest first (as reports.history.read_runs)."""
+        query = (
+            sa.select(RUNS)
+            .where(self._mine, RUNS.c.name == name, RUNS.c.finished, RUNS.c.phase_of.is_(None))
+            .order_by(RUNS.c.started, RUNS.c.test_id)
+        )
+        with self._connect() as connection:
+            return [_run_of_row(row) for row in connection.execute(query)]
+
+    def names(self) -> list[str]:
+        """The names of the tests with a finished run, for links to their histories."""
+        query = (
+            sa.select(RUNS.c.name)
+            .where(self._mine, RUNS.c.finished, RUNS.c.phase_of.is_(None), RUNS.c.name.is_not(None))
+            .distinct()
+            .order_by(RUNS.c.name)
+        )
+        with self._connect() as connection:
+            return [row.name for row in connection.execute(query) if row.name]
+
+    def row(self, test_id: str) -> dict[str, Any] | None:
+        with self._connect() as connection:
+            found = connection.execute(sa.select(RUNS).where(self._mine, RUNS.c.test_id == test_id)).first()
+        return dict(found._mapping) if found else None
+
+    @property
+    def _mine(self) -> sa.ColumnElement[bool]:
+        return RUNS.c.results_root == str(self.root)
+
+    def _index(self, connection: Connection, known: dict[str, tuple[int, int]]) -> IndexStats:
+        read = 0
+        seen = set()
+        for test_dir, size, mtime_ns in _records(self.root):
+            seen.add(test_dir.name)
+            if known.get(test_dir.name) == (size, mtime_ns):
+                continue
+            record = read_test_json(test_dir)
+            if not record:
+                continue  # being written, or damaged: read again at the next sync
+            connection.execute(sa.delete(RUNS).where(self._mine, RUNS.c.test_id == test_dir.name))
+            connection.execute(sa.insert(RUNS).values(index_row(record, test_dir, size, mtime_ns)))
+            read += 1
+        gone = set(known) - seen
+        if gone:
+            connection.execute(sa.delete(RUNS).where(self._mine, RUNS.c.test_id.in_(sorted(gone))))
+        rows = connection.execute(sa.select(sa.func.count()).select_from(RUNS).where(self._mine)).scalar_one()
+        return IndexStats(read, len(gone), int(rows))
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[Connection]:
+        try:
+            with self._engine.begin() as connection:
+                yield connection
+        except sa.exc.SQLAlchemyError as exc:
+            raise ResultsIndexError(f"results index {_safe(self.url)}: {_first_line(exc)}") from exc
+
+
+def _engine(url: str) -> Engine:
+    """An engine for `url`; `postgresql://` goes through psycopg 3 (SQLAlchemy's default for it
+    is psycopg2, which we do not install)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    try:
+        if url.startswith("sqlite"):
+            # Several readers (the data server, a nightly job) may sync at once: wait for the lock.
+            return sa.create_engine(url, connect_args={"timeout": 30})
+        return sa.create_engine(url, pool_pre_ping=True)
+    except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
+        raise ResultsIndexError(f"results index {_safe(url)}: {_first_line(exc)}") from exc
+    except ModuleNotFoundError as exc:
+        raise ResultsIndexError(
+            f"results index {_safe(url)}: its driver {exc.name} is not installed (pip install 'maestro-py[postgresql]')"
+        ) from exc
+
+
+def _migrate(connection: Connection) -> None:
+    """The schema at Alembic's newest revision, in the caller's transaction."""
+    config = Config()
+    config.set_main_option("script_location", str(_MIGRATIONS))
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")
+
+
+def _records(root: Path) -> Iterator[tuple[Path, int, int]]:
+    """Each test's folder with its test.json's size and modification time (ns)."""
+    for test_dir in result_dirs(root):
+        try:
+            stat = os.stat(test_dir / "test.json", follow_symlinks=False)
+        except OSError:
+            continue
+        yield test_dir, stat.st_size, stat.st_mtime_ns
+
+
+def _safe(url: str) -> str:
+    """The URL as it may be printed: no password."""
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return url.rsplit("@", maxsplit=1)[-1]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,56 @@
+"""What makes two runs of one test alike, read from their test.json: the workload (the definition
+less what differs between runs of the same workload) and the SUT it ran against. The testbed's
+fingerprint is protocol.testbed's, written as the run starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["sut_of", "workload_hash"]
+
+# Not the workload: names, labels (a build number, a night's date) and where results go.
+_NOT_WORKLOAD = frozenset({"name", "labels", "test_id", "data_server"})
+_URL_KEYS = ("send_url", "receive_url", "request_url")
+
+
+def workload_hash(definition: Mapping[str, Any] | None) -> str:
+    """A short hash of what a run asked of the SUT. URLs count by scheme and options only: their
+    host is the testbed's part and their path an id (scripts and tests name a queue per run)."""
+    if not definition:
+        return ""
+    kept = {k: _without_ids(v) for k, v in definition.items() if k not in _NOT_WORKLOAD}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _without_ids(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _without_ids(v) for k, v in value.items() if k not in _NOT_WORKLOAD}
+    if isinstance(value, list | tuple):
+        return [_without_ids(v) for v in value]
+    if isinstance(value, str) and "://" in value:
+        url = urllib.parse.urlsplit(value)
+        return f"{url.scheme}://?{url.query}"
+    return value
+
+
+def sut_of(record: Mapping[str, Any]) -> tuple[str, str]:
+    """The SUT's kind (its URL's scheme) and version, where the script states it (the label
+    `sut_version`); "" for what is not known."""
+    definition = record.get("definition") or {}
+    labels = record.get("labels") or definition.get("labels") or {}
+    places = [definition, *(f for f in definition.get("flows") or () if isinstance(f, Mapping))]
+    urls = [u for place in places for k in _URL_KEYS for u in _listed(place.get(k))]
+    scheme = next((urllib.parse.urlsplit(u).scheme for u in urls if "://" in u), "")
+    version = labels.get("sut_version") if isinstance(labels, Mapping) else None
+    return scheme, str(version or "")
+
+
+def _listed(value: Any) -> list[str]:
+    """A URL field's URLs: one, or a list of them (a flow over several endpoints)."""
+    values = value if isinstance(value, list | tuple) else [value]
+    return [v for v in values if isinstance(v, str)]

@@ -1,0 +1,253 @@
+"""The nightly gate's verdict on the newest run of a test: PASS, REGRESSION or INCONCLUSIVE.
+
+A gate that passes what it cannot judge is worse than none, so INCONCLUSIVE is an answer of its
+own: too few comparable runs (the same name, workload and testbed as the newest), a newest run
+that did not measure the SUT, or a figure whose noise on this testbed is wider than its
+threshold. Each says why in one line.
+
+The newest run is judged two ways, and either finds a regression:
+- a lasting change: the last change point among the comparable runs (reports.history) made a
+  figure worse beyond its threshold;
+- one night: the newest run is worse than the median of the comparable runs since their last
+  change point by more than the threshold.
+
+Noise is each figure's own, on this testbed, from those same runs: a robust standard deviation
+(1.4826 x the median absolute deviation, so that one outlier night does not widen it), relative
+to the median. The band a run without a change falls in is ±3 of them; a threshold narrower
+than that band would flag normal nights, so the figure is INCONCLUSIVE instead. A threshold may
+also be stated in units of that noise (`3sigma`).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from protocol.codes import ExitCode
+from reports.history import COUNTED, FIGURES, Figure, History, Run, gate, how_worse, worse_by
+
+__all__ = ["GateRules", "GateVerdict", "Noise", "Threshold", "Verdict", "judge", "noise_of", "not_measured"]
+
+# A run without a change falls within ±3 robust standard deviations of the median (99.7 % of
+# normal noise): the band a fixed threshold must be wider than to be judged.
+NOISE_BAND_SIGMAS = 3.0
+_MAD_TO_SIGMA = 1.4826  # the MAD of normal noise is 0.6745 sigma
+_THRESHOLD = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*(%|sigma)?\s*")
+
+
+class Verdict(StrEnum):
+    PASS = "PASS"
+    REGRESSION = "REGRESSION"
+    INCONCLUSIVE = "INCONCLUSIVE"
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return {
+            Verdict.PASS: ExitCode.SUCCESS,
+            Verdict.REGRESSION: ExitCode.REGRESSION,
+            Verdict.INCONCLUSIVE: ExitCode.INCONCLUSIVE,
+        }[self]
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """How much worse a figure may get: a fraction of its level (0.05, or "5%"), or a number of
+    its noise's standard deviations ("3sigma")."""
+
+    value: float
+    in_sigmas: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> Threshold:
+        match = _THRESHOLD.fullmatch(text)
+        if not match:
+            raise ValueError(f"{text!r} is no threshold: a fraction (0.05), a percentage (5%) or noise units (3sigma)")
+        number, unit = float(match[1]), match[2]
+        return cls(number / 100 if unit == "%" else number, unit == "sigma")
+
+    def of(self, sigma: float) -> float:
+        """As a fraction of the level, for a figure whose relative noise is `sigma`."""
+        return self.value * sigma if self.in_sigmas else self.value
+
+    def __str__(self) -> str:
+        return f"{self.value:g}sigma" if self.in_sigmas else f"{100 * self.value:g} %"
+
+
+@dataclass(frozen=True)
+class GateRules:
+    throughput_drop: Threshold = Threshold(0.05)
+    latency_rise: Threshold = Threshold(0.10)
+    loss_rise: float = 0.0  # ratio points
+    duplicate_rise: float = 0.0  # ratio points
+    min_runs: int = 5  # comparable runs before the newest, since their last change
+
+    def threshold(self, fig: Figure) -> Threshold:
+        if fig.key in COUNTED:
+            return Threshold(self.loss_rise if fig.key == "loss_ratio" else self.duplicate_rise)
+        return self.throughput_drop if fig.higher_is_better else self.latency_rise
+
+
+@dataclass(frozen=True)
+class Noise:
+    """One figure's noise over runs without a change: their median, and the robust standard
+    deviation relative to it (absolute, in ratio points, for a COUNTED figure)."""
+
+    runs: int
+    median: float
+    sigma: float
+
+    @property
+    def band(self) -> float:
+        return NOISE_BAND_SIGMAS * self.sigma
+
+
+def noise_of(values: list[float], relative: bool = True) -> Noise:
+    """The median and the robust standard deviation (1.4826 x MAD) of `values`."""
+    median = statistics.median(values)
+    sigma = _MAD_TO_SIGMA * statistics.median(abs(v - median) for v in values)
+    if relative:
+        sigma = sigma / abs(median) if median else 0.0
+    return Noise(len(values), median, sigma)
+
+
+@dataclass
+class GateVerdict:
+    verdict: Verdict
+    why: str  # one line
+    findings: list[str] = field(default_factory=list)  # each figure's regression or doubt
+    noise: dict[str, Noise] = field(default_factory=dict)  # by figure key
+    doubts: list[str] = field(default_factory=list)  # the findings that are doubts, not regressions
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return self.verdict.exit_code
+
+    @property
+    def line(self) -> str:
+        return f"{self.verdict.value}: {self.why}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.value,
+            "why": self.why,
+            "findings": self.findings,
+            "noise": {k: {"runs": n.runs, "median": n.median, "sigma": n.sigma} for k, n in self.noise.items()},
+        }
+
+
+def judge(history: History, rules: GateRules) -> GateVerdict:
+    """The verdict on the newest run of `history` (analysed: its change points found)."""
+    newest = history.newest
+    if newest is None:
+        return GateVerdict(Verdict.INCONCLUSIVE, f"no finished run of {history.name!r}")
+    if newest.outcome == "failure":
+        return GateVerdict(
+            Verdict.REGRESSION, f"the newest run {newest.test_id} failed: {newest.reason or 'no reason'}"
+        )
+    if newest.excluded:
+        return GateVerdict(Verdict.INCONCLUSIVE, f"the newest run {newest.test_id} {not_measured(newest)}")
+    before = [r for r in history.runs[:-1] if history.left_out(r) is None]
+    if len(before) < rules.min_runs:
+        return GateVerdict(
+            Verdict.INCONCLUSIVE,
+            f"{len(before)} comparable runs, {rules.min_runs} needed (same name, workload and testbed as "
+            f"{newest.test_id})",
+        )
+    regressions: list[str] = []
+    doubts: list[str] = []
+    noise: dict[str, Noise] = {}
+    for fig in FIGURES:
+        found = _judge_figure(history, fig, before, rules)
+        if isinstance(found, Noise):
+            noise[fig.key] = found
+        elif found is not None:
+            (regressions if found[0] is Verdict.REGRESSION else doubts).append(found[1])
+    # A change that lasts is a regression whatever the noise of the night against its median.
+    limits = {fig.key: limit for fig in FIGURES if (limit := _change_limit(fig, before, noise, rules)) is not None}
+    regressions += [f"{why} (a change point)" for why in gate(history, limits)]
+    if regressions:
+        more = f" (and {len(regressions) - 1} more)" if len(regressions) > 1 else ""
+        return GateVerdict(Verdict.REGRESSION, regressions[0] + more, regressions + doubts, noise, doubts)
+    if doubts:
+        more = f" (and {len(doubts) - 1} more)" if len(doubts) > 1 else ""
+        return GateVerdict(Verdict.INCONCLUSIVE, doubts[0] + more, doubts, noise, doubts)
+    return GateVerdict(
+        Verdict.PASS, f"{newest.test_id} is within every threshold of {len(before)} comparable runs", [], noise
+    )
+
+
+def _change_limit(fig: Figure, before: list[Run], noise: dict[str, Noise], rules: GateRules) -> float | None:
+    """How far a change point may move the figure before it is a regression. A threshold in
+    noise units takes the noise since the last change point, or, where too few runs follow it to
+    know, that of every comparable run (the change inside it only widens it); None where not
+    even those are enough (it was read as a fraction: 3sigma as 300 %)."""
+    threshold = rules.threshold(fig)
+    if fig.key in noise:
+        return threshold.of(noise[fig.key].sigma)
+    if not threshold.in_sigmas:
+        return threshold.value
+    values = [v for r in before if (v := r.figures.get(fig.key)) is not None]
+    if len(values) < rules.min_runs:
+        return None
+    return threshold.of(noise_of(values, relative=fig.key not in COUNTED).sigma)
+
+
+def not_measured(run: Run) -> str:
+    """Why `run` (excluded) measured no SUT, after its test id: "is invalid: ..."."""
+    if run.outcome == "invalid":
+        return f"is invalid: {run.reason or 'no reason'}"
+    if run.generator_bound:
+        return "was generator-bound: its figures are the load generator's"
+    return f"ended {run.outcome!r}"
+
+
+def _judge_figure(
+    history: History, fig: Figure, before: list[Run], rules: GateRules
+) -> Noise | tuple[Verdict, str] | None:
+    """The figure's noise when the newest run is within its threshold; else the verdict and why."""
+    newest = history.runs[-1]
+    since = _since_last_change(history, fig, before)
+    values = [v for r in since if (v := r.figures.get(fig.key)) is not None]
+    value = newest.figures.get(fig.key)
+    if not values:
+        return None if value is None else (Verdict.INCONCLUSIVE, f"{fig.title}: no comparable run has this figure")
+    if value is None:
+        return Verdict.INCONCLUSIVE, f"{fig.title}: the newest run has no figure"
+    if len(values) < rules.min_runs:
+        return (
+            Verdict.INCONCLUSIVE,
+            f"{fig.title}: {len(values)} comparable runs since its last change point, {rules.min_runs} needed",
+        )
+    noise = noise_of(values, relative=fig.key not in COUNTED)
+    threshold = rules.threshold(fig)
+    limit = threshold.of(noise.sigma)
+    # A fixed threshold inside the noise cannot tell a change from a night: only a night beyond
+    # both is one. (Counts of what went wrong have no noise to speak of: any rise is one.)
+    noisy = fig.key not in COUNTED and not threshold.in_sigmas and noise.band > limit
+    worse = worse_by(fig, noise.median, value)
+    if worse > (noise.band if noisy else limit):
+        return Verdict.REGRESSION, (
+            f"{fig.title} {how_worse(fig, noise.median, value, limit)}: {newest.test_id} against the median of "
+            f"{noise.runs} comparable runs (noise ±{_noise(fig, noise)})"
+        )
+    if noisy:
+        return Verdict.INCONCLUSIVE, f"{fig.title}: noise ±{_noise(fig, noise)} on this testbed, threshold {threshold}"
+    return noise
+
+
+def _noise(fig: Figure, noise: Noise) -> str:
+    how = f"(3 sigma of {noise.runs} runs)"
+    return f"{noise.band:.4%} points {how}" if fig.key in COUNTED else f"{100 * noise.band:.1f} % {how}"
+
+
+def _since_last_change(history: History, fig: Figure, before: list[Run]) -> list[Run]:
+    """The comparable runs before the newest that follow the figure's last change point (its
+    first run is the first of the new level)."""
+    shifts = [s for s in history.shifts.get(fig.key, []) if s.test_id != history.runs[-1].test_id]
+    if not shifts:
+        return before
+    first = history.runs[shifts[-1].run - 1]
+    return [r for r in before if (r.started, r.test_id) >= (first.started, first.test_id)]

@@ -1,0 +1,181 @@
+"""The results index in real databases, and the nightly gate as a nightly job runs it: SQLite
+beside the results and PostgreSQL on 127.0.0.1:5432 (each test in a schema of its own, dropped
+after), and `maestro history --gate` as a process for each verdict."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from support.synthetic import history_run
+
+from protocol.codes import ExitCode
+from reports.results_index import DEFAULT_INDEX_FILE, ResultsIndex, ResultsIndexError
+
+NAME = "nightly rabbitmq"
+NIGHTS = (10_000.0, 10_150.0, 9_900.0, 10_050.0, 9_950.0, 10_100.0)  # median 10,025, noise ±2.2 %
+PG = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """The real PostgreSQL, in a schema of this test's own."""
+    schema = f"maestro_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = psycopg.connect(PG, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"PostgreSQL does not answer on 127.0.0.1:5432: {exc}")
+    with admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+        try:
+            yield f"{PG}?options=-csearch_path%3D{schema}"
+        finally:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def _maestro(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "maestro"), *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def _nights(root: Path, last: float | None, nights: tuple[float, ...] = NIGHTS, **last_run: object) -> None:
+    for n, rate in enumerate(nights):
+        history_run(root, NAME, n, rate)
+    if last is not None:
+        history_run(root, NAME, len(nights), last, **last_run)  # type: ignore[arg-type]
+
+
+def _index_and_follow_the_files(root: Path, url: str | None) -> None:
+    _nights(root, None)
+    history_run(root, "another test", 50, 5.0)
+    with ResultsIndex(root, url) as index:
+        assert index.sync().read == 7
+        assert index.sync().read == 0  # nothing changed: nothing read
+        runs = index.runs(NAME)
+        assert [r.figures["receive_rate"] for r in runs] == list(NIGHTS)
+        assert len({r.workload for r in runs}) == len({r.testbed for r in runs}) == 1 and runs[0].testbed
+        row = index.row("nightly-rabbitmq-000")
+        assert row is not None
+        assert (row["sut_kind"], row["sut_version"], row["client_libraries"]) == (
+            "amqp",
+            "3.13.7",
+            {"aio-pika": "9.5.0"},
+        )
+        assert row["testbed"]["coordinator"]["cpu_model"] == "Lab CPU 9000" and row["path"] == str(
+            root.resolve() / "nightly-rabbitmq-000"
+        )
+        assert index.names() == ["another test", NAME]
+        # A run stored since, and a folder removed: the next read has both.
+        history_run(root, NAME, 6, 10_000.0)
+        for f in (root / "nightly-rabbitmq-001").iterdir():
+            f.unlink()
+        (root / "nightly-rabbitmq-001").rmdir()
+        stats = index.sync()
+        assert (stats.read, stats.dropped, stats.rows) == (1, 1, 7)
+        assert [r.test_id[-3:] for r in index.runs(NAME)] == ["000", "002", "003", "004", "005", "006"]
+        assert index.rebuild().rows == 7
+
+
+def test_the_index_in_sqlite_beside_the_results(tmp_path: Path) -> None:
+    _index_and_follow_the_files(tmp_path, None)
+    assert (tmp_path / DEFAULT_INDEX_FILE).is_file()
+
+
+@pytest.mark.postgresql
+def test_the_index_in_postgresql(tmp_path: Path, pg_url: str) -> None:
+    _index_and_follow_the_files(tmp_path, pg_url)
+    assert not (tmp_path / DEFAULT_INDEX_FILE).exists()
+    with psycopg.connect(PG) as check:  # Alembic's version table, in the test's schema
+        schema = pg_url.rsplit("%3D", 1)[1]
+        [(version,)] = check.execute(f"SELECT version_num FROM {schema}.maestro_index_version").fetchall()
+        assert version == "0001"
+
+
+def test_a_database_out_of_reach_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ResultsIndexError, match=r"postgresql://nobody:\*\*\*@127\.0\.0\.1:1/x: connection failed"):
+        ResultsIndex(tmp_path, "postgresql://nobody:secret@127.0.0.1:1/x")
+    run = _maestro("history", NAME, "--results", str(tmp_path), "--db", "postgresql://nobody:secret@127.0.0.1:1/x")
+    assert run.returncode == ExitCode.CANNOT_RUN
+    [line] = run.stderr.strip().splitlines()
+    assert line.startswith("maestro history: results index postgresql://nobody:***@127.0.0.1:1/x: connection failed")
+
+
+@pytest.mark.postgresql
+@pytest.mark.parametrize(
+    "case",
+    [
+        (
+            9_980.0,
+            {},
+            ExitCode.SUCCESS,
+            "gate: PASS: nightly-rabbitmq-006 is within every threshold of 6 comparable runs",
+        ),
+        (
+            9_000.0,
+            {},
+            ExitCode.REGRESSION,
+            "gate: REGRESSION: Receive rate fell 10.2 % (threshold 5 %): nightly-rabbitmq-006",
+        ),
+        (
+            10_000.0,
+            {"lost": 20},
+            ExitCode.REGRESSION,
+            "gate: REGRESSION: Loss (lost / sent) rose from 0.0000% to 0.0200%",
+        ),
+        (
+            10_000.0,
+            {"cpu_model": "another CPU"},
+            ExitCode.INCONCLUSIVE,
+            "gate: INCONCLUSIVE: 0 comparable runs, 5 needed",
+        ),
+        (
+            10_000.0,
+            {"rate_per_client": 2000.0},
+            ExitCode.INCONCLUSIVE,
+            "gate: INCONCLUSIVE: 0 comparable runs, 5 needed",
+        ),
+        (
+            10_000.0,
+            {"outcome": "invalid", "reason": "the load generator was the limit"},
+            ExitCode.INCONCLUSIVE,
+            "gate: INCONCLUSIVE: the newest run nightly-rabbitmq-006 is invalid: the load generator was the limit",
+        ),
+    ],
+    ids=["pass", "rate-regression", "loss-regression", "other-testbed", "other-workload", "invalid"],
+)
+def test_the_gate_as_a_nightly_job_runs_it(
+    tmp_path: Path, pg_url: str, case: tuple[float, dict[str, object], int, str]
+) -> None:
+    last, extra, code, line = case
+    _nights(tmp_path, last, **extra)
+    run = _maestro("history", NAME, "--results", str(tmp_path), "--db", pg_url, "--gate")
+    assert run.returncode == code, run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith(line), run.stderr
+
+
+def test_the_gate_with_too_few_runs_or_none_is_inconclusive(tmp_path: Path) -> None:
+    run = _maestro("history", NAME, "--results", str(tmp_path), "--gate")
+    assert run.returncode == ExitCode.INCONCLUSIVE
+    assert run.stderr.strip().splitlines()[-1] == "gate: INCONCLUSIVE: no finished run"
+    _nights(tmp_path, 10_000.0, nights=NIGHTS[:3])
+    run = _maestro("history", NAME, "--results", str(tmp_path), "--gate")
+    assert run.returncode == ExitCode.INCONCLUSIVE
+    assert run.stderr.strip().splitlines()[-1] == (
+        "gate: INCONCLUSIVE: 3 comparable runs, 5 needed (same name, workload and testbed as nightly-rabbitmq-003)"
+    )
+
+
+def test_maestro_index_rebuilds_from_the_files(tmp_path: Path) -> None:
+    _nights(tmp_path, 10_000.0)
+    run = _maestro("index", str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == (
+        f"indexed 7 test records of {tmp_path} (1 test names with finished runs) in "
+        f"sqlite:///{tmp_path.resolve() / DEFAULT_INDEX_FILE}"
+    )

@@ -1,0 +1,223 @@
+"""The three counts of a test folder, and the SUT's own, against answers worked out by hand."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from support.synthetic import KEY, edit_peer_json, one_loss_one_duplicate
+
+from reports.accounting import accounting
+from reports.report import _sut_counters_section
+from reports.summary import summarize
+
+_URL = "amqp://guest:***@127.0.0.1:5672/q1"
+
+
+def _sent_to(url: str, intended: int | None, accepted: int | None) -> Any:
+    def edit(info: dict[str, Any]) -> None:
+        info["options"] = {"send_url": [url]}
+        info["senders"][f"{KEY:016x}"] |= {"intended": intended, "accepted": accepted}
+
+    return edit
+
+
+def _queue_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, ["timestamp", "vhost", "queue", "messages", "published", "delivered", "redelivered"])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _partition_rows(path: Path, rows: list[tuple[str, str, int, int, int]]) -> None:
+    """kafka-partitions.csv as the Kafka inspector writes it: (timestamp, topic, partition, low, high)."""
+    path.parent.mkdir(parents=True)
+    columns = ["timestamp", "topic", "partition", "leader", "replicas", "in_sync", "low", "high", "messages"]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, columns)
+        writer.writeheader()
+        for at, topic, partition, low, high in rows:
+            writer.writerow(dict(zip(columns, (at, topic, partition, 1, 1, 1, low, high, high - low), strict=True)))
+
+
+def test_a_folders_three_counts_in_total_and_per_sender(tmp_path: Path) -> None:
+    # 40 sent of 42 intended (stopped two slots short), 38 confirmed; 39 distinct received.
+    test = one_loss_one_duplicate(tmp_path)
+    edit_peer_json(test / "sender" / "s1" / "peer.json", _sent_to(_URL, 42, 38))
+    counts = summarize(test)["accounting"]
+    assert {k: counts[k] for k in ("intended", "sent", "accepted", "received")} == {
+        "intended": 42,
+        "sent": 40,
+        "accepted": 38,
+        "received": 39,
+    }
+    assert counts["per_sender"] == [
+        {
+            "sender": "s1/0",
+            "sut": _URL,
+            "queue": "q1",
+            "topic": None,
+            "guarantee": "at-least-once",
+            "intended": 42,
+            "sent": 40,
+            "accepted": 38,
+            "received": 39,
+        }
+    ]
+    assert counts["sut_counters"] == []
+
+
+def test_a_file_without_the_counts_gives_none_not_a_made_up_figure(tmp_path: Path) -> None:
+    counts = summarize(one_loss_one_duplicate(tmp_path))["accounting"]
+    assert (counts["intended"], counts["sent"], counts["accepted"], counts["received"]) == (None, 40, None, 39)
+    assert counts["per_sender"][0]["guarantee"] == "at-most-once"
+
+
+def test_a_total_is_none_where_one_sender_has_none() -> None:
+    rows = [
+        {"sender": "a/0", "expected": 10, "intended": 10, "accepted": 10, "received": 10},
+        {"sender": "b/0", "expected": 5, "intended": 6, "accepted": None, "received": 4},
+    ]
+    counts = accounting(rows, [])
+    assert (counts["intended"], counts["sent"], counts["accepted"], counts["received"]) == (16, 15, None, 14)
+    assert [r["guarantee"] for r in counts["per_sender"]] == ["at-least-once", "at-most-once"]
+
+
+def test_the_rabbitmq_queues_last_counters_show_what_it_dropped(tmp_path: Path) -> None:
+    test = one_loss_one_duplicate(tmp_path)
+    edit_peer_json(test / "sender" / "s1" / "peer.json", _sent_to(_URL, 40, 40))
+    _queue_rows(
+        test / "inspector" / "i1" / "rabbitmq-queues.csv",
+        [
+            {
+                "timestamp": "T1",
+                "vhost": "/",
+                "queue": "q1",
+                "messages": 5,
+                "published": 20,
+                "delivered": 2,
+                "redelivered": 0,
+            },
+            # The last sample counts: 40 in, 30 handed out of which 3 again, 1 left: 40 - 27 - 1 = 12 dropped.
+            {
+                "timestamp": "T2",
+                "vhost": "/",
+                "queue": "q1",
+                "messages": 1,
+                "published": 40,
+                "delivered": 30,
+                "redelivered": 3,
+            },
+            # Not a queue of this test's senders.
+            {
+                "timestamp": "T2",
+                "vhost": "/",
+                "queue": "q2",
+                "messages": 0,
+                "published": 9,
+                "delivered": 0,
+                "redelivered": 0,
+            },
+        ],
+    )
+    assert summarize(test)["accounting"]["sut_counters"] == [
+        {
+            "source": "rabbitmq",
+            "vhost": "/",
+            "queue": "q1",
+            "at": "T2",
+            "published": 40,
+            "delivered": 27,
+            "left": 1,
+            "dropped": 12,
+            "caught_up": False,  # 27 delivered, 39 received: read before RabbitMQ counted them all
+        }
+    ]
+
+
+_KAFKA = "kafka://127.0.0.1:9092/t1?acks=all"
+# Readings a second apart, as the inspector stamps them.
+_T0, _T0_1MS, _T1, _T2 = (f"2027-01-15T08:00:0{s}Z" for s in ("0.000", "0.001", "1.000", "2.000"))
+
+
+def test_a_kafka_topics_watermarks_give_what_it_took_kept_and_deleted_in_the_test(tmp_path: Path) -> None:
+    test = one_loss_one_duplicate(tmp_path)
+    edit_peer_json(test / "sender" / "s1" / "peer.json", _sent_to(_KAFKA, 40, 40))
+    _partition_rows(
+        test / "inspector" / "i1" / "kafka-partitions.csv",
+        [
+            # Before the senders: partition 0 holds 100..130 from earlier runs, partition 1 is empty.
+            (_T0, "t1", 0, 100, 130),
+            (_T0_1MS, "t1", 1, 7, 7),  # still the first reading: its rows' stamps may differ
+            (_T0_1MS, "other", 0, 0, 50),
+            (_T1, "t1", 0, 100, 140),
+            (_T1, "t1", 1, 7, 12),
+            # The last reading counts. Partition 0 took 25 (130..155); its low watermark passed the
+            # 30 older ones and 8 of the test's: 8 deleted, 17 kept. Partition 1 took 15 (7..22)
+            # and its low watermark passed 3 of them: 3 deleted, 12 kept.
+            (_T2, "t1", 0, 138, 155),
+            (_T2, "t1", 1, 10, 22),
+            (_T2, "other", 0, 40, 90),
+            # A partition first seen after the first reading was made during the test: from 0.
+            (_T2, "t1", 2, 0, 4),
+        ],
+    )
+    [counters] = summarize(test)["accounting"]["sut_counters"]
+    assert counters == {
+        "source": "kafka",
+        "topic": "t1",
+        "from": _T0,
+        "at": _T2,
+        "partitions": 3,
+        "took": 25 + 15 + 4,
+        "kept": 17 + 12 + 4,
+        "deleted": 8 + 3,
+        "per_partition": [
+            {"partition": 0, "high_before": 130, "low": 138, "high": 155, "took": 25, "kept": 17, "deleted": 8},
+            {"partition": 1, "high_before": 7, "low": 10, "high": 22, "took": 15, "kept": 12, "deleted": 3},
+            {"partition": 2, "high_before": 0, "low": 0, "high": 4, "took": 4, "kept": 4, "deleted": 0},
+        ],
+        "caught_up": True,  # took 44 >= the 40 the topic acknowledged to our sender
+    }
+    assert summarize(test)["accounting"]["per_sender"][0]["topic"] == "t1"
+
+
+def test_a_kafka_topic_that_took_fewer_than_it_acknowledged_has_not_caught_up(tmp_path: Path) -> None:
+    # A first reading from after the senders began (or a broker that numbers batches, not
+    # records) shows fewer than the topic acknowledged: shown, never cited.
+    test = one_loss_one_duplicate(tmp_path)
+    edit_peer_json(test / "sender" / "s1" / "peer.json", _sent_to(_KAFKA, 40, 40))
+    _partition_rows(test / "inspector" / "i1" / "kafka-partitions.csv", [(_T0, "t1", 0, 0, 5), (_T1, "t1", 0, 0, 44)])
+    [counters] = summarize(test)["accounting"]["sut_counters"]
+    assert (counters["took"], counters["kept"], counters["deleted"], counters["caught_up"]) == (39, 39, 0, False)
+
+
+def test_a_topic_made_after_the_first_reading_counts_from_offset_0_though_it_comes_first_in_the_next(
+    tmp_path: Path,
+) -> None:
+    # The senders made t1 once the inspector had read only u; the next reading lists t1 first.
+    test = one_loss_one_duplicate(tmp_path)
+    edit_peer_json(test / "sender" / "s1" / "peer.json", _sent_to(_KAFKA, 40, 40))
+    rows = [(_T0, "u", 0, 0, 9), (_T1, "t1", 0, 0, 25), (_T1, "u", 0, 0, 9), (_T2, "t1", 0, 0, 40), (_T2, "u", 0, 0, 9)]
+    _partition_rows(test / "inspector" / "i1" / "kafka-partitions.csv", rows)
+    [counters] = summarize(test)["accounting"]["sut_counters"]
+    assert (counters["took"], counters["kept"], counters["deleted"], counters["caught_up"]) == (40, 40, 0, True)
+
+
+def test_the_loss_tables_sut_counters_show_each_kind_with_its_own_columns() -> None:
+    queue = {"source": "rabbitmq", "vhost": "/", "queue": "q1", "at": "T2", "published": 40, "delivered": 27}
+    queue |= {"left": 1, "dropped": 12, "caught_up": False}
+    topic = {"source": "kafka", "topic": "t1", "from": "T0", "at": "T2", "partitions": 3, "took": 44, "kept": 33}
+    topic |= {"deleted": 11, "per_partition": [], "caught_up": True}
+    page = _sut_counters_section([queue, topic])
+    assert page.startswith("<h3>The SUT's own counters</h3>")
+    queue_row = (
+        "<tr><td>rabbitmq</td><td>q1</td><td>T2</td><td>40</td><td>27</td><td>1</td><td>12</td><td>False</td></tr>"
+    )
+    topic_row = "<tr><td>kafka</td><td>t1</td><td>3</td><td>T0</td><td>T2</td><td>44</td><td>33</td><td>11</td>"
+    topic_row += "<td>True</td></tr>"
+    assert queue_row in page and topic_row in page
+    assert "<th>took</th><th>kept</th><th>deleted</th>" in page and page.index(queue_row) < page.index(topic_row)
+    assert _sut_counters_section([]) == ""

@@ -1,0 +1,137 @@
+"""The gate's verdict on hand-worked series.
+
+Five comparable nights at 100, 102, 98, 101, 99 msg/s: median 100, absolute deviations 0, 2, 2,
+1, 1, so MAD 1; the robust sigma is 1.4826 % of the median and the noise band (3 sigma) ±4.45 %.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from protocol.codes import ExitCode
+from reports.history import FIGURES, Run, analyse
+from reports.verdict import GateRules, Threshold, Verdict, judge, noise_of
+
+BASE = (100.0, 102.0, 98.0, 101.0, 99.0)
+
+
+def _run(n: int, rate: float, *, outcome: str = "success", testbed: str = "tb", **figures: float) -> Run:
+    values: dict[str, float | None] = {f.key: None for f in FIGURES}
+    values |= {"receive_rate": rate, "loss_ratio": 0.0, "duplicate_ratio": 0.0} | figures
+    return Run(f"run-{n:02d}", f"2026-10-{n + 1:02d}", outcome, values, reason="why", workload="w", testbed=testbed)
+
+
+def _judge(newest: Run, base: tuple[float, ...] = BASE, **rules: object) -> tuple[Verdict, str]:
+    runs = [_run(n, r) for n, r in enumerate(base)] + [newest]
+    found = judge(analyse("t", runs), GateRules(**rules))  # type: ignore[arg-type]
+    return found.verdict, found.why
+
+
+def test_the_noise_is_the_median_absolute_deviation_scaled_to_a_sigma() -> None:
+    noise = noise_of(list(BASE))
+    assert (noise.runs, noise.median) == (5, 100.0)
+    assert noise.sigma == pytest.approx(0.014826)
+    assert noise.band == pytest.approx(0.044478)
+    # One outlier night moves neither the median nor the MAD much: 40 instead of 100.
+    assert noise_of([100.0, 102.0, 98.0, 101.0, 40.0]).sigma == pytest.approx(1.4826 * 2 / 100)
+    assert noise_of([0.001, 0.0, 0.0], relative=False).sigma == 0.0
+
+
+def test_a_drop_beyond_the_threshold_and_outside_the_noise_is_a_regression() -> None:
+    verdict, why = _judge(_run(9, 94.0))
+    assert verdict is Verdict.REGRESSION and verdict.exit_code == ExitCode.REGRESSION == 3
+    assert why.startswith("Receive rate fell 6.0 % (threshold 5 %): run-09 against the median of 5 comparable runs")
+    assert "(noise ±4.4 % (3 sigma of 5 runs))" in why
+
+
+def test_a_drop_within_the_threshold_passes() -> None:
+    verdict, why = _judge(_run(9, 96.0))
+    assert verdict is Verdict.PASS and verdict.exit_code == 0
+    assert why == "run-09 is within every threshold of 5 comparable runs"
+
+
+def test_a_threshold_inside_the_noise_is_inconclusive_unless_the_night_is_outside_it() -> None:
+    four = Threshold(0.04)
+    verdict, why = _judge(_run(9, 96.0), throughput_drop=four)
+    assert verdict is Verdict.INCONCLUSIVE and verdict.exit_code == ExitCode.INCONCLUSIVE == 5
+    assert why == "Receive rate: noise ±4.4 % (3 sigma of 5 runs) on this testbed, threshold 4 %"
+    # 5 % down is beyond 4 % and beyond the ±4.45 % band: a regression after all.
+    assert _judge(_run(9, 95.0), throughput_drop=four)[0] is Verdict.REGRESSION
+
+
+def test_a_threshold_in_noise_units() -> None:
+    three = Threshold.parse("3sigma")
+    assert three == Threshold(3.0, in_sigmas=True) and str(three) == "3sigma"
+    # 3 sigma is 4.4478 %: 4.5 % down is beyond it, 4.4 % is not.
+    assert _judge(_run(9, 95.5), throughput_drop=three)[0] is Verdict.REGRESSION
+    assert _judge(_run(9, 95.6), throughput_drop=three)[0] is Verdict.PASS
+
+
+def test_thresholds_parse_or_say_why() -> None:
+    assert Threshold.parse("0.05") == Threshold.parse("5%") == Threshold(0.05)
+    with pytest.raises(ValueError, match="'5x' is no threshold"):
+        Threshold.parse("5x")
+
+
+def test_too_few_comparable_runs_are_inconclusive_never_a_pass() -> None:
+    verdict, why = _judge(_run(9, 100.0), base=BASE[:4])
+    assert verdict is Verdict.INCONCLUSIVE
+    assert why == "4 comparable runs, 5 needed (same name, workload and testbed as run-09)"
+    assert judge(analyse("t", []), GateRules()).verdict is Verdict.INCONCLUSIVE
+
+
+def test_runs_on_another_testbed_are_not_comparable() -> None:
+    runs = [_run(n, r) for n, r in enumerate(BASE)] + [_run(9, 100.0, testbed="other")]
+    history = analyse("t", runs)
+    assert [history.left_out(r) for r in runs] == ["other testbed"] * 5 + [None]
+    assert judge(history, GateRules()).why.startswith("0 comparable runs, 5 needed")
+
+
+def test_loss_and_duplicates_gate_by_ratio_points() -> None:
+    verdict, why = _judge(_run(9, 100.0, loss_ratio=0.0001))
+    assert verdict is Verdict.REGRESSION
+    assert why.startswith("Loss (lost / sent) rose from 0.0000% to 0.0100% (threshold +0.0000% points)")
+    assert _judge(_run(9, 100.0, loss_ratio=0.0001), loss_rise=0.001)[0] is Verdict.PASS
+    verdict, why = _judge(_run(9, 100.0, duplicate_ratio=0.002))
+    assert verdict is Verdict.REGRESSION and why.startswith("Duplicates (duplicates / sent) rose")
+
+
+def test_a_failed_newest_run_is_a_regression_and_an_invalid_one_inconclusive() -> None:
+    verdict, why = _judge(_run(9, 100.0, outcome="failure"))
+    assert (verdict, why) == (Verdict.REGRESSION, "the newest run run-09 failed: why")
+    verdict, why = _judge(_run(9, 100.0, outcome="invalid"))
+    assert (verdict, why) == (Verdict.INCONCLUSIVE, "the newest run run-09 is invalid: why")
+
+
+def test_a_latency_rise_counts_against_its_own_threshold() -> None:
+    base = [_run(n, 100.0, latency_p99_us=p) for n, p in enumerate((1000.0, 1010.0, 990.0, 1005.0, 995.0))]
+    # Median 1000, MAD 5: band ±1.5 %; 12 % up is beyond the 10 % threshold, 8 % is not.
+    for p99, expected in ((1120.0, Verdict.REGRESSION), (1080.0, Verdict.PASS)):
+        found = judge(analyse("t", [*base, _run(9, 100.0, latency_p99_us=p99)]), GateRules())
+        assert found.verdict is expected, found.why
+    assert found.noise["latency_p99_us"].band == pytest.approx(3 * 1.4826 * 5 / 1000)
+
+
+def test_a_regression_keeps_its_doubts_apart() -> None:
+    """The rate fell beyond its threshold; the latency p99, present in two runs only, cannot be
+    judged: the verdict is the regression, and the latency's line is a doubt, not a regression."""
+    base = [_run(n, r) for n, r in enumerate(BASE)]
+    base[3] = _run(3, BASE[3], latency_p99_us=1000.0)
+    found = judge(analyse("t", [*base, _run(9, 90.0, latency_p99_us=1010.0)]), GateRules())
+    assert found.verdict is Verdict.REGRESSION and found.why.startswith("Receive rate fell 10.0 %")
+    assert found.doubts == ["Latency p99: 1 comparable runs since its last change point, 5 needed"]
+    assert found.findings == [found.findings[0], *found.doubts] and found.findings[0].startswith("Receive rate")
+
+
+def test_a_threshold_in_noise_units_judges_a_change_point_by_the_noise_it_can_know() -> None:
+    """Eight latencies of 1 ms, then four of 40 ms: a change point at the ninth (p 0.005), after
+    which three runs are too few to know the figure's noise. Under `3sigma` the change is judged
+    by the noise of all twelve (median 1 ms, MAD 0: any rise counts), not read as a 300 % fraction."""
+    rates = (*BASE, 100.0, 102.0, 98.0, 101.0, 99.0, 100.0, 100.5)
+    runs = [_run(n, r, latency_p99_us=1000.0 if n < 8 else 40_000.0) for n, r in enumerate(rates)]
+    history = analyse("t", runs)
+    assert [s.run for s in history.shifts["latency_p99_us"]] == [9]
+    found = judge(history, GateRules(latency_rise=Threshold(3.0, in_sigmas=True)))
+    assert found.verdict is Verdict.REGRESSION
+    assert found.why.startswith("Latency p99 rose 3900.0 % (threshold 0 %) from run 9 (run-08) on"), found.why
+    assert found.doubts == ["Latency p99: 3 comparable runs since its last change point, 5 needed"]
