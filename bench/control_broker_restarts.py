@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the te
 
 from support.control_outage import RESTART_GAP_S, restart_loop
 
-from coordinator.local import LocalCluster
+from coordinator.running.local import LocalCluster
 
 
 def main() -> int:

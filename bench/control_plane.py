@@ -36,8 +36,8 @@ import uuid
 from pathlib import Path
 from statistics import median
 
-from coordinator.maestro import Maestro
 from coordinator.registry import PeerInfo
+from coordinator.running.maestro import Maestro
 from protocol.codes import Role
 from protocol.notes import Note, OkResponse, SetRequest, StartTest, StartWorker, StopWorker, TestSucceeded
 from protocol.runtime import Peer, PeerConfig

@@ -85,7 +85,7 @@ from proton import Message
 from proton.handlers import MessagingHandler
 from proton.reactor import AtMostOnce, Container
 
-from coordinator.local import LocalCluster
+from coordinator.running.local import LocalCluster
 from protocol.options import Duration, MessageSize
 from protocol.ratefile import RateFileWriter, read_rate_file
 from worker.latency import LatencyRecorder

@@ -48,7 +48,7 @@ MODULES = (
     "reports/clocks.py",
     "reports/change_points.py",
     "reports/faults.py",
-    "coordinator/statistics.py",
+    "coordinator/running/statistics.py",
 )
 # What is copied into mutmut's folder and imported from there (the mutated modules import their
 # neighbours; the editable install must not hand the tests the unmutated ones instead).
@@ -68,7 +68,7 @@ DESELECTED = (
     "tests/unit/test_docs_links.py",
 )
 # The smoke run: the smallest module, against the one test file that exercises it.
-SMOKE_MODULES = ("coordinator/statistics.py",)
+SMOKE_MODULES = ("coordinator/running/statistics.py",)
 SMOKE_TESTS = ("tests/unit/coordinator/test_statistics.py", "tests/unit/coordinator/test_series.py")
 
 _MARK = ".maestro-mutation"  # in a work folder: this bench made it

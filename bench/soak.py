@@ -28,7 +28,7 @@ from pathlib import Path
 from _procfs import descendants, status_kb
 
 from coordinator import Fail, FixedRateTest, Maestro, TestResult
-from coordinator.local import LocalCluster
+from coordinator.running.local import LocalCluster
 
 BROKER = "mqtt://127.0.0.1:1883"
 SUT = "amqp://guest:guest@127.0.0.1:5672"

@@ -1,6 +1,6 @@
 """The coordinator: the Python API for test scripts, test executors, and the `maestro` CLI."""
 
-from coordinator.client import Target
+from coordinator.bus.client import Target
 from coordinator.definitions import (
     Action,
     Fail,
@@ -11,9 +11,9 @@ from coordinator.definitions import (
     UnboundedTest,
 )
 from coordinator.errors import MaestroError, PeerRequestError
-from coordinator.maestro import Maestro
+from coordinator.outcome.results import TestResult
 from coordinator.registry import PeerInfo, PeerState
-from coordinator.results import TestResult
+from coordinator.running.maestro import Maestro
 
 __all__ = [
     "Action",

@@ -3,7 +3,7 @@ what the SUT acknowledged (`accepted`: null where the driver's settings acknowle
 and what the receivers got (`received`, distinct sequence numbers), with `sent` (handed to the
 client library) between the first two; and beside them the SUT's own counters where an
 inspector read them (RabbitMQ's queues, Kafka's topics). summary.json holds them as
-`accounting`; the coordinator judges them (coordinator.results.accounting_verdict).
+`accounting`; the coordinator judges them (coordinator.outcome.results.accounting_verdict).
 """
 
 from __future__ import annotations

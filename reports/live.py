@@ -1,4 +1,4 @@
-"""Running tests, as their coordinators post them (coordinator/live.py): the data server keeps
+"""Running tests, as their coordinators post them (coordinator/running/live.py): the data server keeps
 each one's latest update and its points per second, in memory, for the live page, the index
 and `/metrics`.
 

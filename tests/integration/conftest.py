@@ -14,7 +14,7 @@ import pytest
 from support.processes import Daemons, PrivateMosquitto, private_mosquitto, wait_for_port
 
 from coordinator import Maestro
-from coordinator.local import LocalCluster, LocalError
+from coordinator.running.local import LocalCluster, LocalError
 
 MOSQUITTO_URL = "mqtt://127.0.0.1:1883"
 

@@ -19,7 +19,7 @@ from support.rabbit_queues import delete_queue
 from support.runs import run_with
 
 from coordinator import FixedRateTest
-from coordinator.results import TestResult
+from coordinator.outcome.results import TestResult
 
 pytestmark = [pytest.mark.rabbitmq, pytest.mark.mosquitto]
 

@@ -21,7 +21,7 @@ from support.rabbit_queues import delete_queue
 from support.raw_mqtt import RawClient
 from support.waiting import until_blocking
 
-from coordinator.local import LocalCluster
+from coordinator.running.local import LocalCluster
 from protocol.notes import PeerOnline
 from protocol.topics import Topics
 

@@ -26,7 +26,7 @@ from support.processes import BIN, Daemons
 from support.waiting import until_blocking
 
 from coordinator import FixedRateTest, Maestro
-from coordinator.local import LocalError, wait_for_port
+from coordinator.running.local import LocalError, wait_for_port
 from protocol.embedded_broker import free_port
 
 pytestmark = [pytest.mark.mosquitto, pytest.mark.rabbitmq]

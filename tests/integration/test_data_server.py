@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from coordinator.local import LocalCluster
+from coordinator.running.local import LocalCluster
 from protocol.file_check import check_files
 from protocol.results import PeerRecord, write_peer_json
 from protocol.upload import CHECKSUM_HEADER, UploadError, upload_bytes, upload_file, upload_tree

@@ -36,7 +36,7 @@ from support.private_nats import NatsServer, private_nats
 from support.proxy_process import ProxyProcess
 from support.rabbit_queues import declare_queue, delete_queue
 
-from coordinator.local import LocalCluster
+from coordinator.running.local import LocalCluster
 from worker.drivers import parse_endpoint
 from worker.drivers.base import FIRST_CONNECT_S, ConnectError, Driver, SendError, connect_within
 from worker.payload import MessageHeader, key_of, make_body, read_header

@@ -19,7 +19,7 @@ from support.processes import BIN
 from support.proxy_process import ProxyProcess
 from support.synthetic import history_run
 
-from coordinator.local import LocalCluster
+from coordinator.running.local import LocalCluster
 
 
 def maestro(*args: str, cwd: Path, timeout: float = 150) -> subprocess.CompletedProcess[str]:

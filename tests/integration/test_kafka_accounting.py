@@ -33,7 +33,7 @@ from support.processes import Daemons
 from support.runs import run_with
 
 from coordinator import FixedRateTest
-from coordinator.results import TestResult
+from coordinator.outcome.results import TestResult
 
 pytestmark = [pytest.mark.kafka, pytest.mark.mosquitto, pytest.mark.timeout(180)]
 

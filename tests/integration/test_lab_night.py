@@ -31,7 +31,7 @@ from support.lab import Lab, clean_environment, network_lab, write_units
 from support.processes import BIN, Daemons, PrivateMosquitto, stock_mosquitto
 from support.proxy_process import ProxyProcess
 
-from coordinator.local import wait_for_port
+from coordinator.running.local import wait_for_port
 
 pytestmark = [pytest.mark.netns, pytest.mark.rabbitmq, pytest.mark.ansible]
 

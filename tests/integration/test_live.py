@@ -18,7 +18,7 @@ from support.processes import Daemons
 from support.runs import run_with
 
 from coordinator import TestResult
-from coordinator.fixed_rate import FixedRateTest
+from coordinator.definitions.fixed_rate import FixedRateTest
 
 pytestmark = [pytest.mark.mosquitto, pytest.mark.rabbitmq]
 

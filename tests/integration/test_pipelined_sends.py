@@ -23,7 +23,7 @@ from support.rabbit_queues import declare_queue, delete_queue
 from support.runs import run_with
 
 from coordinator import Fail, FixedRateTest
-from coordinator.local import LocalCluster
+from coordinator.running.local import LocalCluster
 from protocol.embedded_broker import free_port
 
 _DELAY_MS = 20.0

@@ -18,7 +18,7 @@ import pytest
 from support.browser import artifacts_dir, chromium
 from support.synthetic import T0_US, edit_peer_json, one_loss_one_duplicate
 
-from coordinator.local import LocalCluster
+from coordinator.running.local import LocalCluster
 from protocol.clock_correction import Correction
 from protocol.hdr import new_histogram, read_total, record_values
 from protocol.ratefile import RateFileWriter

@@ -22,7 +22,7 @@ from support.runs import run_with
 
 from coordinator import Maestro, RequestReplyTest
 from coordinator.definitions import DefinitionError, SweepTest
-from coordinator.local import LocalCluster
+from coordinator.running.local import LocalCluster
 
 pytestmark = [pytest.mark.mosquitto, pytest.mark.rabbitmq, pytest.mark.usefixtures("rabbitmq")]
 

@@ -19,8 +19,8 @@ from support.processes import Daemons
 from support.rogue import Captured, Rogue
 
 from coordinator import FixedRateTest, IncrementalTest, Maestro
-from coordinator.local import LocalCluster
-from coordinator.results import TestResult
+from coordinator.outcome.results import TestResult
+from coordinator.running.local import LocalCluster
 from protocol.broker_url import BrokerUrl
 from protocol.codes import NoteType
 from protocol.notes import AbnormalDisconnect, PeerOnline, StatsReport
@@ -53,7 +53,7 @@ def test_a_harvested_coordinator_will_replayed_does_not_stop_its_test(
     daemons: Daemons, keyed_workers: tuple[Path, str], caplog: pytest.LogCaptureFixture
 ) -> None:
     key_file, data_server = keyed_workers
-    caplog.set_level(logging.WARNING, logger="coordinator.peer_bus")
+    caplog.set_level(logging.WARNING, logger="coordinator.bus.peer_bus")
     broker = BrokerUrl.parse(daemons.broker_url)
     replayed = threading.Event()
     with (

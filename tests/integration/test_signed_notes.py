@@ -18,7 +18,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from support.processes import BIN, Daemons
 
 from coordinator import Fail, FixedRateTest, Maestro
-from coordinator.local import LocalCluster
+from coordinator.running.local import LocalCluster
 from protocol.bus import ControlBus
 from protocol.codec import encode
 from protocol.notes import GetRequest, Header, Note, OkResponse, ProtocolErrorResponse, SetRequest

@@ -34,8 +34,8 @@ import pytest
 from support.processes import BIN, Daemons, private_mosquitto, stock_mosquitto
 
 from coordinator import FixedRateTest, Maestro, TestResult
-from coordinator.local import LocalCluster
 from coordinator.registry import PeerInfo
+from coordinator.running.local import LocalCluster
 from protocol.codes import Role
 
 pytestmark = [pytest.mark.netns, pytest.mark.usefixtures("rabbitmq")]

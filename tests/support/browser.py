@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.local import wait_for_port
+from coordinator.running.local import wait_for_port
 from protocol.embedded_broker import free_port
 
 __all__ = ["Browser", "artifacts_dir", "chromium", "drawn_page"]

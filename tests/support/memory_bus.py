@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from coordinator.client import MaestroClient
-from coordinator.results import TestResult
+from coordinator.bus.client import MaestroClient
+from coordinator.outcome.results import TestResult
 from protocol.bus import Identity
 from protocol.codec import decode, encode
 from protocol.codes import Role

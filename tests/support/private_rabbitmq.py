@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from coordinator.local import wait_for_port
+from coordinator.running.local import wait_for_port
 from protocol.embedded_broker import free_port
 
 __all__ = ["RabbitNode", "private_rabbitmq"]

@@ -1,5 +1,5 @@
 """Daemon processes and private brokers for the integration tests (waiting for a port and starting
-tansu are the product's own, in coordinator.local)."""
+tansu are the product's own, in coordinator.running.local)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coordinator.local import wait_for_port
+from coordinator.running.local import wait_for_port
 from protocol.broker_url import BROKER_ENV
 from protocol.embedded_broker import free_port
 

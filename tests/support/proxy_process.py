@@ -12,7 +12,7 @@ import subprocess
 import sys
 from types import TracebackType
 
-from coordinator.local import wait_for_port
+from coordinator.running.local import wait_for_port
 from protocol.embedded_broker import free_port
 
 _SERVE = """

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator import Fail, FixedRateTest
-from coordinator.results import accounting_verdict, judge
+from coordinator.outcome.results import accounting_verdict, judge
 
 _SUT = "amqp://guest:***@127.0.0.1:5672/q"
 

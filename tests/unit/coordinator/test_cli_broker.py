@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.cli import _warn_of_a_password_in
+from coordinator.cli.main import _warn_of_a_password_in
 
 
 def test_a_password_on_maestros_command_line_is_warned_of_but_not_one_in_an_at_file(

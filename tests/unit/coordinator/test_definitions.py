@@ -6,13 +6,13 @@ from pathlib import Path
 import pytest
 
 from coordinator import Fail, FixedRateTest, Flow, IncrementalTest, RequestReplyTest, UnboundedTest
-from coordinator.cli import build_parser
-from coordinator.commands import test_from_args as definition_from_args
-from coordinator.commands import workload
-from coordinator.declared import load_test_file
+from coordinator.cli.commands import test_from_args as definition_from_args
+from coordinator.cli.commands import workload
+from coordinator.cli.main import build_parser
 from coordinator.definitions import DefinitionError, RepeatedTest, SweepTest
-from coordinator.junit import junit_xml
-from coordinator.results import TestResult, judge, loss_verdict
+from coordinator.definitions.declared import load_test_file
+from coordinator.outcome.junit import junit_xml
+from coordinator.outcome.results import TestResult, judge, loss_verdict
 
 
 def test_a_request_reply_test_becomes_requesters_and_repliers_options() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from coordinator.inbox import Inbox
+from coordinator.bus.inbox import Inbox
 from protocol.notes import DrainComplete, Header, TestFailed, TestSucceeded
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from coordinator.live import LiveFeed
 from coordinator.registry import PeerInfo
+from coordinator.running.live import LiveFeed
 from protocol.codes import Role
 from protocol.notes import Header, StatsReport
 

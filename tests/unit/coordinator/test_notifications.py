@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.maestro import Maestro
+from coordinator.running.maestro import Maestro
 from protocol.broker_url import BrokerUrl
 from protocol.bus import ControlBus, Identity
 from protocol.notes import (

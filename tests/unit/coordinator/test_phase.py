@@ -8,12 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator import ending
-from coordinator.cast import Cast
 from coordinator.definitions import FixedRateTest, SearchTest
 from coordinator.errors import MaestroError
-from coordinator.phase import Phase
-from coordinator.series import run_series
+from coordinator.running import ending
+from coordinator.running.cast import Cast
+from coordinator.running.phase import Phase
+from coordinator.running.series import run_series
 from protocol.codes import Role
 from protocol.notes import (
     DrainRequest,
@@ -185,7 +185,7 @@ def test_when_every_live_worker_is_cast_each_request_goes_once_per_role() -> Non
 
 
 def test_a_lost_answer_is_asked_for_again_and_the_peer_does_not_act_twice(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("coordinator.asking.ASK_AGAIN_S", 0.05)
+    monkeypatch.setattr("coordinator.bus.asking.ASK_AGAIN_S", 0.05)
     sender = SimulatedPeer("s1", Role.SENDER)
     receiver = SimulatedPeer("r1", Role.RECEIVER)
     client, bus = memory_client([sender, receiver])
@@ -219,7 +219,7 @@ def test_a_stock_brokers_lopsided_ping_is_held_within_its_bound_and_moves_no_sta
 def test_keyed_peers_take_the_signed_notes_of_a_keyed_coordinator_and_a_request_asked_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("coordinator.asking.ASK_AGAIN_S", 0.05)
+    monkeypatch.setattr("coordinator.bus.asking.ASK_AGAIN_S", 0.05)
     key = NoteKey(b"k" * 32)
     sender = SimulatedPeer("s1", Role.SENDER, key=key)
     receiver = SimulatedPeer("r1", Role.RECEIVER, key=key)

@@ -7,7 +7,7 @@ import io
 import time
 from dataclasses import replace
 
-from coordinator.progress import Progress
+from coordinator.running.progress import Progress
 from protocol.notes import Header, StatsReport
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import threading
 
-from coordinator.cli import format_peers, nagle_warning, unkeyed_warning
+from coordinator.cli.main import format_peers, nagle_warning, unkeyed_warning
 from coordinator.registry import ClockSample, PeerRegistry, PeerState, estimate_clock
 from protocol.codes import Role
 

@@ -4,7 +4,7 @@ import pytest
 
 from coordinator import FixedRateTest, Flow
 from coordinator.definitions import DefinitionError, RepeatedTest, SearchTest, SweepTest
-from coordinator.statistics import estimate
+from coordinator.running.statistics import estimate
 
 
 def test_confidence_interval_of_three_samples() -> None:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from coordinator.statistics import Estimate, estimate
+from coordinator.running.statistics import Estimate, estimate
 
 
 def test_no_sample_is_refused() -> None:

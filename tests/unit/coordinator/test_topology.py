@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from coordinator.cli import main
+from coordinator.cli.main import main
 from coordinator.topology import Ports, TopologyError, build_topology
 
 APPENDIX_INVENTORY = """\

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from coordinator.local import LocalError, wait_for_port
+from coordinator.running.local import LocalError, wait_for_port
 from protocol.embedded_broker import free_port
 
 

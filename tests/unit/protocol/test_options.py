@@ -5,7 +5,7 @@ from dataclasses import fields
 
 import pytest
 
-from coordinator.fixed_rate import SCRIPT_NAMES, FixedRateTest
+from coordinator.definitions.fixed_rate import SCRIPT_NAMES, FixedRateTest
 from protocol.fail import FailConditions
 from protocol.options import (
     OPTIONS,

@@ -42,7 +42,7 @@
 
 A request/reply test (a closed system) names `request_url` instead of `send_url`, with
 `reply_url`, `clients`, `outstanding`, `think_time`, `service_time`, `request_timeout` and
-`repliers` (`coordinator.request_reply`); with `kind = "incremental"`, "repeated" or "sweep" it
+`repliers` (`coordinator.definitions.request_reply`); with `kind = "incremental"`, "repeated" or "sweep" it
 is the base of the series.
 
 The same names as the Python API (`coordinator.definitions`); an unknown key is refused by name.

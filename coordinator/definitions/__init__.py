@@ -2,8 +2,8 @@
 
     FixedRateTest(send_url="amqp://sut:5672/q", rate=1000, size=256, parallel=5, duration="10m")
 
-A fixed-rate test (`coordinator.fixed_rate`) is one phase of load; the other kinds
-(`coordinator.series_tests`) are made of phases of one.
+A fixed-rate test (`coordinator.definitions.fixed_rate`) is one phase of load; the other kinds
+(`coordinator.definitions.series_tests`) are made of phases of one.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from coordinator.fixed_rate import Action, DefinitionError, Fail, FixedRateTest, Flow, UnboundedTest
-from coordinator.request_reply import RequestReplyTest
-from coordinator.series_tests import IncrementalTest, RepeatedTest, SearchTest, SweepTest
+from coordinator.definitions.fixed_rate import Action, DefinitionError, Fail, FixedRateTest, Flow, UnboundedTest
+from coordinator.definitions.request_reply import RequestReplyTest
+from coordinator.definitions.series_tests import IncrementalTest, RepeatedTest, SearchTest, SweepTest
 
 __all__ = [
     "Action",

@@ -15,18 +15,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from coordinator.actions import Actions
-from coordinator.cast import Cast
-from coordinator.client import MaestroClient
-from coordinator.collection import collect
+from coordinator.bus.client import MaestroClient
 from coordinator.definitions import FixedRateTest
-from coordinator.ending import Ending
 from coordinator.errors import MaestroError, PeerRequestError, note_interruption
-from coordinator.live import LiveFeed
-from coordinator.progress import Progress
+from coordinator.outcome.results import TestResult, judge, now_iso, outages_between, peer_record, phase_record
+from coordinator.outcome.storage import ResultStore
 from coordinator.registry import ClockSample, PeerInfo
-from coordinator.results import TestResult, judge, now_iso, outages_between, peer_record, phase_record
-from coordinator.storage import ResultStore
+from coordinator.running.actions import Actions
+from coordinator.running.cast import Cast
+from coordinator.running.collection import collect
+from coordinator.running.ending import Ending
+from coordinator.running.live import LiveFeed
+from coordinator.running.progress import Progress
 from protocol.clock_correction import clock_corrections
 from protocol.notes import (
     SetRequest,

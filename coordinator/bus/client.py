@@ -1,6 +1,6 @@
 """`MaestroClient`: what a script does with the peers: find and discover them, measure their
 clocks, give workers roles, SET, STATS, HALT. Requests and notifications are `PeerBus`'s;
-`Maestro` (in `coordinator.maestro`) adds running tests on top.
+`Maestro` (in `coordinator.running.maestro`) adds running tests on top.
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from coordinator.asking import ping as ping_peers
+from coordinator.bus.asking import ping as ping_peers
+from coordinator.bus.peer_bus import DEFAULT_TIMEOUT_S, PeerBus
+from coordinator.bus.targets import Target
 from coordinator.errors import MaestroError
-from coordinator.peer_bus import DEFAULT_TIMEOUT_S, PeerBus
 from coordinator.registry import ClockSample, PeerInfo, PeerState
-from coordinator.targets import Target
 from protocol.clock_probe import ClockProber
 from protocol.codes import Activity, Role
 from protocol.correlation import Replies

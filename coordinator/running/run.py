@@ -3,14 +3,14 @@ one cast for the others."""
 
 from __future__ import annotations
 
-from coordinator.cast import Cast
-from coordinator.client import MaestroClient
+from coordinator.bus.client import MaestroClient
 from coordinator.definitions import FixedRateTest, TestDefinition
 from coordinator.errors import stop_if_interrupted
-from coordinator.phase import Phase
-from coordinator.results import TestResult, new_test_id
-from coordinator.series import run_series
-from coordinator.storage import ResultStore
+from coordinator.outcome.results import TestResult, new_test_id
+from coordinator.outcome.storage import ResultStore
+from coordinator.running.cast import Cast
+from coordinator.running.phase import Phase
+from coordinator.running.series import run_series
 
 __all__ = ["FINISHED", "run_test"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from coordinator.client import MaestroClient
+from coordinator.bus.client import MaestroClient
 from coordinator.errors import MaestroError, PeerRequestError
 from coordinator.registry import PeerInfo
 from protocol.notes import LogRequest, UploadComplete

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from coordinator.fixed_rate import DefinitionError, FixedRateTest
+from coordinator.definitions.fixed_rate import DefinitionError, FixedRateTest
 
 __all__ = ["IncrementalTest", "RepeatedTest", "SearchTest", "SweepTest"]
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from coordinator.fixed_rate import DefinitionError, FixedRateTest
+from coordinator.definitions.fixed_rate import DefinitionError, FixedRateTest
 from protocol.options import parse_delay, parse_seconds
 
 __all__ = ["RequestReplyTest"]

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from coordinator.cast import Cast
-from coordinator.client import MaestroClient
+from coordinator.bus.client import MaestroClient
 from coordinator.errors import PeerRequestError
 from coordinator.registry import PeerInfo
+from coordinator.running.cast import Cast
 from protocol.notes import (
     DrainComplete,
     DrainRequest,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from datetime import datetime
 
-from coordinator.results import TestResult, latency_line
+from coordinator.outcome.results import TestResult, latency_line
 
 __all__ = ["junit_xml"]
 

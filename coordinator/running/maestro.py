@@ -17,12 +17,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from coordinator.client import DEFAULT_TIMEOUT_S, MaestroClient
+from coordinator.bus.client import DEFAULT_TIMEOUT_S, MaestroClient
 from coordinator.definitions import TestDefinition
-from coordinator.local import LocalCluster
-from coordinator.results import TestResult
-from coordinator.run import run_test
-from coordinator.storage import DATA_SERVER_ENV, DataServer
+from coordinator.outcome.results import TestResult
+from coordinator.outcome.storage import DATA_SERVER_ENV, DataServer
+from coordinator.running.local import LocalCluster
+from coordinator.running.run import run_test
 from protocol.broker_url import BrokerUrl, default_broker_url
 from protocol.bus import ControlBus, Identity
 from protocol.codes import Role

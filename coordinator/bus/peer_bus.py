@@ -13,12 +13,12 @@ from collections.abc import Collection, Iterable, Sequence
 from types import TracebackType
 from typing import Self
 
-from coordinator.asking import await_all
+from coordinator.bus.asking import await_all
+from coordinator.bus.inbox import Inbox
+from coordinator.bus.liveness import Liveness
+from coordinator.bus.targets import Target, Targets
 from coordinator.errors import MaestroError, PeerRequestError
-from coordinator.inbox import Inbox
-from coordinator.liveness import Liveness
 from coordinator.registry import PeerInfo, PeerRegistry
-from coordinator.targets import Target, Targets
 from protocol.bus import ControlBus
 from protocol.codes import NoteType, Role
 from protocol.correlation import Replies
@@ -170,7 +170,7 @@ class PeerBus:
     @property
     def lost(self) -> list[PeerInfo]:
         """Peers gone for sure, oldest first: a last will, or the coordinator's own reconnection,
-        made them suspects, and they did not answer a PING (coordinator/liveness.py)."""
+        made them suspects, and they did not answer a PING (coordinator/bus/liveness.py)."""
         self.liveness.check()
         return list(self._lost)
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.definitions import FixedRateTest, TestDefinition
-from coordinator.maestro import Maestro
-from coordinator.results import TestResult
-from coordinator.storage import DATA_SERVER_ENV
+from coordinator.outcome.results import TestResult
+from coordinator.outcome.storage import DATA_SERVER_ENV
+from coordinator.running.maestro import Maestro
 from protocol.broker_url import BROKER_ENV, default_broker_url
 from protocol.codes import ExitCode
 from protocol.topics import DEFAULT_PREFIX

@@ -1,5 +1,5 @@
 """`maestro run`, `maestro test`, and the commands handed to the reports package (`report`,
-`serve`); `maestro demo` is in `coordinator.demo`.
+`serve`); `maestro demo` is in `coordinator.cli.demo`.
 
 `--local` (and `demo`) start what the test needs on this machine: an embedded control broker
 unless --broker is given, the data server over --data, one worker daemon per sender and
@@ -16,7 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from coordinator.cli_support import (
+from coordinator.cli.collect import add_collect
+from coordinator.cli.demo import add_demo
+from coordinator.cli.support import (
     EXIT_CANNOT_RUN,
     EXIT_FAILED,
     add_where,
@@ -28,14 +30,12 @@ from coordinator.cli_support import (
     report,
     scalar,
 )
-from coordinator.collect_command import add_collect
-from coordinator.declared import KINDS, build_test, load_test_file
 from coordinator.definitions import DefinitionError, TestDefinition
-from coordinator.demo import add_demo
-from coordinator.fixed_rate import FixedRateTest
-from coordinator.results import new_test_id
-from coordinator.run import FINISHED
-from coordinator.storage import DATA_SERVER_ENV
+from coordinator.definitions.declared import KINDS, build_test, load_test_file
+from coordinator.definitions.fixed_rate import FixedRateTest
+from coordinator.outcome.results import new_test_id
+from coordinator.outcome.storage import DATA_SERVER_ENV
+from coordinator.running.run import FINISHED
 from coordinator.topology.cli import add_topology_command
 from protocol.broker_url import BROKER_ENV
 from protocol.secrets import redact_text
@@ -51,7 +51,7 @@ def _add_test(commands: Any) -> None:
         "test",
         help="run a common test without a script",
         description="Run a fixed-rate, unbounded, request-reply or incremental test (or a search, repeated or "
-        "sweep series). With --file, the test is read from a TOML file (see coordinator/declared.py); flags then "
+        "sweep series). With --file, the test is read from a TOML file (see docs/scripts.md); flags then "
         "override nothing.",
     )
     p.add_argument("kind", nargs="?", choices=KINDS, help="the test kind (default: fixed-rate, or the file's)")

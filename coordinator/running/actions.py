@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from coordinator.client import MaestroClient
+from coordinator.bus.client import MaestroClient
 from coordinator.definitions import Action
 from coordinator.errors import PeerRequestError
 from coordinator.registry import PeerInfo

@@ -10,11 +10,11 @@ import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
-from coordinator.cli_support import add_where, conclude, given_broker, given_data_server, live_page, report
+from coordinator.cli.support import add_where, conclude, given_broker, given_data_server, live_page, report
 from coordinator.definitions import FixedRateTest
-from coordinator.local import LocalCluster, LocalError
-from coordinator.maestro import Maestro
-from coordinator.results import new_test_id
+from coordinator.outcome.results import new_test_id
+from coordinator.running.local import LocalCluster, LocalError
+from coordinator.running.maestro import Maestro
 
 __all__ = ["add_demo", "cmd_demo", "demo_inspectors"]
 

@@ -12,12 +12,12 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from coordinator.commands import DELEGATED, add_commands
+from coordinator.cli.commands import DELEGATED, add_commands
 from coordinator.definitions import DefinitionError
 from coordinator.errors import MaestroError, Terminated, interruption
-from coordinator.local import LocalError
-from coordinator.maestro import Maestro
 from coordinator.registry import PeerInfo
+from coordinator.running.local import LocalError
+from coordinator.running.maestro import Maestro
 from protocol.broker_url import BROKER_ENV, BrokerUrl, BrokerUrlError, default_broker_url
 from protocol.bus import BusError
 from protocol.daemon_cli import add_log_level, configure_logging

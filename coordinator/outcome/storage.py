@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from coordinator.junit import junit_xml
-from coordinator.results import TestResult
+from coordinator.outcome.junit import junit_xml
+from coordinator.outcome.results import TestResult
 from protocol.atomic import write_text_atomically
 from protocol.results import PeerRecord
 from protocol.runtime import resolve_test_dir
@@ -48,7 +48,7 @@ class ResultStore(Protocol):
         ...
 
     def post_live(self, test_id: str, update: dict[str, Any]) -> None:
-        """A running test's live statistics (coordinator.live); OSError when not taken."""
+        """A running test's live statistics (coordinator.running.live); OSError when not taken."""
         ...
 
     def open(self, test_id: str, record: dict[str, Any]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coordinator.client import MaestroClient
+from coordinator.bus.client import MaestroClient
 from coordinator.definitions import FixedRateTest
 from coordinator.errors import MaestroError
 from coordinator.registry import PeerInfo, PeerState

@@ -9,14 +9,14 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from coordinator.cast import Cast
-from coordinator.client import MaestroClient
+from coordinator.bus.client import MaestroClient
 from coordinator.definitions import FixedRateTest, IncrementalTest, RepeatedTest, SearchTest, SweepTest
 from coordinator.errors import was_interrupted
-from coordinator.phase import Phase
-from coordinator.results import TestResult, now_iso, parent_record, phase_row
-from coordinator.statistics import estimate
-from coordinator.storage import ResultStore
+from coordinator.outcome.results import TestResult, now_iso, parent_record, phase_row
+from coordinator.outcome.storage import ResultStore
+from coordinator.running.cast import Cast
+from coordinator.running.phase import Phase
+from coordinator.running.statistics import estimate
 
 __all__ = ["Series", "run_series"]
 

@@ -10,10 +10,10 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from coordinator.cli_support import EXIT_CANNOT_RUN, EXIT_FAILED, connected, report
-from coordinator.collection import collect
-from coordinator.results import TestResult, now_iso
-from coordinator.storage import DataServer
+from coordinator.cli.support import EXIT_CANNOT_RUN, EXIT_FAILED, connected, report
+from coordinator.outcome.results import TestResult, now_iso
+from coordinator.outcome.storage import DataServer
+from coordinator.running.collection import collect
 from protocol.results import PeerRecord
 from protocol.topics import DEFAULT_PREFIX
 

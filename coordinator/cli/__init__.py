@@ -1,0 +1,1 @@
+"""The `maestro` command line: its parser (main), its commands, and what they share (support)."""

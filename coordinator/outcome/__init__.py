@@ -1,0 +1,1 @@
+"""What a test leaves: its result and verdict (results), its JUnit file, and its folder (storage)."""
