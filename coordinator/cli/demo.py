@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import socket
 import sys
-import time
 import uuid
 from typing import Any
 from urllib.parse import urlsplit
@@ -42,15 +41,26 @@ def add_demo(commands: Any) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    # The daemons and services of any --local run (Maestro.local), named for the demo, with a SUT.
     root = args.data.resolve()
-    run_dir = root / ".local" / time.strftime("%Y%m%d-%H%M%S")
     test_id = f"demo-{new_test_id()}"
     given = given_data_server(args)
-    with LocalCluster(run_dir, topic_prefix=args.topic_prefix, broker_url=given_broker(args) or "") as local:
+    with Maestro.local(
+        2,
+        inspectors=1,
+        # An agent with no configuration: it joins the test and may touch nothing.
+        agents=("demo-agent",),
+        data=root,
+        broker=given_broker(args),
+        topic_prefix=args.topic_prefix,
+        data_server=given,
+        name="demo",
+    ) as maestro:
+        local = maestro.local_cluster
         print(f"control broker: {local.broker_url}", flush=True)
         sut = args.sut or _demo_sut(local, args.parallel)
         print(f"SUT:            {sut}", flush=True)
-        data_server = given or local.data_server(root)
+        data_server = maestro.data_server_url()
         print(f"data server:    {data_server}" + ("" if given else f" (files under {root})"), flush=True)
         test = FixedRateTest(
             send_url=sut,
@@ -65,24 +75,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
             agents=("demo-agent",),
             options={"inspector_interval_s": 1},
         )
-        for role in ("receiver", "sender"):
-            local.daemon("maestro-worker", f"demo-{role}", run_dir / "peers" / role, "--role", role)
-        local.daemon("maestro-inspector", "demo-inspector", run_dir / "peers" / "inspector")
-        # An agent with no configuration: it joins the test and may touch nothing.
-        local.daemon("maestro-agent", "demo-agent", run_dir / "peers" / "agent")
-        with Maestro.connect(
-            local.broker_url,
-            topic_prefix=args.topic_prefix,
-            discover_s=0,
-            data_server=data_server,
-            key_file=local.key_file(),
-        ) as maestro:
-            maestro.wait_for_peers(4, timeout_s=30)
-            print(f"inspectors:     {', '.join(i.split('=')[0] for i in test.inspectors)}", flush=True)
-            print(f"test id:        {test_id}", flush=True)
-            print(f"live:           {live_page(data_server, test, test_id)}", flush=True)
-            result = maestro.run(test, test_id=test_id, progress=not args.quiet, log_interval_s=args.log_interval)
-        dead = local.dead()
+        print(f"inspectors:     {', '.join(i.split('=')[0] for i in test.inspectors)}", flush=True)
+        print(f"test id:        {test_id}", flush=True)
+        print(f"live:           {live_page(data_server, test, test_id)}", flush=True)
+        result = maestro.run(test, test_id=test_id, progress=not args.quiet, log_interval_s=args.log_interval)
+        dead = maestro.dead_local_processes()
     print(result)
     return conclude("demo", result, report(result, None if given else root, args.no_report), dead)
 

@@ -116,10 +116,13 @@ class Maestro(MaestroClient):
         broker: str | None = None,
         topic_prefix: str = DEFAULT_PREFIX,
         data_server: str | None = None,
+        name: str | None = None,
     ) -> Iterator[Maestro]:
         """Everything on this machine: an embedded control broker (unless `broker`), the data
         server over `data` (unless `data_server`), `workers` role-less worker daemons, `inspectors`
-        inspector daemons and an agent daemon per name in `agents`; all stopped on leaving.
+        inspector daemons and an agent daemon per name in `agents`; all stopped on leaving. The
+        daemons are named `worker-1-NAME`... (NAME default: a tag of this run's); `local_cluster` is
+        what started them, and can start more (a SUT: `tansu()`).
 
             with Maestro.local(workers=2) as maestro:
                 print(maestro.run(FixedRateTest(send_url="amqp://127.0.0.1/q", rate=100)))
@@ -128,12 +131,12 @@ class Maestro(MaestroClient):
         run_dir = root / ".local" / time.strftime("%Y%m%d-%H%M%S")
         with LocalCluster(run_dir, topic_prefix=topic_prefix, broker_url=broker or "") as cluster:
             server = data_server or cluster.data_server(root)
-            tag = uuid.uuid4().hex[:4]
+            tag = name or uuid.uuid4().hex[:4]
             names = [("maestro-worker", f"worker-{n}-{tag}") for n in range(1, workers + 1)]
             names += [("maestro-inspector", f"inspector-{n}-{tag}") for n in range(1, inspectors + 1)]
-            names += [("maestro-agent", name) for name in agents]
-            for command, name in names:
-                cluster.daemon(command, name, run_dir / "peers" / name)
+            names += [("maestro-agent", agent) for agent in agents]
+            for command, daemon in names:
+                cluster.daemon(command, daemon, run_dir / "peers" / daemon)
             with cls.connect(
                 cluster.broker_url,
                 topic_prefix=topic_prefix,
@@ -145,6 +148,13 @@ class Maestro(MaestroClient):
                 m._cluster = cluster
                 m.wait_for_peers(len(names), timeout_s=30)
                 yield m
+
+    @property
+    def local_cluster(self) -> LocalCluster:
+        """What `Maestro.local` started; only there."""
+        if self._cluster is None:
+            raise RuntimeError("local_cluster: this Maestro was not made by Maestro.local")
+        return self._cluster
 
     def close(self) -> None:
         super().close()

@@ -77,7 +77,7 @@ def test_maestro_demo_needs_nothing_but_the_install(tmp_path: Path) -> None:
     assert (report["sent"], report["received"], report["outcome"]) == (1000, 1000, "success")
     # The demo's inspector watched the host; its CSV is with the rest.
     test_dir = tmp_path / "results" / str(record["test_id"])
-    assert (test_dir / "inspector" / "demo-inspector" / "host-host.csv").read_text().count("\n") >= 3
+    assert (test_dir / "inspector" / "inspector-1-demo" / "host-host.csv").read_text().count("\n") >= 3
     assert (test_dir / "agent" / "demo-agent" / "agent-events.csv").exists()
 
 
