@@ -113,6 +113,7 @@ class PeerRegistry:
 
     def __init__(self) -> None:
         self._peers: dict[str, PeerInfo] = {}
+        self._lost: dict[str, str] = {}  # peer id -> why it was suspected, in the order they were lost
         self._cond = threading.Condition()
 
     def upsert(self, peer_id: str, name: str, host: str, role: str) -> PeerInfo:
@@ -135,6 +136,28 @@ class PeerRegistry:
                 peer.state = PeerState.MISSING
             self._cond.notify_all()
             return peer
+
+    def mark_lost(self, peer_id: str, why: str) -> PeerInfo | None:
+        """Lost for sure (suspected for `why`, then silent to a PING): missing, and lost for this
+        coordinator's life even if it comes back, since what it was running is gone. The one
+        record of lost peers (coordinator/bus/liveness.py decides; the phases read it)."""
+        with self._cond:
+            peer = self._peers.get(peer_id)
+            if peer is not None:
+                peer.state = PeerState.MISSING
+                self._lost.setdefault(peer_id, why)
+            self._cond.notify_all()
+            return peer
+
+    def lost(self) -> list[PeerInfo]:
+        """The peers lost for sure, oldest first."""
+        with self._cond:
+            return [self._peers[peer_id] for peer_id in self._lost]
+
+    def lost_why(self, peer_id: str) -> str | None:
+        """What made a lost peer a suspect; None for one not lost."""
+        with self._cond:
+            return self._lost.get(peer_id)
 
     def is_missing(self, peer_id: str) -> bool:
         with self._cond:

@@ -49,8 +49,6 @@ class PeerBus:
         self.topics = bus.topics
         self.targets = Targets(bus.topics)
         self.registry = PeerRegistry()
-        self._lost: list[PeerInfo] = []
-        self._lost_why: dict[str, str] = {}  # peer id -> what made it a suspect
         self.liveness = Liveness(bus, self._confirm_lost)
         self.inbox = Inbox()  # notifications until taken; live statistics (lossy by design) apart
         self.live_stats: deque[StatsReport] = deque(maxlen=_STATS_KEPT)
@@ -164,7 +162,7 @@ class PeerBus:
         when given (one of those kinds from an earlier test, late, is dropped: a phase of a series
         must not end on its predecessor's verdict); None after `timeout_s` (or at once when a peer
         among them is lost: check `lost`)."""
-        gone = lambda: any(p.peer_id in peer_ids for p in self._lost)  # noqa: E731 - under the inbox's lock
+        gone = lambda: any(p.peer_id in peer_ids for p in self.registry.lost())  # noqa: E731 - under the inbox's lock
         return self.inbox.next_of(kinds, peer_ids, timeout_s, test_id, give_up=gone, idle=self.liveness.check)
 
     @property
@@ -172,11 +170,11 @@ class PeerBus:
         """Peers gone for sure, oldest first: a last will, or the coordinator's own reconnection,
         made them suspects, and they did not answer a PING (coordinator/bus/liveness.py)."""
         self.liveness.check()
-        return list(self._lost)
+        return self.registry.lost()
 
     def lost_reason(self, peer_id: str) -> str:
         """Why a lost peer was asked, and that it did not answer: for the test's reason."""
-        return f"{self._lost_why.get(peer_id, 'suspected')}, then no answer to a PING"
+        return f"{self.registry.lost_why(peer_id) or 'suspected'}, then no answer to a PING"
 
     def lost_among(self, peer_ids: Collection[str]) -> list[PeerInfo]:
         return [p for p in self.lost if p.peer_id in peer_ids]
@@ -187,11 +185,9 @@ class PeerBus:
         return [p for p in peers if p.peer_id not in lost]
 
     def _confirm_lost(self, peer_id: str, why: str) -> None:
-        peer = self.registry.mark_missing(peer_id)
+        peer = self.registry.mark_lost(peer_id, why)
         if peer is None:
             return
-        self._lost.append(peer)
-        self._lost_why[peer_id] = why
         self.bus.correlator.peer_lost(peer_id)
         log.error("peer lost: %s (%s, and no answer to a PING)", peer.label, why)
         self.inbox.wake()  # whoever waits on it gives up now

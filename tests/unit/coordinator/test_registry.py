@@ -46,6 +46,26 @@ def test_missing_peers_are_not_live_until_they_come_back() -> None:
     assert registry.get("a").state == PeerState.READY  # type: ignore[union-attr]
 
 
+def test_a_lost_peer_stays_lost_when_it_comes_back_and_keeps_its_first_reason() -> None:
+    registry = PeerRegistry()
+    for peer_id in ("a", "b", "c"):
+        registry.upsert(peer_id, f"w-{peer_id}", "h", "sender")
+    registry.mark_missing("c")  # a clean exit: missing, not lost
+    registry.mark_lost("b", "its last will arrived")
+    registry.mark_lost("a", "silent since the control broker came back")
+    assert [p.peer_id for p in registry.lost()] == ["b", "a"]
+    assert [p.peer_id for p in registry.live()] == []
+    # Back on the bus: live again, but what it ran is gone, so it is still lost, for its first reason.
+    registry.upsert("b", "w-b", "h", "sender")
+    registry.mark_lost("b", "a second will")
+    registry.upsert("b", "w-b", "h", "sender")
+    assert [p.peer_id for p in registry.live()] == ["b"]
+    assert [p.peer_id for p in registry.lost()] == ["b", "a"]
+    assert registry.lost_why("b") == "its last will arrived"
+    assert registry.lost_why("c") is None and registry.lost_why("nobody") is None
+    assert registry.mark_lost("nobody", "why") is None and registry.lost() == [registry.get("b"), registry.get("a")]
+
+
 def test_wait_until_wakes_on_a_new_peer() -> None:
     registry = PeerRegistry()
     threading.Timer(0.05, registry.upsert, ["a", "w1", "h", "receiver"]).start()
