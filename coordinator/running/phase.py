@@ -24,6 +24,7 @@ from coordinator.registry import ClockSample, PeerInfo
 from coordinator.running.actions import Actions
 from coordinator.running.cast import Cast
 from coordinator.running.collection import collect
+from coordinator.running.course import PhaseCourse
 from coordinator.running.ending import Ending
 from coordinator.running.live import LiveFeed
 from coordinator.running.progress import Progress
@@ -62,16 +63,11 @@ class Phase:
     store: ResultStore
     cast: Cast
     show_progress: bool = True
-    reason: str | None = None
     log_interval_s: float = 1.0  # between progress lines without a terminal
-    notes: list[str] = field(default_factory=list)
     clocks: dict[str, dict[str, Any]] = field(default_factory=dict)
     collection: dict[str, str] = field(default_factory=dict)
     started_iso: str = ""
     ended_iso: str = ""
-    failed_iso: str | None = None  # when the coordinator learnt the reason
-    finished: set[str] = field(default_factory=set)  # peers whose run ended (success or failure)
-    started_senders: set[str] = field(default_factory=set)  # senders that took their StartWorker
     load_start_s: float = 0.0  # wall time (s) of the senders' common start
     phase_of: str | None = None  # the test id of the series this phase is one step of
 
@@ -79,15 +75,13 @@ class Phase:
         self.actions = Actions.of(self.maestro, self.cast.agents, list(self.test.actions))
         t = self.test
         self.live = LiveFeed(self.store, self.test_id, t.name, t.KIND, t.expected_seconds(), self.cast.everyone)
-        self.ending = Ending(self.maestro, self.cast, t.drain_timeout_s, self.fail, self.finished, self.notes)
+        self.course = PhaseCourse(self.test_id)  # what happened so far: failures, notes, who ended
+        self.ending = Ending(self.maestro, self.cast, t.drain_timeout_s, self.course)
         # As the test starts: what it runs on, for a history to compare it with runs alike only.
         self.testbed = testbed_record(p.host for p in self.cast.everyone)
 
     def fail(self, reason: str) -> None:
-        if self.reason is None:
-            log.error("test %s fails: %s", self.test_id, reason)
-            self.reason = reason
-            self.failed_iso = now_iso()
+        self.course.fail(reason)
 
     def run(self) -> TestResult:
         self.started_iso = now_iso()
@@ -107,7 +101,7 @@ class Phase:
         finally:
             # Each step on its own: a failure in one must not keep the peers running or their files.
             if started:
-                self._guarded(lambda: self.ending.stop_and_drain(self.started_senders))
+                self._guarded(self.ending.stop_and_drain)
                 self._guarded(lambda: self._measure_clocks("after"))
             self._guarded(self._collect)
             self.ended_iso = now_iso()
@@ -204,11 +198,11 @@ class Phase:
         offsets = {p.peer_id: p.correction_ns() for p in (*senders, *self.cast.receivers) if p.correction_ns()}
         try:
             m.request_all(StartWorker(start_at_ns=start_at, clock_offsets_ns=offsets), senders)
-            self.started_senders |= self._ids(senders)
+            self.course.started(self._ids(senders))
         except PeerRequestError as exc:
-            self.started_senders |= exc.complied
+            self.course.started(exc.complied)
             raise
-        self.notes.append(f"senders start at {datetime.fromtimestamp(start_at / 1e9, UTC).isoformat()}")
+        self.course.note(f"senders start at {datetime.fromtimestamp(start_at / 1e9, UTC).isoformat()}")
 
     # --- during -------------------------------------------------------------------------------
 
@@ -237,7 +231,7 @@ class Phase:
                     self.live.feed(report)
             progress.show()
             lost = m.lost_among(involved)
-            self.live.tick(self.finished, {p.peer_id for p in lost})
+            self.live.tick(self.course.finished, {p.peer_id for p in lost})
             if lost:
                 self.fail("peer lost: " + ", ".join(f"{p.label} ({m.lost_reason(p.peer_id)})" for p in lost))
                 break
@@ -245,16 +239,17 @@ class Phase:
                 # A receiver says so as soon as a condition trips, and keeps receiving until
                 # drained; a sender's failure is its end.
                 if note.header.sender_id in pending:
-                    self.finished.add(note.header.sender_id)
+                    self.course.ended(note.header.sender_id)
                 self.fail(f"{self.maestro.short_label(note.header.sender_id)}: {note.message}")
                 break
             if isinstance(note, TestSucceeded):
-                self.finished.add(note.header.sender_id)
+                self.course.ended(note.header.sender_id)
                 pending.discard(note.header.sender_id)
             if deadline is not None and time.monotonic() > deadline + m.bus.downtime_s() - down_at_start:
                 self.fail(f"the senders did not finish within {expected:g} s + {_FINISH_GRACE_S:g} s")
                 break
-        progress.done("senders done" if self.reason is None else f"stopping: {self.reason}")
+        reason = self.course.reason
+        progress.done("senders done" if reason is None else f"stopping: {reason}")
 
     # --- after --------------------------------------------------------------------------------
 
@@ -278,29 +273,30 @@ class Phase:
         verdict = judge(summary, self.test)
         if verdict.failure is not None:
             self.fail(verdict.failure)
-        outcome = "success" if self.reason is None else "failure"
+        reason = self.course.reason
+        outcome = "success" if reason is None else "failure"
         if verdict.invalid and outcome == "success":
-            outcome, self.reason = "invalid", "; ".join(verdict.invalid)
+            outcome, reason = "invalid", "; ".join(verdict.invalid)
         record = phase_record(
             self.test,
             self.test_id,
             outcome,
-            self.reason,
+            reason,
             started=self.started_iso,
             ended=self.ended_iso,
-            failed_at=self.failed_iso,
+            failed_at=self.course.failed_iso,
             peers=peers,
             testbed=self.testbed,
             collection=self.collection,
             events=self.actions.events,
-            notes=self.notes,
+            notes=self.course.notes,
             control_outages=outages_between(self.maestro.bus.outages, self.started_iso, self.ended_iso),
             summary=summary,
             **({"phase_of": self.phase_of} if self.phase_of is not None else {}),
         )
-        result = TestResult(self.test_id, outcome, self.reason, summary, record, self.store.url)
+        result = TestResult(self.test_id, outcome, reason, summary, record, self.store.url)
         self.store.store(result, [result])
-        self.live.end(outcome, self.reason, summary)
+        self.live.end(outcome, reason, summary)
         return result
 
 
