@@ -126,10 +126,10 @@ class Phase:
 
     def _prepare(self) -> None:
         m, t = self.maestro, self.test
-        m.bus.test_id = self.test_id  # what the orders of this test are signed for
         common = {"test_id": self.test_id, "data_server_url": self.store.url}
         # Each request goes once to every peer it concerns (their role's topic where it can), all
-        # the SETs at once.
+        # the SETs at once. They name the test: from them on, orders are sealed for it and only
+        # its notifications are taken (PeerBus._names_test, the one place that sets it).
         sets = []
         for flow, (senders, receivers) in zip(t.all_flows(), self.cast.flows, strict=True):
             sets.append((SetRequest(options=common | t.receiver_options(flow, self.test_id)), receivers))
