@@ -31,6 +31,8 @@ def told_session(master: str | None, jvm_log: Path | None, out: TextIO) -> Any:
     the data server's queue reads as the end of the "starting Spark" step)."""
     from reports.series import spark_session  # noqa: PLC0415 - Spark only here
 
+    # The JVM takes seconds to start, with nothing else to show meanwhile: say that it is starting.
+    print("report: starting spark (its JVM: a few seconds)", file=out, flush=True)
     started = time.monotonic()
     spark = spark_session(master, jvm_log)
     where = f" (its log: {jvm_log})" if jvm_log else ""

@@ -73,6 +73,9 @@ def test_maestro_demo_needs_nothing_but_the_install(tmp_path: Path) -> None:
     assert summary["latency_us"]["p50"] < 10_000, summary["latency_us"]
     # The report was written at the end, and says the same.
     assert f"report:  {tmp_path / 'results' / str(record['test_id']) / 'report' / 'index.html'}" in run.stdout
+    # While the report's JVM starts, the console says so (#40), then how long it took.
+    starting, up = run.stderr.find("report: starting spark"), run.stderr.find("report: spark session up in ")
+    assert 0 <= starting < up, run.stderr
     report = json.loads((tmp_path / "results" / str(record["test_id"]) / "report" / "summary.json").read_text())
     assert (report["sent"], report["received"], report["outcome"]) == (1000, 1000, "success")
     # The demo's inspector watched the host; its CSV is with the rest.
