@@ -1,4 +1,4 @@
-"""The live page of a running test: throughput and latency per second and the peers' state,
+"""The live page of a running test: its workload, throughput and latency (ms) per second and the peers' state,
 updated by server-sent events (reports/live.py), drawn with the offline Plotly bundle the reports
 ship. When the test ends it turns into the test's report, which the data server builds when asked
 (and shows "building" until then).
@@ -26,6 +26,14 @@ const layout = (title, y) => ({title: {text: title}, height: 340, margin: {l: 70
 let drawn = 0;
 
 function columns(points, key) { return points.map(p => p[key]); }
+// People read ms; the updates' keys keep their µs.
+const ms = v => v === undefined || v === null ? null : v / 1000;
+function millis(points, key) { return points.map(p => ms(p[key])); }
+// The peer table: [key, heading, to the unit shown].
+const PEER_COLUMNS = [['name', 'peer'], ['role', 'role'], ['host', 'host'], ['state', 'state'],
+  ['sent', 'sent'], ['received', 'received'], ['errors', 'errors'], ['missing', 'lost so far'],
+  ['duplicates', 'duplicates'], ['latency_p50_us', 'latency p50 ms', ms], ['latency_p99_us', 'latency p99 ms', ms],
+  ['lag_p99_us', 'send lag p99 ms', ms], ['cpu_percent', 'CPU %']];
 
 function draw(points) {
   const x = columns(points, 'elapsed_s');
@@ -34,9 +42,9 @@ function draw(points) {
     {x, y: columns(points, 'receive_rate'), name: 'received', mode: 'lines'}],
     layout('Throughput', 'msg/s'), {responsive: true});
   Plotly.newPlot('latency', [
-    {x, y: columns(points, 'latency_p50_us'), name: 'p50', mode: 'lines'},
-    {x, y: columns(points, 'latency_p99_us'), name: 'p99', mode: 'lines'}],
-    layout('Latency, worst receiver, per second', 'µs'), {responsive: true});
+    {x, y: millis(points, 'latency_p50_us'), name: 'p50', mode: 'lines'},
+    {x, y: millis(points, 'latency_p99_us'), name: 'p99', mode: 'lines'}],
+    layout('Latency, worst receiver, per second', 'ms'), {responsive: true});
   drawn = points.length;
   root.dataset.firstPoints = drawn;
   root.dataset.points = drawn;
@@ -45,9 +53,10 @@ function draw(points) {
 function extend(points) {
   if (!points.length) return;
   const x = columns(points, 'elapsed_s');
-  const y = (a, b) => [columns(points, a), columns(points, b)];
-  Plotly.extendTraces('throughput', {x: [x, x], y: y('send_rate', 'receive_rate')}, [0, 1]);
-  Plotly.extendTraces('latency', {x: [x, x], y: y('latency_p50_us', 'latency_p99_us')}, [0, 1]);
+  Plotly.extendTraces('throughput', {x: [x, x], y: [columns(points, 'send_rate'), columns(points, 'receive_rate')]},
+    [0, 1]);
+  Plotly.extendTraces('latency', {x: [x, x], y: [millis(points, 'latency_p50_us'), millis(points, 'latency_p99_us')]},
+    [0, 1]);
   drawn += points.length;
   root.dataset.points = drawn;
 }
@@ -58,14 +67,14 @@ function show(update) {
   document.getElementById('status').textContent =
     `${update.state}: ${Math.round(update.elapsed_s)} s${total}` +
     (update.outcome ? ` (${update.outcome}${update.reason ? ': ' + update.reason : ''})` : '');
-  const keys = ['name', 'role', 'host', 'state', 'sent', 'received', 'errors', 'missing', 'duplicates',
-                'latency_p50_us', 'latency_p99_us', 'lag_p99_us', 'cpu_percent'];
-  const rows = update.peers.map(p => '<tr>' + keys.map(k => {
-    const v = k === 'errors' && p.errors ? Object.values(p.errors).reduce((a, b) => a + b, 0) : p[k];
+  document.getElementById('workload').textContent = update.workload ? `Workload: ${update.workload}` : '';
+  const rows = update.peers.map(p => '<tr>' + PEER_COLUMNS.map(([k, , unit]) => {
+    let v = k === 'errors' && p.errors ? Object.values(p.errors).reduce((a, b) => a + b, 0) : p[k];
+    if (unit) v = unit(v);
     return `<td>${cell(v).replace(/</g, '&lt;')}</td>`;
   }).join('') + '</tr>');
-  document.getElementById('peers').innerHTML =
-    '<thead><tr>' + keys.map(k => `<th>${k}</th>`).join('') + '</tr></thead><tbody>' + rows.join('') + '</tbody>';
+  document.getElementById('peers').innerHTML = '<thead><tr>' + PEER_COLUMNS.map(([, h]) => `<th>${h}</th>`).join('')
+    + '</tr></thead><tbody>' + rows.join('') + '</tbody>';
 }
 
 function finish() {
@@ -108,6 +117,7 @@ def live_page(test_id: str) -> str:
 {ERRORS_JS}<script src="/assets/plotly.min.js"></script><style>{STYLE}</style></head><body>
 <h1>{title}</h1>
 <p id="status">connecting</p>
+<p id="workload"></p>
 <div id="throughput"></div>
 <div id="latency"></div>
 <h2>Peers</h2>

@@ -5,6 +5,8 @@ and name and the peer's name, role and host.
 Counters are the peers' own since their run began, so they only grow while a test runs; when it
 ends, the test's counts are the summary's (summary.json), exact. "Lost so far" is a gauge: it
 counts gaps below the highest sequence number each receiver saw, and a late arrival fills one.
+Times are in seconds, as Prometheus expects (the JSON's keys say µs, its people ms). The
+workload is on `maestro_test_info`'s labels; `maestro_test_outcome` says how a test ended.
 """
 
 from __future__ import annotations
@@ -50,6 +52,15 @@ def _test_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
     state = GaugeMetricFamily("maestro_test_state", "1 for the state the test is in", labels=[*_TEST, "state"])
     elapsed = GaugeMetricFamily("maestro_test_elapsed_seconds", "time since the test started", labels=_TEST)
     expected = GaugeMetricFamily("maestro_test_expected_seconds", "how long the test should run", labels=_TEST)
+    info = GaugeMetricFamily(
+        "maestro_test_info", "1, with the test's kind and workload as labels", labels=[*_TEST, "kind", "workload"]
+    )
+    target = GaugeMetricFamily(
+        "maestro_test_target_rate", "the rate the senders are to send at, msg/s in all (not unbounded)", labels=_TEST
+    )
+    outcome = GaugeMetricFamily(
+        "maestro_test_outcome", "1 for the outcome of an ended test", labels=[*_TEST, "outcome"]
+    )
     counts = {
         "sent": CounterMetricFamily("maestro_test_messages_sent", "messages the senders sent", labels=_TEST),
         "received": CounterMetricFamily(
@@ -65,13 +76,18 @@ def _test_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
         for name in _STATES:
             state.add_metric([*labels, name], 1.0 if test.state == name else 0.0)
         elapsed.add_metric(labels, float(test.update.get("elapsed_s") or 0.0))
+        info.add_metric([*labels, str(test.update.get("kind", "")), str(test.update.get("workload", ""))], 1.0)
+        if rate := _number(test.update.get("target_rate")):
+            target.add_metric(labels, rate)
+        if test.update.get("state") == "finished" and test.update.get("outcome"):
+            outcome.add_metric([*labels, str(test.update["outcome"])], 1.0)
         if test.update.get("expected_s"):
             expected.add_metric(labels, float(test.update["expected_s"]))
         totals = _test_totals(test)
         for key, family in counts.items():
             family.add_metric(labels, totals[key])
         lost.add_metric(labels, totals["lost"])
-    yield from (state, elapsed, expected, *counts.values(), lost)
+    yield from (state, elapsed, expected, info, target, outcome, *counts.values(), lost)
 
 
 def _test_totals(test: LiveTest) -> dict[str, float]:
@@ -93,12 +109,12 @@ def _peer_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
     duplicates = CounterMetricFamily("maestro_peer_duplicate_messages", "messages received twice", labels=_PEER)
     lost = GaugeMetricFamily("maestro_peer_lost_messages", "gaps below the highest sequence seen", labels=_PEER)
     latency = GaugeMetricFamily(
-        "maestro_peer_latency_microseconds",
+        "maestro_peer_latency_seconds",
         "latency over the last interval (corrected for coordinated omission)",
         labels=[*_PEER, "quantile"],
     )
     lag = GaugeMetricFamily(
-        "maestro_peer_schedule_lag_microseconds",
+        "maestro_peer_schedule_lag_seconds",
         "how late sends left over the last interval",
         labels=[*_PEER, "quantile"],
     )
@@ -122,9 +138,9 @@ def _peer_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
                 errors.add_metric([*labels, str(kind)], _number(n))
             for quantile, key in (("0.5", "p50"), ("0.99", "p99"), ("1", "max")):
                 if f"latency_{key}_us" in peer:
-                    latency.add_metric([*labels, quantile], _number(peer[f"latency_{key}_us"]))
+                    latency.add_metric([*labels, quantile], _number(peer[f"latency_{key}_us"]) / 1e6)
                 if f"lag_{key}_us" in peer:
-                    lag.add_metric([*labels, quantile], _number(peer[f"lag_{key}_us"]))
+                    lag.add_metric([*labels, quantile], _number(peer[f"lag_{key}_us"]) / 1e6)
             if "cpu_percent" in peer:
                 cpu.add_metric(labels, _number(peer["cpu_percent"]))
             up.add_metric([*labels, str(peer.get("state", "starting"))], 1.0)

@@ -175,6 +175,9 @@ def build_report(
         )
     ]
     reason = f"<p>Reason: {html.escape(str(summary['reason']))}</p>" if summary["reason"] else ""
+    # What was tested, stated before any figure (the coordinator's line: test.json `workload`).
+    if record.get("workload"):
+        reason += f'<p class="workload">Workload: {html.escape(str(record["workload"]))}</p>'
     if summary["latency_untrusted"] and summary["latency_untrusted"] != summary["reason"]:
         reason += f'<p class="failure">Latency: {html.escape(summary["latency_untrusted"])}</p>'
     reason += "".join(f'<p class="failure">Generator-bound: {html.escape(why)}</p>' for why in generator_bound(peers))

@@ -30,9 +30,8 @@ from coordinator.cli.support import (
     report,
     scalar,
 )
-from coordinator.definitions import DefinitionError, TestDefinition
+from coordinator.definitions import DefinitionError, TestDefinition, workload
 from coordinator.definitions.declared import KINDS, build_test, load_test_file
-from coordinator.definitions.fixed_rate import FixedRateTest
 from coordinator.outcome.results import new_test_id
 from coordinator.outcome.storage import DATA_SERVER_ENV
 from coordinator.running.run import FINISHED
@@ -240,17 +239,6 @@ def cmd_test(args: argparse.Namespace) -> int:
         dead = maestro.dead_local_processes()
     print(result)
     return conclude("test", result, report(result, root, args.no_report), dead)
-
-
-def workload(test: TestDefinition) -> str:
-    """The test as it will run, in a line: kind, rate per client and in all, clients, size,
-    length, where (a URL's password hidden)."""
-    base = test if isinstance(test, FixedRateTest) else test.base  # a series' steps are its base test's
-    rate = f"{base.rate:g} msg/s per client, {base.target_rate():g} in all" if base.rate else "unbounded"
-    clients = f"{base.parallel} client(s) in each of {base.senders} sender(s) and {base.receivers} receiver(s)"
-    length = f"{base.count:,} messages per sender" if base.count is not None else f"{base.duration}"
-    urls = base.send_url if isinstance(base.send_url, str) else ", ".join(base.send_url)
-    return redact_text(f"{test.KIND}: {rate}; {clients}; {base.size} B; {length}, warm-up {base.warm_up}; {urls}")
 
 
 def _store_definition(data_server: str, test_id: str, text: str, token: str | None) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from coordinator.cli.support import add_where, conclude, given_broker, given_data_server, live_page, report
-from coordinator.definitions import FixedRateTest
+from coordinator.definitions import FixedRateTest, workload
 from coordinator.outcome.results import new_test_id
 from coordinator.running.local import LocalCluster, LocalError
 from coordinator.running.maestro import Maestro
@@ -76,6 +76,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             options={"inspector_interval_s": 1},
         )
         print(f"inspectors:     {', '.join(i.split('=')[0] for i in test.inspectors)}", flush=True)
+        print(f"workload:       {workload(test)}", flush=True)
         print(f"test id:        {test_id}", flush=True)
         print(f"live:           {live_page(data_server, test, test_id)}", flush=True)
         result = maestro.run(test, test_id=test_id, progress=not args.quiet, log_interval_s=args.log_interval)

@@ -14,6 +14,7 @@ from typing import Any
 from coordinator.definitions.fixed_rate import Action, DefinitionError, Fail, FixedRateTest, Flow, UnboundedTest
 from coordinator.definitions.request_reply import RequestReplyTest
 from coordinator.definitions.series_tests import IncrementalTest, RepeatedTest, SearchTest, SweepTest
+from protocol.secrets import redact_text
 
 __all__ = [
     "Action",
@@ -29,6 +30,7 @@ __all__ = [
     "TestDefinition",
     "UnboundedTest",
     "to_dict",
+    "workload",
 ]
 
 TestDefinition = FixedRateTest | IncrementalTest | SearchTest | RepeatedTest | SweepTest
@@ -37,3 +39,19 @@ TestDefinition = FixedRateTest | IncrementalTest | SearchTest | RepeatedTest | S
 def to_dict(test: TestDefinition) -> dict[str, Any]:
     """The definition as stored with the results (test.json)."""
     return {"kind": test.KIND, **dataclasses.asdict(test)}
+
+
+def workload(test: TestDefinition) -> str:
+    """The test as it will run, in a line, as the console, test.json, the report and the live page
+    state it first: kind, the load (rate per client and in all; a closed system's clients and
+    think time), clients per side, size, length, where (a URL's password hidden)."""
+    base = test if isinstance(test, FixedRateTest) else test.base  # a series' steps are its base test's
+    if isinstance(base, RequestReplyTest):
+        load = f"closed: {base.outstanding} outstanding per client, think time {base.think_time}"
+        clients = f"{base.parallel} client(s) in each of {base.senders} requester(s); {base.receivers} replier(s)"
+    else:
+        load = f"{base.rate:g} msg/s per client, {base.target_rate():g} in all" if base.rate else "unbounded"
+        clients = f"{base.parallel} client(s) in each of {base.senders} sender(s) and {base.receivers} receiver(s)"
+    length = f"{base.count:,} messages per sender" if base.count is not None else f"{base.duration}"
+    urls = base.send_url if isinstance(base.send_url, str) else ", ".join(base.send_url)
+    return redact_text(f"{test.KIND}: {load}; {clients}; {base.size} B; {length}, warm-up {base.warm_up}; {urls}")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from coordinator.definitions import FixedRateTest, TestDefinition, to_dict
+from coordinator.definitions import FixedRateTest, TestDefinition, to_dict, workload
 from coordinator.registry import PeerInfo
 from protocol.clock_correction import untrusted_latency
 
@@ -124,6 +124,7 @@ def phase_record(
         "name": test.name,
         "kind": "unbounded" if test.KIND == "fixed-rate" and not test.rate else test.KIND,
         "definition": to_dict(test),
+        "workload": workload(test),
         "target_rate": test.target_rate(),
         "labels": test.labels,
         "outcome": outcome,
@@ -154,6 +155,7 @@ def parent_record(
         "name": test.name,
         "kind": test.KIND,
         "definition": to_dict(test),
+        "workload": workload(test),
         "labels": test.labels,
         "started": started,
         "ended": now_iso() if outcome is not None else None,  # an opening record: still running

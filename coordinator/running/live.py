@@ -51,6 +51,8 @@ class LiveFeed:
     kind: str
     expected_s: float | None
     peers: list[PeerInfo]
+    workload: str = ""  # the test as it runs, in a line (coordinator.definitions.workload)
+    target_rate: float = 0.0  # msg/s in all; 0: unbounded, or a closed system
     started_s: float = field(default_factory=time.time)
     _counters: dict[str, dict[str, Any]] = field(default_factory=dict)  # by peer id
     _states: dict[str, str] = field(default_factory=dict)
@@ -127,6 +129,8 @@ class LiveFeed:
             "test_id": self.test_id,
             "name": self.name,
             "kind": self.kind,
+            "workload": self.workload,
+            "target_rate": self.target_rate,
             "started_s": self.started_s,
             "elapsed_s": time.time() - self.started_s,
             "expected_s": self.expected_s,

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from coordinator.bus.client import MaestroClient
-from coordinator.definitions import FixedRateTest
+from coordinator.definitions import FixedRateTest, workload
 from coordinator.errors import MaestroError, PeerRequestError, note_interruption
 from coordinator.outcome.results import TestResult, judge, now_iso, outages_between, peer_record, phase_record
 from coordinator.outcome.storage import ResultStore
@@ -74,7 +74,16 @@ class Phase:
     def __post_init__(self) -> None:
         self.actions = Actions.of(self.maestro, self.cast.agents, list(self.test.actions))
         t = self.test
-        self.live = LiveFeed(self.store, self.test_id, t.name, t.KIND, t.expected_seconds(), self.cast.everyone)
+        self.live = LiveFeed(
+            self.store,
+            self.test_id,
+            t.name,
+            t.KIND,
+            t.expected_seconds(),
+            self.cast.everyone,
+            workload=workload(t),
+            target_rate=t.target_rate(),
+        )
         self.course = PhaseCourse(self.test_id)  # what happened so far: failures, notes, who ended
         self.ending = Ending(self.maestro, self.cast, t.drain_timeout_s, self.course)
         # As the test starts: what it runs on, for a history to compare it with runs alike only.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -78,6 +79,13 @@ def test_maestro_demo_needs_nothing_but_the_install(tmp_path: Path) -> None:
     assert 0 <= starting < up, run.stderr
     report = json.loads((tmp_path / "results" / str(record["test_id"]) / "report" / "summary.json").read_text())
     assert (report["sent"], report["received"], report["outcome"]) == (1000, 1000, "success")
+    # The report states the workload under its outcome, as test.json records it (#40).
+    page = (tmp_path / "results" / str(record["test_id"]) / "report" / "index.html").read_text()
+    assert str(record["workload"]).startswith(
+        "fixed-rate: 100 msg/s per client, 200 in all; 2 client(s) in each of 1 sender(s) and 1 receiver(s); "
+        "256 B; 5s, warm-up 1s; kafka://127.0.0.1:"
+    ), record["workload"]
+    assert f'<p class="workload">Workload: {html.escape(str(record["workload"]))}</p>' in page
     # The demo's inspector watched the host; its CSV is with the rest.
     test_dir = tmp_path / "results" / str(record["test_id"])
     assert (test_dir / "inspector" / "inspector-1-demo" / "host-host.csv").read_text().count("\n") >= 3

@@ -95,7 +95,7 @@ def test_metrics_grow_during_a_run_and_end_at_the_summary(daemons: Daemons, data
     [(labels, sent)] = [(ls, v) for ls, v in samples["maestro_peer_messages_sent_total"] if ls["test_id"] == test_id]
     assert (labels["test_name"], labels["peer"], labels["role"]) == (name, "s1", "sender") and labels["host"]
     assert sent == 1600
-    latency = [ls["quantile"] for ls, _ in samples["maestro_peer_latency_microseconds"] if ls["test_id"] == test_id]
+    latency = [ls["quantile"] for ls, _ in samples["maestro_peer_latency_seconds"] if ls["test_id"] == test_id]
     assert sorted(latency) == ["0.5", "0.99", "1"]
     assert [v for ls, v in samples["maestro_peer_cpu_percent"] if ls["test_id"] == test_id and ls["peer"] == "s1"]
 
@@ -132,6 +132,11 @@ def test_the_live_page_gains_points_then_turns_into_the_report(
         assert seen[-1][1] >= 4, seen
         rows = browser.run("return document.querySelectorAll('#peers tbody tr').length")
         assert rows == 2
+        # The workload first, as the coordinator states it; latency in ms, for people (#40).
+        said = browser.run("return document.getElementById('workload').textContent")
+        assert said.startswith("Workload: fixed-rate: 100 msg/s per client, 100 in all; 1 client(s)"), said
+        headings = browser.run("return [...document.querySelectorAll('#peers th')].map(h => h.textContent)")
+        assert "latency p99 ms" in headings and "latency_p99_us" not in headings, headings
         # Then it turns into the report, which the data server builds when asked.
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and not browser.url().endswith("/report/index.html"):

@@ -7,9 +7,8 @@ import pytest
 
 from coordinator import Fail, FixedRateTest, Flow, IncrementalTest, RequestReplyTest, UnboundedTest
 from coordinator.cli.commands import test_from_args as definition_from_args
-from coordinator.cli.commands import workload
 from coordinator.cli.main import build_parser
-from coordinator.definitions import DefinitionError, RepeatedTest, SweepTest
+from coordinator.definitions import DefinitionError, RepeatedTest, SweepTest, workload
 from coordinator.definitions.declared import load_test_file
 from coordinator.outcome.junit import junit_xml
 from coordinator.outcome.results import TestResult, judge, loss_verdict

@@ -21,6 +21,8 @@ def _update(state: str = "running", **extra: Any) -> dict[str, Any]:
         "test_id": "t1",
         "name": "nightly",
         "kind": "fixed-rate",
+        "workload": "fixed-rate: 50 msg/s per client, 100 in all; 2 client(s) in each of 1 sender(s) and 1 receiver(s)",
+        "target_rate": 100.0,
         "started_s": 1.0,
         "elapsed_s": 5.0,
         "expected_s": 20.0,
@@ -57,17 +59,20 @@ def test_a_running_test_in_the_prometheus_text_format() -> None:
     peer = {"test_id": "t1", "test_name": "nightly", "peer": "s1", "role": "sender", "host": "a"}
     assert _value(s, "maestro_peer_messages_sent_total", **peer) == 500
     assert _value(s, "maestro_peer_errors_total", **peer, kind="refused") == 2
-    assert _value(s, "maestro_peer_schedule_lag_microseconds", **peer, quantile="0.99") == 40
+    assert _value(s, "maestro_peer_schedule_lag_seconds", **peer, quantile="0.99") == 40e-6
     assert _value(s, "maestro_peer_cpu_percent", **peer) == 12.5
     receiver = peer | {"peer": "r1", "role": "receiver", "host": "b"}
     assert _value(s, "maestro_peer_messages_received_total", **receiver) == 480
-    assert _value(s, "maestro_peer_latency_microseconds", **receiver, quantile="0.5") == 800
-    assert _value(s, "maestro_peer_latency_microseconds", **receiver, quantile="1") == 5000
+    assert _value(s, "maestro_peer_latency_seconds", **receiver, quantile="0.5") == 800e-6
+    assert _value(s, "maestro_peer_latency_seconds", **receiver, quantile="1") == 5000e-6
     assert _value(s, "maestro_peer_lost_messages", **receiver) == 3
     assert _value(s, "maestro_test_messages_sent_total", test_id="t1") == 500
     assert _value(s, "maestro_test_lost_messages", test_id="t1") == 3
     assert _value(s, "maestro_test_state", test_id="t1", state="running") == 1
     assert _value(s, "maestro_test_state", test_id="t1", state="finished") == 0
+    info = _value(s, "maestro_test_info", test_id="t1", kind="fixed-rate", workload=_update()["workload"])
+    assert info == 1 and _value(s, "maestro_test_target_rate", test_id="t1") == 100
+    assert not [n for n, _ in s if n == "maestro_test_outcome"]  # running: no outcome yet
     assert _value(s, "maestro_test_expected_seconds", test_id="t1") == 20
 
 
@@ -83,6 +88,8 @@ def test_a_finished_test_counts_what_its_summary_counts() -> None:
     assert _value(s, "maestro_test_lost_messages", test_id="t1") == 2
     assert _value(s, "maestro_peer_messages_sent_total", peer="s1") == 1000
     assert _value(s, "maestro_test_state", test_id="t1", state="finished") == 1
+    assert _value(s, "maestro_test_outcome", test_id="t1", outcome="success") == 1
+    assert [n for n, labels in s if n == "maestro_test_outcome"] == ["maestro_test_outcome"]  # that one only
     assert [p["elapsed_s"] for p in tests.tests["t1"].points] == [4.0, 5.0]  # the last post had none
 
 
