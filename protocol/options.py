@@ -65,6 +65,19 @@ class MessageSize:
     def fixed(self) -> bool:
         return self.min_bytes == self.max_bytes
 
+    @property
+    def mean_bytes(self) -> float:
+        """A sender draws each size uniformly from the range (worker.sender)."""
+        return (self.min_bytes + self.max_bytes) / 2
+
+
+def mean_message_bytes(value: Any) -> float | None:
+    """The mean bytes of a message of a test's `size` (for MB/s); None for a size that is not one."""
+    try:
+        return parse_message_size(value).mean_bytes
+    except (TypeError, ValueError):
+        return None
+
 
 _SIZE = re.compile(r"^(\d+)\s*(b|kb|kib|mb|mib)?$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 1000_000, "mib": 1024 * 1024}

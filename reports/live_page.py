@@ -24,6 +24,7 @@ const cell = v => v === undefined || v === null ? '' :
 const layout = (title, y) => ({title: {text: title}, height: 340, margin: {l: 70, r: 20, t: 40, b: 50},
   xaxis: {title: {text: 'elapsed (s)'}}, yaxis: {title: {text: y}, rangemode: 'tozero'}});
 let drawn = 0;
+let last = {};  // the newest point: the rates now
 
 function columns(points, key) { return points.map(p => p[key]); }
 // People read ms; the updates' keys keep their µs.
@@ -33,7 +34,7 @@ function millis(points, key) { return points.map(p => ms(p[key])); }
 const PEER_COLUMNS = [['name', 'peer'], ['role', 'role'], ['host', 'host'], ['state', 'state'],
   ['sent', 'sent'], ['received', 'received'], ['errors', 'errors'], ['missing', 'lost so far'],
   ['duplicates', 'duplicates'], ['latency_p50_us', 'latency p50 ms', ms], ['latency_p99_us', 'latency p99 ms', ms],
-  ['lag_p99_us', 'send lag p99 ms', ms], ['cpu_percent', 'CPU %']];
+  ['lag_p99_us', 'send lag p99 ms', ms], ['cpu_percent', 'CPU %%']];
 
 function draw(points) {
   const x = columns(points, 'elapsed_s');
@@ -46,6 +47,7 @@ function draw(points) {
     {x, y: millis(points, 'latency_p99_us'), name: 'p99', mode: 'lines'}],
     layout('Latency, worst receiver, per second', 'ms'), {responsive: true});
   drawn = points.length;
+  if (drawn) last = points[drawn - 1];
   root.dataset.firstPoints = drawn;
   root.dataset.points = drawn;
 }
@@ -58,7 +60,24 @@ function extend(points) {
   Plotly.extendTraces('latency', {x: [x, x], y: [millis(points, 'latency_p50_us'), millis(points, 'latency_p99_us')]},
     [0, 1]);
   drawn += points.length;
+  last = points[points.length - 1];
   root.dataset.points = drawn;
+}
+
+// Totals so far, and the rates now in msg/s and MB/s (10^6 B).
+function totals(update) {
+  const sum = (role, key) => update.peers.filter(p => !role || p.role === role)
+    .reduce((a, p) => a + (typeof p[key] === 'number' ? p[key] : 0), 0);
+  const errors = update.peers.reduce((a, p) => a + Object.values(p.errors || {}).reduce((x, y) => x + y, 0), 0);
+  const rate = v => {
+    if (typeof v !== 'number') return '-';
+    const mb = update.size_bytes ?
+      ` (${(v * update.size_bytes / 1e6).toLocaleString('en', {maximumSignificantDigits: 3})} MB/s)` : '';
+    return `${cell(v)} msg/s${mb}`;
+  };
+  return `sent ${cell(sum('sender', 'sent'))}, received ${cell(sum('receiver', 'received'))}, ` +
+    `lost so far ${cell(sum(null, 'missing'))}, duplicates ${cell(sum(null, 'duplicates'))}, errors ${cell(errors)}; ` +
+    `now sending ${rate(last.send_rate)}, receiving ${rate(last.receive_rate)}`;
 }
 
 function show(update) {
@@ -68,6 +87,7 @@ function show(update) {
     `${update.state}: ${Math.round(update.elapsed_s)} s${total}` +
     (update.outcome ? ` (${update.outcome}${update.reason ? ': ' + update.reason : ''})` : '');
   document.getElementById('workload').textContent = update.workload ? `Workload: ${update.workload}` : '';
+  document.getElementById('totals').textContent = totals(update);
   const rows = update.peers.map(p => '<tr>' + PEER_COLUMNS.map(([k, , unit]) => {
     let v = k === 'errors' && p.errors ? Object.values(p.errors).reduce((a, b) => a + b, 0) : p[k];
     if (unit) v = unit(v);
@@ -118,6 +138,7 @@ def live_page(test_id: str) -> str:
 <h1>{title}</h1>
 <p id="status">connecting</p>
 <p id="workload"></p>
+<p id="totals"></p>
 <div id="throughput"></div>
 <div id="latency"></div>
 <h2>Peers</h2>

@@ -16,6 +16,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from protocol.options import mean_message_bytes
 from reports.baseline import Thresholds, compare
 from reports.clocks import clock_corrections
 from reports.faults import fault_effects, peer_events, spark_gather, windows_from_events
@@ -149,6 +150,7 @@ def build_report(
         {"figure": "duplicates", "value": summary["duplicates"]},
         {"figure": "send rate, mean msg/s", "value": summary["send_rate"]["mean"]},
         {"figure": "receive rate, mean msg/s", "value": summary["receive_rate"]["mean"]},
+        *_megabytes(summary, (record.get("definition") or {}).get("size")),
         *(
             [{"figure": "latency", "value": f"no figure: {summary['latency_untrusted']}"}]
             if summary["latency_untrusted"]
@@ -228,6 +230,18 @@ _LOSS_LEGEND = (
     "Accepted: what the SUT acknowledged (blank where the driver's settings acknowledge nothing: at most "
     "once). Received: distinct sequence numbers."
 )
+
+
+def _megabytes(summary: dict[str, Any], size: object) -> list[dict[str, Any]]:
+    """The mean rates in MB/s (10^6 B) beside msg/s, where the message size is known (a range
+    of sizes by its mean)."""
+    mean = mean_message_bytes(size) if size is not None else None
+    if not mean:
+        return []
+    return [
+        {"figure": f"{side} rate, mean MB/s", "value": round(summary[f"{side}_rate"]["mean"] * mean / 1e6, 3)}
+        for side in ("send", "receive")
+    ]
 
 
 def _sut_counters_section(counters: list[dict[str, Any]]) -> str:

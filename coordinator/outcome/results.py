@@ -10,6 +10,7 @@ from typing import Any
 from coordinator.definitions import FixedRateTest, TestDefinition, to_dict, workload
 from coordinator.registry import PeerInfo
 from protocol.clock_correction import untrusted_latency
+from protocol.options import mean_message_bytes
 
 __all__ = [
     "TestResult",
@@ -60,27 +61,29 @@ class TestResult:
     def __str__(self) -> str:
         s = self.summary
         text = f"test {self.test_id}: {self.outcome}" + (f" ({self.reason})" if self.reason else "")
-        if "sent" in s:
-            send, receive = s["send_rate"]["mean"], s["receive_rate"]["mean"]
-            text += (
-                f"\n  sent {s['sent']:,}  received {s['received']:,}  lost {s['lost']:,}"
-                f"  duplicates {s['duplicates']:,}"
-                + (f"  (the SUT skipped {s['skipped_by_sut']:,})" if s.get("skipped_by_sut") else "")
-                + f"\n  send rate {send:,.1f} msg/s  receive rate {receive:,.1f} msg/s"
-                + f"\n  {latency_line(s)}"
-            )
-        if rr := s.get("request_reply"):
+        rr = s.get("request_reply")
+        if rr:  # a closed system leads with its response time; its legs are in it, not a "latency"
             response, law = rr["response_time_us"], rr["littles_law"]
             text += (
-                f"\n  closed system: {rr['requests']:,} requests, {rr['replies']:,} replies,"
-                f" {rr['timed_out']:,} timed out, {rr['late']:,} late; {rr['throughput_per_s']:,.1f} requests/s"
                 f"\n  response time p50 {response['p50'] / 1000:.3f} ms  p99 {response['p99'] / 1000:.3f} ms"
                 f"  (request leg p50 {rr['request_leg_us']['p50'] / 1000:.3f} ms, replier"
                 f" {rr['replier_us']['p50'] / 1000:.3f} ms, reply leg {rr['reply_leg_us']['p50'] / 1000:.3f} ms"
                 + (f", legs ± {rr['legs_uncertainty_us'] / 1000:.3f} ms" if rr.get("legs_uncertainty_us") else "")
                 + ")"
+                f"\n  closed system: {rr['requests']:,} requests, {rr['replies']:,} replies,"
+                f" {rr['timed_out']:,} timed out, {rr['late']:,} late; {rr['throughput_per_s']:,.1f} requests/s"
                 f"\n  Little's law: {law['clients']:g} waiting ≈ throughput x time {law['throughput_x_time']:.2f}"
                 f" ({law['deviation_percent']:+.1f} %)"
+            )
+        if "sent" in s:
+            send, receive = s["send_rate"]["mean"], s["receive_rate"]["mean"]
+            size = (self.record.get("definition") or {}).get("size")
+            text += (
+                f"\n  sent {s['sent']:,}  received {s['received']:,}  lost {s['lost']:,}"
+                f"  duplicates {s['duplicates']:,}"
+                + (f"  (the SUT skipped {s['skipped_by_sut']:,})" if s.get("skipped_by_sut") else "")
+                + f"\n  send rate {_rate(send, size)}  receive rate {_rate(receive, size)}"
+                + ("" if rr else f"\n  {latency_line(s)}")
             )
         best = self.record.get("max_sustainable")
         if best:
@@ -95,6 +98,14 @@ class TestResult:
             p99 = (row["latency_us"] or {}).get("p99", 0) / 1000
             text += f"\n  {point}: {row['outcome']}, {row['receive_rate'] or 0:,.1f} msg/s, p99 {p99:.3f} ms"
         return text
+
+
+def _rate(per_s: float, size: object) -> str:
+    """msg/s, and MB/s beside it where the message size is known (1 MB = 10^6 B, as PerfTest's;
+    a range of sizes by its mean)."""
+    mean = mean_message_bytes(size) if size is not None else None
+    mb = f" ({per_s * mean / 1e6:,.2f} MB/s)" if mean else ""
+    return f"{per_s:,.1f} msg/s{mb}"
 
 
 def latency_line(summary: dict[str, Any]) -> str:

@@ -53,6 +53,7 @@ class LiveFeed:
     peers: list[PeerInfo]
     workload: str = ""  # the test as it runs, in a line (coordinator.definitions.workload)
     target_rate: float = 0.0  # msg/s in all; 0: unbounded, or a closed system
+    size_bytes: float = 0.0  # a message's mean, for MB/s beside msg/s
     started_s: float = field(default_factory=time.time)
     _counters: dict[str, dict[str, Any]] = field(default_factory=dict)  # by peer id
     _states: dict[str, str] = field(default_factory=dict)
@@ -131,6 +132,7 @@ class LiveFeed:
             "kind": self.kind,
             "workload": self.workload,
             "target_rate": self.target_rate,
+            "size_bytes": self.size_bytes,
             "started_s": self.started_s,
             "elapsed_s": time.time() - self.started_s,
             "expected_s": self.expected_s,

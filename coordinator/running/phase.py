@@ -39,6 +39,7 @@ from protocol.notes import (
     TestFailed,
     TestSucceeded,
 )
+from protocol.options import mean_message_bytes
 from protocol.testbed import testbed_record
 
 __all__ = ["Phase"]
@@ -83,6 +84,7 @@ class Phase:
             self.cast.everyone,
             workload=workload(t),
             target_rate=t.target_rate(),
+            size_bytes=mean_message_bytes(t.size) or 0.0,
         )
         self.course = PhaseCourse(self.test_id)  # what happened so far: failures, notes, who ended
         self.ending = Ending(self.maestro, self.cast, t.drain_timeout_s, self.course)

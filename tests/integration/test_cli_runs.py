@@ -25,6 +25,7 @@ from support.waiting import until_blocking
 from coordinator.running.local import LocalCluster
 from protocol.notes import PeerOnline
 from protocol.topics import Topics
+from reports.page import cell
 
 
 def maestro(
@@ -86,6 +87,9 @@ def test_maestro_demo_needs_nothing_but_the_install(tmp_path: Path) -> None:
         "256 B; 5s, warm-up 1s; kafka://127.0.0.1:"
     ), record["workload"]
     assert f'<p class="workload">Workload: {html.escape(str(record["workload"]))}</p>' in page
+    # MB/s beside msg/s: 256 B a message at the receive rate the summary has (#40).
+    megabytes = round(report["receive_rate"]["mean"] * 256 / 1e6, 3)
+    assert f"<td>receive rate, mean MB/s</td><td>{cell(megabytes)}</td>" in page, page
     # The demo's inspector watched the host; its CSV is with the rest.
     test_dir = tmp_path / "results" / str(record["test_id"])
     assert (test_dir / "inspector" / "inspector-1-demo" / "host-host.csv").read_text().count("\n") >= 3

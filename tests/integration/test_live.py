@@ -4,6 +4,7 @@ page in a real browser, which turns into the report when the test ends."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import urllib.request
@@ -116,6 +117,7 @@ def test_the_live_page_gains_points_then_turns_into_the_report(
         assert browser.run(f"return document.querySelector('#running a[href=\"/live/{test_id}\"]') !== null")
         browser.open(f"{url}/live/{test_id}")
         seen = []
+        said: list[Any] = ["", "", []]
         while thread.is_alive() and len(seen) < 8:
             time.sleep(1.5)
             seen.append(browser.run("return [Number(document.documentElement.dataset.points || 0), "
@@ -123,6 +125,9 @@ def test_the_live_page_gains_points_then_turns_into_the_report(
                                     "document.documentElement.dataset.jsErrors || '']"))  # fmt: skip
             if len(seen) == 4:
                 browser.screenshot(artifacts_dir() / "live-page.png")
+                said = browser.run("return [document.getElementById('workload').textContent, "
+                                   "document.getElementById('totals').textContent, "
+                                   "[...document.querySelectorAll('#peers th')].map(h => h.textContent)]")  # fmt: skip
         first = browser.run("return Number(document.documentElement.dataset.firstPoints)")
         thread.join(90)
         assert results and results[0].outcome == "success", results and results[0].reason
@@ -132,10 +137,13 @@ def test_the_live_page_gains_points_then_turns_into_the_report(
         assert seen[-1][1] >= 4, seen
         rows = browser.run("return document.querySelectorAll('#peers tbody tr').length")
         assert rows == 2
-        # The workload first, as the coordinator states it; latency in ms, for people (#40).
-        said = browser.run("return document.getElementById('workload').textContent")
-        assert said.startswith("Workload: fixed-rate: 100 msg/s per client, 100 in all; 1 client(s)"), said
-        headings = browser.run("return [...document.querySelectorAll('#peers th')].map(h => h.textContent)")
+        # While it ran: the workload first, as the coordinator states it; totals so far and the
+        # rates now in msg/s and MB/s; latency in ms, for people (#40).
+        workload, sums, headings = said
+        assert workload.startswith("Workload: fixed-rate: 100 msg/s per client, 100 in all; 1 client(s)"), workload
+        now = r"[\d,.]+ msg/s \([\d.]+ MB/s\)"
+        counts = r"sent [\d,]+, received [\d,]+, lost so far \d+, duplicates \d+, errors \d+"
+        assert re.fullmatch(rf"{counts}; now sending {now}, receiving {now}", sums), sums
         assert "latency p99 ms" in headings and "latency_p99_us" not in headings, headings
         # Then it turns into the report, which the data server builds when asked.
         deadline = time.monotonic() + 180

@@ -1,0 +1,56 @@
+"""The console's lines of a result: rates in msg/s and MB/s, and a closed system's response
+time first (#40: "latency p50 2.4 ms" was its request leg, the response took 10.7 ms)."""
+
+from typing import Any
+
+from coordinator.outcome.results import TestResult
+
+_COUNTS = {"sent": 20_000, "received": 20_000, "lost": 0, "duplicates": 0}
+
+
+def _summary(**extra: Any) -> dict[str, Any]:
+    return (
+        _COUNTS
+        | {
+            "send_rate": {"mean": 10_000.0, "min": 9_990.0, "max": 10_010.0},
+            "receive_rate": {"mean": 9_500.0, "min": 9_000.0, "max": 10_000.0},
+            "latency_us": {"p50": 2_400.0, "p99": 9_000.0, "max": 12_000.0},
+            "latency_samples": 20_000,
+        }
+        | extra
+    )
+
+
+def test_rates_carry_mb_per_s_from_the_message_size() -> None:
+    result = TestResult("t-1", "success", None, _summary(), {"definition": {"size": 1024}}, "")
+    lines = str(result).splitlines()
+    # 10,000 msg/s x 1,024 B = 10.24 MB/s; 9,500 x 1,024 = 9.728.
+    assert lines[2] == "  send rate 10,000.0 msg/s (10.24 MB/s)  receive rate 9,500.0 msg/s (9.73 MB/s)"
+    assert lines[3].startswith("  latency p50 2.400 ms  p99 9.000 ms")
+
+
+def test_without_a_size_the_rates_are_msg_per_s_only() -> None:
+    lines = str(TestResult("t-1", "success", None, _summary(), {}, "")).splitlines()
+    assert lines[2] == "  send rate 10,000.0 msg/s  receive rate 9,500.0 msg/s"
+
+
+def test_a_closed_system_leads_with_its_response_time_and_has_no_latency_line() -> None:
+    rr = {
+        "requests": 1_000,
+        "replies": 998,
+        "timed_out": 2,
+        "late": 0,
+        "throughput_per_s": 186.9,
+        "response_time_us": {"p50": 10_700.0, "p99": 15_000.0},
+        "request_leg_us": {"p50": 2_400.0},
+        "replier_us": {"p50": 5_100.0},
+        "reply_leg_us": {"p50": 3_100.0},
+        "littles_law": {"clients": 2, "throughput_x_time": 2.01, "deviation_percent": 0.5},
+    }
+    result = TestResult("t-2", "success", None, _summary(request_reply=rr), {"definition": {"size": 256}}, "")
+    lines = str(result).splitlines()
+    assert lines[1] == (
+        "  response time p50 10.700 ms  p99 15.000 ms  (request leg p50 2.400 ms, replier 5.100 ms, reply leg 3.100 ms)"
+    )
+    assert lines[2].startswith("  closed system: 1,000 requests, 998 replies, 2 timed out")
+    assert not [line for line in lines if "latency" in line], lines
