@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,16 @@ from support.synthetic import T0_US, edit_peer_json, one_loss_one_duplicate
 
 from protocol.hdr import new_histogram
 from protocol.sequences import SequenceTracker, dump_bitsets
-from reports.summary import DISTRIBUTION, generator_bound, inspector_shortfalls, rate_of, read_peers, summarize
+from reports.summary import (
+    DISTRIBUTION,
+    _nagle_hints,
+    generator_bound,
+    inspector_shortfalls,
+    rate_of,
+    read_peers,
+    read_test_json,
+    summarize,
+)
 
 
 def rate_over_seconds(times_us: list[int]) -> dict[str, float]:
@@ -420,3 +430,100 @@ def test_clock_paths_and_the_uncertainty_to_a_tenth(tmp_path: Path) -> None:
     s = summarize(test, record=record)
     assert s["clock_paths"] == ["mqtt", "udp"]  # the receivers' through the broker, the sender's direct
     assert s["latency_uncertainty_us"] == 10.0 and isinstance(s["latency_uncertainty_us"], float)
+
+
+def test_a_second_without_arrivals_counts_as_zero_in_the_rates() -> None:
+    # Seconds 1 and 3 whole with 10 each, second 2 silent (a broker restart): min 0, mean 20 / 3.
+    times = [T0_US + 500_000] + [T0_US + s * 1_000_000 + i * 100_000 for s in (1, 3) for i in range(10)]
+    times += [T0_US + 4_000_000]
+    assert rate_over_seconds(times) == {"mean": pytest.approx(20 / 3), "min": 0.0, "max": 10.0}
+
+
+def test_test_json_is_read_through_the_folder_descriptor_and_never_through_a_link(tmp_path: Path) -> None:
+    folder = tmp_path / "t1"
+    folder.mkdir()
+    (folder / "test.json").write_text(json.dumps({"test_id": "t1", "outcome": "success"}))
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        # Through the descriptor alone: the path given is not read.
+        assert read_test_json(Path("/nonexistent"), dir_fd=fd) == {"test_id": "t1", "outcome": "success"}
+    finally:
+        os.close(fd)
+    # A link named test.json, to a record elsewhere, is not followed, by path or by descriptor.
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({"test_id": "elsewhere"}))
+    linked = tmp_path / "t2"
+    linked.mkdir()
+    (linked / "test.json").symlink_to(outside)
+    assert read_test_json(linked) == {}
+    fd = os.open(linked, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert read_test_json(Path("/nonexistent"), dir_fd=fd) == {}
+    finally:
+        os.close(fd)
+    # A record that is not an object is no record.
+    (folder / "test.json").write_text("[1, 2]")
+    assert read_test_json(folder) == {}
+
+
+@pytest.mark.parametrize(
+    ("run", "flagged"),
+    [
+        ((1_795_000_000 * 10**9, 60.0, 1.0, 30), "30 of about 61"),  # on the wall clock, as peers record
+        ((0, 59.0, 1.0, 30), None),  # 60 expected: exactly half is not under half
+        ((0, 60.0, 0.0, 1), None),  # no interval: one sample at the start is all
+        ((0, 0.5, 0.125, 2), "2 of about 5"),  # under a second at 125 ms
+    ],
+)
+def test_an_inspectors_expected_samples_at_their_edges(
+    tmp_path: Path, run: tuple[int, float, float, int], flagged: str | None
+) -> None:
+    started_ns, ran_s, interval_s, samples = run  # started (ns), ran for (s), interval (s), samples
+    test = one_loss_one_duplicate(tmp_path)
+    folder = test / "inspector" / "i1"
+    folder.mkdir(parents=True)
+    inspector = {"interval_s": interval_s, "samples": samples, "errors": 0, "last_error": None}
+    ended_ns = started_ns + int(ran_s * 1e9)
+    info = {"name": "i1", "role": "inspector", "host": "h", "started_ns": started_ns, "ended_ns": ended_ns}
+    (folder / "peer.json").write_text(json.dumps(info | {"inspectors": {"rabbitmq": inspector}}))
+    expected = [f"inspector rabbitmq on i1 collected {flagged} samples (0 failed)"] if flagged else []
+    assert inspector_shortfalls(read_peers(test)) == expected
+
+
+@pytest.mark.parametrize(
+    ("cpu", "loop_ms", "bound"),
+    [(89.9, 99.9, False), (90.0, 0.0, True), (0.0, 100.0, True)],
+)
+def test_generator_bound_from_90_percent_of_a_core_or_a_loop_100_ms_late(
+    tmp_path: Path, cpu: float, loop_ms: float, bound: bool
+) -> None:
+    test = one_loss_one_duplicate(tmp_path)
+    busy = {"self_monitor": {"cpu_percent_mean": cpu, "loop_lag_ms_max": loop_ms}, "schedule_lag_us": None}
+    edit_peer_json(test / "sender" / "s1" / "peer.json", lambda info: info.update(busy))
+    found = generator_bound(read_peers(test))
+    assert found == (
+        [
+            f"sender s1 used {cpu:.0f} % of a core on average (event loop up to {loop_ms:.0f} ms late, schedule "
+            "lag p99 0.0 ms): these figures show the generator's limit, not the SUT's"
+        ]
+        if bound
+        else []
+    )
+
+
+def _nagle(share_at_40_ms: int, of: int) -> Any:
+    histogram = new_histogram()
+    histogram.record_value(40_000, share_at_40_ms)
+    histogram.record_value(1_000, of - share_at_40_ms)
+    return histogram
+
+
+def test_a_nagle_hint_from_a_quarter_of_the_samples_at_36_to_50_ms() -> None:
+    hint = (
+        "25% of the reply leg samples lie at 36-50 ms: the mark of Nagle's algorithm against delayed ACKs (40 ms) "
+        "on some connection of the path; TCP_NODELAY on the client or the broker (Mosquitto: set_tcp_nodelay true) "
+        "removes it"
+    )
+    assert _nagle_hints({"reply leg": _nagle(25, 100)}) == [hint]
+    assert _nagle_hints({"reply leg": _nagle(24, 100)}) == []
+    assert _nagle_hints({"reply leg": _nagle(1, 10)}) == []
