@@ -2,7 +2,9 @@
 each one's latest update and its points per second, in memory, for the live page, the index
 and `/metrics`.
 
-    POST /api/live/{test_id}          an update (with the bearer token, as uploads)
+    POST /api/live/{test_id}          an update (with the bearer token, as uploads); the answer
+                                      carries `stop` once a stop was asked
+    POST /api/live/{test_id}/stop     ask the test's coordinator to stop it (with the bearer token)
     GET  /api/live                    the tests running now, and those finished in the last minutes
     GET  /api/live/{test_id}          one test's latest update with every point so far
     GET  /api/live/{test_id}/events   server-sent events: each update as it comes, with its new points
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -31,6 +34,8 @@ from reports.paths import UnsafePathError, check_test_id
 
 __all__ = ["LiveTest", "LiveTests", "live_router"]
 
+log = logging.getLogger(__name__)
+
 SILENT_AFTER_S = 30.0
 FORGET_AFTER_S = 600.0
 MAX_POINTS = 200_000  # a point a second: more than two days
@@ -44,6 +49,7 @@ class LiveTest:
     points: list[dict[str, Any]] = field(default_factory=list)
     version: int = 0
     seen_mono: float = field(default_factory=time.monotonic)
+    stop: str | None = None  # why its coordinator is to stop it, once asked (the answer to its next post)
 
     @property
     def state(self) -> str:
@@ -145,8 +151,24 @@ async def post_live(test_id: str, request: Request) -> dict[str, Any]:
         raise HTTPException(400, f'the body must be a live update of test {test_id} ({{"test_id": ..., ...}})')
     if not isinstance(update.get("peers", []), list) or not isinstance(update.get("points", []), list):
         raise HTTPException(400, "peers and points must be lists")
-    await _tests(request).post(test_id, update)
-    return {"test_id": test_id, "status": "taken"}
+    tests = _tests(request)
+    await tests.post(test_id, update)
+    stop = tests.tests[test_id].stop
+    return {"test_id": test_id, "status": "taken"} | ({"stop": stop} if stop else {})
+
+
+@live_router.post("/api/live/{test_id}/stop")
+async def stop_live(test_id: str, request: Request) -> dict[str, Any]:
+    """The live page's stop button: the coordinator learns it from the answer to its next post
+    (a second at most) and stops the test as Ctrl-C would, its files collected."""
+    check_token(request)
+    test = _tests(request).tests.get(_checked(test_id))
+    if test is None or test.state != "running":
+        raise HTTPException(409, f"test {test_id} is not running here")
+    who = request.client.host if request.client else "unknown"
+    test.stop = f"stopped from the live page (by {who})"
+    log.warning("test %s: %s", test_id, test.stop)
+    return {"test_id": test_id, "status": "stop asked"}
 
 
 # The routes that read the tests run on the event loop, as the posts that change them do.

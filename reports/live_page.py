@@ -88,6 +88,7 @@ function show(update) {
     (update.outcome ? ` (${update.outcome}${update.reason ? ': ' + update.reason : ''})` : '');
   document.getElementById('workload').textContent = update.workload ? `Workload: ${update.workload}` : '';
   document.getElementById('totals').textContent = totals(update);
+  document.getElementById('stop').hidden = update.state !== 'running';
   const rows = update.peers.map(p => '<tr>' + PEER_COLUMNS.map(([k, , unit]) => {
     let v = k === 'errors' && p.errors ? Object.values(p.errors).reduce((a, b) => a + b, 0) : p[k];
     if (unit) v = unit(v);
@@ -95,6 +96,26 @@ function show(update) {
   }).join('') + '</tr>');
   document.getElementById('peers').innerHTML = '<thead><tr>' + PEER_COLUMNS.map(([, h]) => `<th>${h}</th>`).join('')
     + '</tr></thead><tbody>' + rows.join('') + '</tbody>';
+}
+
+// The stop button: the data server passes the stop to the test's coordinator, which stops the
+// test as Ctrl-C would. A server with a token wants it (asked for, never kept).
+async function askStop() {
+  if (!confirm('Stop this test? Its coordinator stops it as Ctrl-C would, and collects its files.')) return;
+  const button = document.getElementById('stop');
+  let headers = {};
+  for (;;) {
+    const answer = await fetch(`/api/live/${encodeURIComponent(testId)}/stop`, {method: 'POST', headers});
+    if (answer.status === 401) {
+      const token = prompt("This data server's token (the coordinator's --token-file holds it)");
+      if (!token) return;
+      headers = {Authorization: `Bearer ${token.trim()}`};
+      continue;
+    }
+    button.textContent = answer.ok ? 'stop asked' : `not stopped (${answer.status})`;
+    button.disabled = answer.ok;
+    return;
+  }
 }
 
 function finish() {
@@ -137,6 +158,7 @@ def live_page(test_id: str) -> str:
 {ERRORS_JS}<script src="/assets/plotly.min.js"></script><style>{STYLE}</style></head><body>
 <h1>{title}</h1>
 <p id="status">connecting</p>
+<button id="stop" type="button" hidden onclick="askStop()">Stop the test</button>
 <p id="workload"></p>
 <p id="totals"></p>
 <div id="throughput"></div>

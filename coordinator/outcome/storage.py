@@ -47,8 +47,9 @@ class ResultStore(Protocol):
         """test.json and junit.xml; a failure is noted in the result, never raised."""
         ...
 
-    def post_live(self, test_id: str, update: dict[str, Any]) -> None:
-        """A running test's live statistics (coordinator.running.live); OSError when not taken."""
+    def post_live(self, test_id: str, update: dict[str, Any]) -> str | None:
+        """A running test's live statistics (coordinator.running.live); OSError when not taken.
+        Why the test is to stop, when that was asked of the data server."""
         ...
 
     def open(self, test_id: str, record: dict[str, Any]) -> None:
@@ -123,7 +124,7 @@ class DataServer:
             return []
         return records
 
-    def post_live(self, test_id: str, update: dict[str, Any]) -> None:
+    def post_live(self, test_id: str, update: dict[str, Any]) -> str | None:
         # No URL from the test reaches it: the update carries counters, names and hosts only.
         request = urllib.request.Request(
             f"{self.url.rstrip('/')}/api/live/{test_id}",
@@ -134,12 +135,16 @@ class DataServer:
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token}")
         try:
-            with urllib.request.urlopen(request, timeout=_LIVE_TIMEOUT_S):
-                pass
+            with urllib.request.urlopen(request, timeout=_LIVE_TIMEOUT_S) as response:
+                answer = json.loads(response.read() or b"{}")
         except urllib.error.HTTPError as exc:
             raise OSError(f"data server answered {exc.code}") from exc
         except urllib.error.URLError as exc:
             raise OSError(f"data server at {self.url}: {exc.reason}") from exc
+        except ValueError as exc:
+            raise OSError(f"data server at {self.url} answered no JSON") from exc
+        stop = answer.get("stop") if isinstance(answer, dict) else None
+        return str(stop) if stop else None
 
     def record(self, test_id: str) -> dict[str, Any] | None:
         """test.json as the data server holds it, if it does."""

@@ -31,8 +31,9 @@ _POST_EVERY_S = 1.0
 
 
 class LiveSink(Protocol):
-    def post_live(self, test_id: str, update: dict[str, Any]) -> None:
-        """Send one update; raises OSError when it could not."""
+    def post_live(self, test_id: str, update: dict[str, Any]) -> str | None:
+        """Send one update; raises OSError when it could not. Returns why the test is to stop
+        when someone asked the data server to stop it (the live page's button), else None."""
         ...
 
 
@@ -65,6 +66,7 @@ class LiveFeed:
     _final: dict[str, Any] | None = None
     _thread: threading.Thread | None = None
     _warned: bool = False
+    stop_asked: str | None = None  # the data server's answer: why the test is to stop
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._post_loop, name=f"live-{self.test_id}", daemon=True)
@@ -108,7 +110,8 @@ class LiveFeed:
                 update, points, final = self._update(), self._points, self._final
                 self._points = []
             try:
-                self.sink.post_live(self.test_id, update | {"points": points})
+                if stop := self.sink.post_live(self.test_id, update | {"points": points}):
+                    self.stop_asked = stop  # the phase's watch reads it within half a second
             except OSError as exc:
                 with self._lock:
                     self._points = points + self._points  # with the next post

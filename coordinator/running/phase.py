@@ -241,6 +241,9 @@ class Phase:
                     progress.feed(report)
                     self.live.feed(report)
             progress.show()
+            if self.live.stop_asked:  # the live page's stop button, through the data server
+                self.fail(self.live.stop_asked)
+                break
             lost = m.lost_among(involved)
             self.live.tick(self.course.finished, {p.peer_id for p in lost})
             if lost:

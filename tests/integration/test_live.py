@@ -7,6 +7,7 @@ import json
 import re
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -20,6 +21,7 @@ from support.runs import run_with
 
 from coordinator import TestResult
 from coordinator.definitions.fixed_rate import FixedRateTest
+from coordinator.running.local import LocalCluster
 
 pytestmark = [pytest.mark.mosquitto, pytest.mark.rabbitmq]
 
@@ -117,7 +119,7 @@ def test_the_live_page_gains_points_then_turns_into_the_report(
         assert browser.run(f"return document.querySelector('#running a[href=\"/live/{test_id}\"]') !== null")
         browser.open(f"{url}/live/{test_id}")
         seen = []
-        said: list[Any] = ["", "", []]
+        said: list[Any] = ["", "", [], True]
         while thread.is_alive() and len(seen) < 8:
             time.sleep(1.5)
             seen.append(browser.run("return [Number(document.documentElement.dataset.points || 0), "
@@ -127,7 +129,8 @@ def test_the_live_page_gains_points_then_turns_into_the_report(
                 browser.screenshot(artifacts_dir() / "live-page.png")
                 said = browser.run("return [document.getElementById('workload').textContent, "
                                    "document.getElementById('totals').textContent, "
-                                   "[...document.querySelectorAll('#peers th')].map(h => h.textContent)]")  # fmt: skip
+                                   "[...document.querySelectorAll('#peers th')].map(h => h.textContent), "
+                                   "document.getElementById('stop').hidden]")  # fmt: skip
         first = browser.run("return Number(document.documentElement.dataset.firstPoints)")
         thread.join(90)
         assert results and results[0].outcome == "success", results and results[0].reason
@@ -139,7 +142,8 @@ def test_the_live_page_gains_points_then_turns_into_the_report(
         assert rows == 2
         # While it ran: the workload first, as the coordinator states it; totals so far and the
         # rates now in msg/s and MB/s; latency in ms, for people (#40).
-        workload, sums, headings = said
+        workload, sums, headings, stop_hidden = said
+        assert not stop_hidden  # the stop button, while it runs
         assert workload.startswith("Workload: fixed-rate: 100 msg/s per client, 100 in all; 1 client(s)"), workload
         now = r"[\d,.]+ msg/s \([\d.]+ MB/s\)"
         counts = r"sent [\d,]+, received [\d,]+, lost so far \d+, duplicates \d+, errors \d+"
@@ -160,3 +164,48 @@ def test_the_live_page_gains_points_then_turns_into_the_report(
         link = f'#finished a[href="/results/{test_id}/report/"]'
         assert browser.run(f"return document.querySelector('{link}') !== null")
         assert "success" in browser.run("return document.querySelector('#finished').textContent")
+
+
+def _ask_stop(url: str, test_id: str, token: str | None) -> int:
+    request = urllib.request.Request(f"{url}/api/live/{test_id}/stop", data=b"", method="POST")
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_the_live_pages_stop_needs_the_token_then_stops_the_test_as_ctrl_c_would(
+    daemons: Daemons, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#40: the stop button posts to the data server, which tells the coordinator in the answer
+    to its next live post; a server with a token takes the stop only with it."""
+    token_file = tmp_path / "token"
+    token_file.write_text("t0ken-for-the-live-stop\n")
+    token_file.chmod(0o600)
+    monkeypatch.setenv("MAESTRO_TOKEN_FILE", str(token_file))  # the server, the daemons, the coordinator
+    with LocalCluster(tmp_path / "server-logs", broker_url="unused") as local:
+        url = local.data_server(tmp_path / "results")
+        daemons.start("maestro-worker", "s1", "--role", "sender")
+        daemons.start("maestro-worker", "r1", "--role", "receiver")
+        name = f"stop {uuid.uuid4().hex[:6]}"
+        test = FixedRateTest(send_url=_queue(), rate=100, duration="60s", name=name)
+        thread, results = _in_background(daemons, url, test)
+        test_id = _running_test(url, name)
+        time.sleep(3)
+        assert _ask_stop(url, test_id, None) == 401
+        assert _ask_stop(url, test_id, "not-the-token") == 401
+        assert _ask_stop(url, "no-such-test", "t0ken-for-the-live-stop") == 409
+        assert thread.is_alive()  # the refused asks stopped nothing
+        asked = time.monotonic()
+        assert _ask_stop(url, test_id, "t0ken-for-the-live-stop") == 200
+        thread.join(60)
+        assert results, "the test did not end"
+        result = results[0]
+        assert (result.outcome, result.reason) == ("failure", "stopped from the live page (by 127.0.0.1)")
+        assert time.monotonic() - asked < 20, "stopped long after it was asked"  # drain and collection included
+        # Stopped as Ctrl-C would: the senders stopped early, and what they sent all arrived.
+        s = result.summary
+        assert 0 < s["sent"] < 6000 and s["received"] == s["sent"] and s["lost"] == 0, s

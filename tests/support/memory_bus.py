@@ -57,6 +57,7 @@ class SimulatedPeer:
     busy_with: str = ""  # a test it runs for someone else
     lose_answers: int = 0  # this many of its first answers never reach the coordinator
     drain_lost: bool = False  # its DrainComplete never reaches the coordinator
+    finishes: bool = True  # a sender ends its run at once; False: it sends until told to stop
     answered: dict[str, list[Note]] = field(default_factory=dict)  # by request id, as the runtime keeps them
     out_s: float = 0.0  # the way from the coordinator to it
     back_s: float = 0.0  # the way back
@@ -110,6 +111,13 @@ class SimulatedPeer:
                 self.options |= note.options
             case StartTest():
                 self.test_id = note.test_id
+            case StartWorker() if self.role == Role.SENDER and not self.finishes:
+                return [OkResponse(header=reply)]
+            case StopWorker() if self.role == Role.SENDER and not self.finishes:
+                return [
+                    OkResponse(header=reply),
+                    TestSucceeded(test_id=self.test_id, message="sent", header=self.header()),
+                ]
             case StartWorker() if self.role == Role.SENDER:
                 reason = self.verdict(self.options)
                 verdict: Note = (
@@ -271,6 +279,7 @@ class MemoryStore:
     clocks_given: list[dict[str, Any]] | None = None
     live: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     opened: dict[str, dict[str, Any]] = field(default_factory=dict)  # opening records, by test id
+    stop: str | None = None  # a stop asked of it: the answer to every live post from then on
 
     def summary(self, test_id: str, peers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         self.clocks_given = peers
@@ -279,8 +288,9 @@ class MemoryStore:
     def store(self, result: TestResult, cases: list[TestResult]) -> None:
         self.stored.append(result)
 
-    def post_live(self, test_id: str, update: dict[str, Any]) -> None:
+    def post_live(self, test_id: str, update: dict[str, Any]) -> str | None:
         self.live.append((test_id, update))
+        return self.stop  # as the data server answers once its live page's stop was pressed
 
     def open(self, test_id: str, record: dict[str, Any]) -> None:
         self.opened[test_id] = record

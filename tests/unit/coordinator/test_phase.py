@@ -3,6 +3,7 @@ ends a phase, and a search that finds a known limit."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import replace
 
@@ -83,6 +84,23 @@ def test_a_sender_that_fails_ends_the_phase_and_everyone_is_still_drained_and_co
     assert not result.passed
     assert result.reason == "s1@memory: latency p99 12 ms over the 10 ms bound"
     assert not any(isinstance(n, StopWorker) for n in sender.received)  # its failure was its end
+    assert any(isinstance(n, DrainRequest) for n in receiver.received)
+    assert all(any(isinstance(n, LogRequest) for n in p.received) for p in (sender, receiver))
+
+
+def test_a_stop_asked_on_the_live_page_ends_the_phase_as_ctrl_c_would() -> None:
+    """The data server answers a live post with the stop its live page's button asked for; the
+    phase fails for that reason within a second or two, and stops, drains and collects everyone."""
+    sender = SimulatedPeer("s1", Role.SENDER, finishes=False)
+    receiver = SimulatedPeer("r1", Role.RECEIVER)
+    client, _ = memory_client([sender, receiver])
+    store = MemoryStore(stop="stopped from the live page (by 127.0.0.1)")
+    test = replace(TEST, duration="60s")
+    started = time.monotonic()
+    result = Phase(client, test, "t-9", store, Cast.choose(client, test), show_progress=False).run()
+    assert (result.outcome, result.reason) == ("failure", "stopped from the live page (by 127.0.0.1)")
+    assert time.monotonic() - started < 10  # not the test's 60 s
+    assert any(isinstance(n, StopWorker) for n in sender.received)
     assert any(isinstance(n, DrainRequest) for n in receiver.received)
     assert all(any(isinstance(n, LogRequest) for n in p.received) for p in (sender, receiver))
 
