@@ -91,6 +91,13 @@ def _endpoint(url: str | None) -> Endpoint | None:
         return None
 
 
+def destination_of(url: str | None) -> str | None:
+    """The queue, topic, stream or subject a SUT URL names (`%d` where it is numbered per
+    client), for the report to tell the test's own from the rest of the broker."""
+    endpoint = _endpoint(url)
+    return endpoint.destination if endpoint is not None and endpoint.destination else None
+
+
 def _queue_of(url: str | None) -> tuple[str, str] | None:
     """(vhost, queue) of an AMQP 0-9-1 SUT that a sender publishes to the queue of (no
     exchange of its own): the queue whose counters are the SUT's for that sender."""

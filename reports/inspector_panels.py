@@ -5,11 +5,17 @@ A column's unit comes from its name, as the inspectors name them (inspector/sour
 friends): `*_percent`, `*_bytes`, `memory*`/`mem_*`, `*_rate`, `*_s`; anything else counts.
 Long runs are thinned for drawing only (every k-th sample, at most `MAX_POINTS` a series):
 a day of 1 s samples stays responsive, and no figure is computed from the thinned series.
+
+A broker's tables list every queue it has, other users' too: where some rows are the test's
+own destinations, the rest are drawn hidden, one click away in the legend. Bytes are drawn in
+the binary unit that fits the panel's largest value (B, KiB, MiB, GiB, TiB).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import plotly.graph_objects as go
@@ -54,13 +60,34 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def inspector_panels(tables: dict[str, list[dict[str, str]]]) -> list[str]:
-    """One chart per (table, unit), titled with both, as HTML."""
-    return [figure(fig, title, axis) for title, axis, fig in inspector_figures(tables)]
+def inspector_panels(tables: dict[str, list[dict[str, str]]], destinations: Iterable[str] = ()) -> list[str]:
+    """One chart per (table, unit), titled with both, as HTML; `destinations`: the test's own
+    (queue, topic...; `%d` for a number), drawn first and alone until others are clicked on."""
+    return [figure(fig, title, axis) for title, axis, fig in inspector_figures(tables, destinations)]
 
 
-def inspector_figures(tables: dict[str, list[dict[str, str]]]) -> list[tuple[str, str, go.Figure]]:
+_BINARY = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def byte_scale(largest: float) -> tuple[str, float]:
+    """The binary unit a byte axis whose largest value is `largest` reads best in, and its size."""
+    power = 0
+    while power < len(_BINARY) - 1 and largest >= 1024 ** (power + 1):
+        power += 1
+    return _BINARY[power], float(1024**power)
+
+
+def _the_tests(group: str, destinations: list[str]) -> bool:
+    """Whether a row group (its key columns joined by /) names one of the test's destinations."""
+    parts = group.split("/")
+    return any(fnmatch.fnmatchcase(part, pattern) for part in parts for pattern in destinations)
+
+
+def inspector_figures(
+    tables: dict[str, list[dict[str, str]]], destinations: Iterable[str] = ()
+) -> list[tuple[str, str, go.Figure]]:
     """(title, y-axis title, figure) per table and unit."""
+    patterns = [d.replace("%d", "[0-9]*") for d in destinations]
     charts = []
     for name, rows in tables.items():
         if not rows:
@@ -73,20 +100,31 @@ def inspector_figures(tables: dict[str, list[dict[str, str]]]) -> list[tuple[str
         by_unit: dict[str, list[str]] = {}
         for column in numeric:
             by_unit.setdefault(unit_of(column), []).append(column)
+        mine = {g for g in groups if _the_tests(g, patterns)} if len(groups) > 1 else set()
+        # The test's own groups first, so that the cap on traces leaves none of them out.
+        ordered = sorted(groups.items(), key=lambda item: (item[0] not in mine, item[0]))
         for unit, columns in by_unit.items():
             fig = go.Figure()
             traces = 0
-            for group, entries in sorted(groups.items()):
+            axis, scale = _UNITS[unit], 1.0
+            if unit == "bytes":
+                largest = max((float(r[c]) for r in rows for c in columns if _is_number(r[c])), default=0.0)
+                axis, scale = byte_scale(largest)
+            for group, entries in ordered:
                 shown = thin(entries)
                 for column in columns:
                     if traces == _MAX_TRACES:
                         break
-                    points = [(e["timestamp"], float(e[column])) for e in shown if _is_number(e[column])]
+                    points = [(e["timestamp"], float(e[column]) / scale) for e in shown if _is_number(e[column])]
                     fig.add_scatter(
                         x=[t for t, _ in points],
                         y=[v for _, v in points],
                         name=f"{group} {column}" if len(groups) > 1 else column,
+                        visible=True if not mine or group in mine else "legendonly",
                     )
                     traces += 1
-            charts.append((f"Inspector {name} ({unit})", _UNITS[unit], fig))
+            title = f"Inspector {name} ({unit})"
+            if mine:
+                title += ": the test's destinations; the broker's others in the legend"
+            charts.append((title, axis, fig))
     return charts

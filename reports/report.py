@@ -17,6 +17,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from protocol.options import mean_message_bytes
+from reports.accounting import destination_of
 from reports.baseline import Thresholds, compare
 from reports.clocks import clock_corrections
 from reports.faults import fault_effects, peer_events, spark_gather, windows_from_events
@@ -169,7 +170,9 @@ def build_report(
     corrected = [p for p in figures["peers"] if "latency_correction_us" in p]
     uncertainty_ms = max((p["latency_uncertainty_us"] for p in corrected), default=0.0) / 1000
     charts += _latency_charts(latency, figures, summary["latency_untrusted"], uncertainty_ms)
-    charts += inspector_panels(inspector_tables(test_dir))
+    # The test's own queues and topics first; the rest of the broker's behind the legend.
+    destinations = {d for row in figures["per_sender"] if (d := destination_of(row.get("sut")))}
+    charts += inspector_panels(inspector_tables(test_dir), destinations)
     peer_rows = [
         {**p, "clock offset ms": _offset(p.get("clock", {}))}
         for p in record.get(

@@ -3,7 +3,7 @@ for drawing only."""
 
 from __future__ import annotations
 
-from reports.inspector_panels import MAX_POINTS, inspector_figures, inspector_panels, thin, unit_of
+from reports.inspector_panels import MAX_POINTS, byte_scale, inspector_figures, inspector_panels, thin, unit_of
 
 HOST = [
     {
@@ -25,7 +25,7 @@ def test_each_unit_gets_a_panel_of_its_own_titled_with_it() -> None:
     by_title = {title: (y, sorted(trace.name for trace in fig.data)) for title, y, fig in figures}
     assert by_title == {
         "Inspector i1/host-host (%)": ("percent", ["cpu_system_percent", "cpu_user_percent"]),
-        "Inspector i1/host-host (bytes)": ("bytes", ["disk_written_bytes", "memory_available", "memory_total"]),
+        "Inspector i1/host-host (bytes)": ("GiB", ["disk_written_bytes", "memory_available", "memory_total"]),
         "Inspector i1/host-host (s)": ("seconds", ["interval_s"]),
     }
     assert len(inspector_panels({"i1/host-host": HOST})) == 3
@@ -54,3 +54,41 @@ def test_a_day_of_samples_is_thinned_for_drawing_and_keeps_its_ends() -> None:
     shown = thin(day)
     assert len(shown) <= MAX_POINTS + 1 and shown[0] == 0 and shown[-1] == 86_399
     assert thin(day[:100]) == day[:100]
+
+
+def _queues(*names: str) -> list[dict[str, str]]:
+    return [
+        {"timestamp": f"2026-11-23T00:00:0{s}Z", "vhost": "/", "queue": name, "messages": str(s), "memory": "300000"}
+        for s in range(3)
+        for name in names
+    ]
+
+
+def test_the_tests_own_queues_are_drawn_and_the_brokers_others_wait_in_the_legend() -> None:
+    table = {"i1/rabbitmq-queues": _queues("other-team-q", "maestro-q", "orders-7", "orders-12")}
+    # The senders' URLs name maestro-q, and orders-%d numbered per client.
+    (title, _, fig), *_ = inspector_figures(table, ["maestro-q", "orders-%d"])
+    assert title.endswith(": the test's destinations; the broker's others in the legend")
+    visible = {t.name: t.visible for t in fig.data}
+    assert visible == {
+        "//maestro-q messages": True,
+        "//orders-12 messages": True,
+        "//orders-7 messages": True,
+        "//other-team-q messages": "legendonly",
+    }, visible
+    # Drawn first, so that the cap on a panel's traces never leaves one of the test's out.
+    assert [t.name for t in fig.data][-1] == "//other-team-q messages"
+    # No destination of the test among them (a host table, or other queues): all drawn.
+    (title, _, fig), *_ = inspector_figures(table, ["not-here"])
+    assert title == "Inspector i1/rabbitmq-queues (count)" and {t.visible for t in fig.data} == {True}
+
+
+def test_bytes_are_drawn_in_the_binary_unit_their_largest_value_reads_in() -> None:
+    assert byte_scale(0) == ("B", 1.0) and byte_scale(1023) == ("B", 1.0)
+    assert byte_scale(1024) == ("KiB", 1024.0) and byte_scale(300_000) == ("KiB", 1024.0)
+    assert byte_scale(25_000_000_000) == ("GiB", 1024.0**3) and byte_scale(1e18) == ("TiB", 1024.0**4)
+    by_title = {title: (y, fig) for title, y, fig in inspector_figures({"i1/host-host": HOST})}
+    axis, fig = by_title["Inspector i1/host-host (bytes)"]
+    assert axis == "GiB"  # memory_total 25,000,000,000 B
+    (total,) = [t for t in fig.data if t.name == "memory_total"]
+    assert total.y[0] == 25_000_000_000 / 1024**3
