@@ -39,8 +39,8 @@ from protocol.ratefile import RateFileWriter
 from protocol.results import PeerRecord, ReceiverAccount, SenderAccount, write_peer_json
 from reports.faults import PeerEvents, Window, fault_effects, spark_gather
 from reports.report_queue import ReportQueue
-from reports.series import report_series, spark_session
 from reports.summary import read_peers, summarize
+from reports.time_series import report_series, spark_session
 
 T0_US = 1_800_000_000_000_000
 

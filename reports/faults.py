@@ -43,8 +43,8 @@ import numpy as np
 
 from protocol.hdr import HIGHEST_US, LOWEST_US, bucket_indexes, histogram_of
 from protocol.ratefile import rate_columns
-from reports.series import file_listing, rate_files
 from reports.summary import Peers
+from reports.time_series import file_listing, rate_files
 
 __all__ = [
     "Cells",

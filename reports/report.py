@@ -25,9 +25,9 @@ from reports.inspector_panels import inspector_panels
 from reports.page import ERRORS_JS, PLOTLY_JS, STYLE, SUMMARY_KEYS, cell, figure, summary_json, table
 from reports.paths import result_dirs
 from reports.price import price_performance
-from reports.series import inspector_tables, latency_series, report_series
 from reports.series_report import build_series_report
 from reports.summary import generator_bound, inspector_shortfalls, read_peers, read_test_json, summarize
+from reports.time_series import inspector_tables, latency_series, report_series
 
 __all__ = ["SUMMARY_KEYS", "build_index", "build_report", "summary_json"]
 

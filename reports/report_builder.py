@@ -29,7 +29,7 @@ SPARK_UP = "report: spark session up"
 def told_session(master: str | None, jvm_log: Path | None, out: TextIO) -> Any:
     """A Spark session, and the one console line a report run shows for it (`SPARK_UP`, which
     the data server's queue reads as the end of the "starting Spark" step)."""
-    from reports.series import spark_session  # noqa: PLC0415 - Spark only here
+    from reports.time_series import spark_session  # noqa: PLC0415 - Spark only here
 
     # The JVM takes seconds to start, with nothing else to show meanwhile: say that it is starting.
     print("report: starting spark (its JVM: a few seconds)", file=out, flush=True)

@@ -9,9 +9,9 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from coordinator.bus.addressing import Target
 from coordinator.bus.asking import ping as ping_peers
 from coordinator.bus.peer_bus import DEFAULT_TIMEOUT_S, PeerBus
-from coordinator.bus.targets import Target
 from coordinator.errors import MaestroError
 from coordinator.registry import ClockSample, PeerInfo, PeerState
 from protocol.clock_probe import ClockProber

@@ -13,10 +13,10 @@ from collections.abc import Collection, Iterable, Sequence
 from types import TracebackType
 from typing import Self
 
+from coordinator.bus.addressing import Target, Targets
 from coordinator.bus.asking import await_all
 from coordinator.bus.inbox import Inbox
 from coordinator.bus.liveness import Liveness
-from coordinator.bus.targets import Target, Targets
 from coordinator.errors import MaestroError, PeerRequestError
 from coordinator.registry import PeerInfo, PeerRegistry
 from protocol.bus import ControlBus

@@ -34,7 +34,7 @@ from coordinator.definitions import DefinitionError, TestDefinition, workload
 from coordinator.definitions.declared import KINDS, build_test, load_test_file
 from coordinator.outcome.results import new_test_id
 from coordinator.outcome.storage import DATA_SERVER_ENV
-from coordinator.running.run import FINISHED
+from coordinator.running.runner import FINISHED
 from coordinator.topology.cli import add_topology_command
 from protocol.broker_url import BROKER_ENV
 from protocol.secrets import redact_text

@@ -22,7 +22,7 @@ from coordinator.definitions import TestDefinition
 from coordinator.outcome.results import TestResult
 from coordinator.outcome.storage import DATA_SERVER_ENV, DataServer
 from coordinator.running.local import LocalCluster
-from coordinator.running.run import run_test
+from coordinator.running.runner import run_test
 from protocol.broker_url import BrokerUrl, default_broker_url
 from protocol.bus import ControlBus, Identity
 from protocol.codes import Role

@@ -29,7 +29,7 @@ from protocol.notes import AgentSource, CommandFinished, UserCommand
 from protocol.process_table import process_state
 from protocol.runtime import PeerError
 from reports.report import build_report
-from reports.series import spark_session
+from reports.time_series import spark_session
 
 pytestmark = pytest.mark.mosquitto
 

@@ -13,7 +13,7 @@ from protocol.process_table import processes_naming
 # A session, one small job, and whether its JVM maps the cache's archive (its /proc maps).
 SESSION = """
 from pathlib import Path
-from reports.series import spark_session
+from reports.time_series import spark_session
 spark = spark_session()
 assert spark.range(10).count() == 10
 maps = Path(f"/proc/{spark.sparkContext._gateway.proc.pid}/maps").read_text()

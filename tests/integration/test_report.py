@@ -25,8 +25,8 @@ from protocol.ratefile import RateFileWriter
 from protocol.results import PeerRecord
 from reports.faults import PeerEvents, Window, fault_effects, gather_in_memory, spark_gather
 from reports.report import SUMMARY_KEYS, build_index, build_report
-from reports.series import figures_of, report_series, spark_session
 from reports.summary import read_peers
+from reports.time_series import figures_of, report_series, spark_session
 
 
 @pytest.fixture(scope="module")

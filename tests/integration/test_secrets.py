@@ -25,7 +25,7 @@ from support.waiting import until_blocking
 from coordinator import FixedRateTest, Flow, Maestro
 from protocol.process_table import processes_naming
 from reports.report import build_report
-from reports.series import spark_session
+from reports.time_series import spark_session
 
 USER = f"maestro-secret-{uuid.uuid4().hex[:6]}"
 PASSWORD = f"pw-{uuid.uuid4().hex}"
