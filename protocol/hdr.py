@@ -15,10 +15,12 @@ from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogReader
 
 __all__ = [
+    "BUCKET_BOUNDS_US",
     "DIGITS",
     "HIGHEST_US",
     "LOWEST_US",
     "bucket_indexes",
+    "counts_at_or_below",
     "histogram_of",
     "new_histogram",
     "read_intervals",
@@ -77,6 +79,24 @@ def bucket_indexes(values: np.ndarray, histogram: HdrHistogram | None = None) ->
     return index
 
 
+# The bounds of the classic histogram Prometheus is given (µs; /metrics says seconds): 50 µs to
+# 60 s, 1-2.5-5 a decade, which `histogram_quantile` interpolates within.
+BUCKET_BOUNDS_US = (
+    50,
+    *(int(m * 10**e) for e in range(2, 7) for m in (1, 2.5, 5)),
+    10_000_000,
+    30_000_000,
+    60_000_000,
+)
+
+
+def counts_at_or_below(histogram: HdrHistogram) -> list[int]:
+    """How many values lie at or below each of `BUCKET_BOUNDS_US`, from the histogram's counts
+    (a value in a bound's own HDR bucket, within 0.1 % of it, counts as at or below it)."""
+    running = np.cumsum(np.ctypeslib.as_array(histogram.counts))
+    return [int(n) for n in running[_BOUND_INDEXES]]
+
+
 def histogram_of(indexes: np.ndarray, counts: np.ndarray) -> HdrHistogram:
     """A histogram from counts at `bucket_indexes` (the cells Spark adds up across files)."""
     h = new_histogram()
@@ -124,3 +144,6 @@ def read_total(path: Path, not_before_ms: int = 0) -> HdrHistogram:
         if interval.get_start_time_stamp() >= not_before_ms:
             total.add(interval)
     return total
+
+
+_BOUND_INDEXES = bucket_indexes(np.array(BUCKET_BOUNDS_US, dtype=np.int64))

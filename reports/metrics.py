@@ -5,8 +5,12 @@ and name and the peer's name, role and host.
 Counters are the peers' own since their run began, so they only grow while a test runs; when it
 ends, the test's counts are the summary's (summary.json), exact. "Lost so far" is a gauge: it
 counts gaps below the highest sequence number each receiver saw, and a late arrival fills one.
-Times are in seconds, as Prometheus expects (the JSON's keys say µs, its people ms). The
-workload is on `maestro_test_info`'s labels; `maestro_test_outcome` says how a test ended.
+Times are in seconds, as Prometheus expects (the JSON's keys say µs, its people ms). Each
+receiver's latency since its run began is a classic histogram (`maestro_peer_latency_seconds`,
+buckets at protocol.hdr.BUCKET_BOUNDS_US), so `histogram_quantile(0.99, sum by (le)
+(rate(maestro_peer_latency_seconds_bucket[1m])))` is the test's p99 across peers; the last
+interval's own quantiles are gauges beside it. The workload is on `maestro_test_info`'s
+labels; `maestro_test_outcome` says how a test ended.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from protocol.hdr import BUCKET_BOUNDS_US
 from reports.live import LiveTest, LiveTests
 
 __all__ = ["live_registry"]
@@ -109,9 +114,14 @@ def _peer_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
     duplicates = CounterMetricFamily("maestro_peer_duplicate_messages", "messages received twice", labels=_PEER)
     lost = GaugeMetricFamily("maestro_peer_lost_messages", "gaps below the highest sequence seen", labels=_PEER)
     latency = GaugeMetricFamily(
-        "maestro_peer_latency_seconds",
+        "maestro_peer_interval_latency_seconds",
         "latency over the last interval (corrected for coordinated omission)",
         labels=[*_PEER, "quantile"],
+    )
+    histogram = HistogramMetricFamily(
+        "maestro_peer_latency_seconds",
+        "latency since the run began (corrected for coordinated omission)",
+        labels=_PEER,
     )
     lag = GaugeMetricFamily(
         "maestro_peer_schedule_lag_seconds",
@@ -141,10 +151,22 @@ def _peer_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
                     latency.add_metric([*labels, quantile], _number(peer[f"latency_{key}_us"]) / 1e6)
                 if f"lag_{key}_us" in peer:
                     lag.add_metric([*labels, quantile], _number(peer[f"lag_{key}_us"]) / 1e6)
+            if buckets := _buckets(peer):
+                histogram.add_metric(labels, buckets, _number(peer.get("latency_sum_us")) / 1e6)
             if "cpu_percent" in peer:
                 cpu.add_metric(labels, _number(peer["cpu_percent"]))
             up.add_metric([*labels, str(peer.get("state", "starting"))], 1.0)
-    yield from (sent, received, errors, duplicates, lost, latency, lag, cpu, up)
+    yield from (sent, received, errors, duplicates, lost, latency, histogram, lag, cpu, up)
+
+
+def _buckets(peer: dict[str, Any]) -> list[tuple[str, float]]:
+    """A receiver's cumulative counts at each bound, in seconds, and +Inf; none from a peer
+    whose counts do not fit the bounds (a sender, or a worker of another version)."""
+    counts = peer.get("latency_le_us")
+    if not isinstance(counts, list) or len(counts) != len(BUCKET_BOUNDS_US):
+        return []
+    bounds = [f"{bound / 1e6:g}" for bound in BUCKET_BOUNDS_US]
+    return [*zip(bounds, map(_number, counts), strict=True), ("+Inf", _number(peer.get("latency_count")))]
 
 
 def _number(value: Any) -> float:

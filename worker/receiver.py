@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from protocol.fail import FailConditions
+from protocol.hdr import counts_at_or_below
 from protocol.options import Delay
 from protocol.precise_timer import PreciseTimer
 from protocol.ratefile import RateFileWriter
@@ -457,6 +458,7 @@ class ReceiverRun:
         self.rate_file.flush()
         interval = self.last_interval = self.latency.roll()
         corrected = interval.corrected  # recorded with the clock correction (LatencyRecorder)
+        total = self.latency.total_corrected
         return {
             "received": self.stats.received,
             "foreign": dict(self.stats.foreign),
@@ -468,4 +470,9 @@ class ReceiverRun:
             "latency_p50_us": corrected.get_value_at_percentile(50),
             "latency_p99_us": corrected.get_value_at_percentile(99),
             "latency_max_us": corrected.get_max_value(),
+            # Since the run began, for /metrics' histogram (reports/metrics.py): at or below each
+            # of protocol.hdr.BUCKET_BOUNDS_US, how many, and their sum.
+            "latency_le_us": counts_at_or_below(total),
+            "latency_count": total.get_total_count(),
+            "latency_sum_us": round(total.get_mean_value() * total.get_total_count()),
         }

@@ -98,8 +98,15 @@ def test_metrics_grow_during_a_run_and_end_at_the_summary(daemons: Daemons, data
     [(labels, sent)] = [(ls, v) for ls, v in samples["maestro_peer_messages_sent_total"] if ls["test_id"] == test_id]
     assert (labels["test_name"], labels["peer"], labels["role"]) == (name, "s1", "sender") and labels["host"]
     assert sent == 1600
-    latency = [ls["quantile"] for ls, _ in samples["maestro_peer_latency_seconds"] if ls["test_id"] == test_id]
+    latency = [ls["quantile"] for ls, _ in samples["maestro_peer_interval_latency_seconds"] if ls["test_id"] == test_id]
     assert sorted(latency) == ["0.5", "0.99", "1"]
+    # The receiver's latency since its run began, as a histogram in seconds: cumulative buckets,
+    # +Inf equal to the count, and the count its samples (one a message) as of its last report.
+    buckets = {ls["le"]: v for ls, v in samples["maestro_peer_latency_seconds_bucket"] if ls["test_id"] == test_id}
+    [count] = [v for ls, v in samples["maestro_peer_latency_seconds_count"] if ls["test_id"] == test_id]
+    ordered = sorted(buckets.items(), key=lambda item: float(item[0]))
+    assert [v for _, v in ordered] == sorted(buckets.values()) and buckets["+Inf"] == count
+    assert 1400 <= count <= 1600, count  # 200 msg/s for 8 s; the last second's report may come before its end
     assert [v for ls, v in samples["maestro_peer_cpu_percent"] if ls["test_id"] == test_id and ls["peer"] == "s1"]
 
 

@@ -31,7 +31,9 @@ def _update(state: str = "running", **extra: Any) -> dict[str, Any]:
             {"name": "s1", "role": "sender", "host": "a", "state": "running", "sent": 500,
              "errors": {"refused": 2}, "lag_p50_us": 10, "lag_p99_us": 40, "lag_max_us": 90, "cpu_percent": 12.5},
             {"name": "r1", "role": "receiver", "host": "b", "state": "running", "received": 480, "duplicates": 1,
-             "missing": 3, "latency_p50_us": 800, "latency_p99_us": 2000, "latency_max_us": 5000},
+             "missing": 3, "latency_p50_us": 800, "latency_p99_us": 2000, "latency_max_us": 5000,
+             "latency_le_us": [0, 0, 0, 100, 300, 470, 470, 480, *[480] * 11], "latency_count": 480,
+             "latency_sum_us": 480_000},
         ],
         "points": [{"elapsed_s": 4.0, "send_rate": 100.0}, {"elapsed_s": 5.0, "send_rate": 100.0}],
     } | extra  # fmt: skip
@@ -63,8 +65,18 @@ def test_a_running_test_in_the_prometheus_text_format() -> None:
     assert _value(s, "maestro_peer_cpu_percent", **peer) == 12.5
     receiver = peer | {"peer": "r1", "role": "receiver", "host": "b"}
     assert _value(s, "maestro_peer_messages_received_total", **receiver) == 480
-    assert _value(s, "maestro_peer_latency_seconds", **receiver, quantile="0.5") == 800e-6
-    assert _value(s, "maestro_peer_latency_seconds", **receiver, quantile="1") == 5000e-6
+    assert _value(s, "maestro_peer_interval_latency_seconds", **receiver, quantile="0.5") == 800e-6
+    assert _value(s, "maestro_peer_interval_latency_seconds", **receiver, quantile="1") == 5000e-6
+    # Since the run began, as a histogram in seconds: 480 samples, 100 at or below 500 µs, 470
+    # at or below 2.5 ms, all of them at or below 10 ms; their sum 0.48 s.
+    assert _value(s, "maestro_peer_latency_seconds_bucket", **receiver, le="5e-05") == 0
+    assert _value(s, "maestro_peer_latency_seconds_bucket", **receiver, le="0.0005") == 100
+    assert _value(s, "maestro_peer_latency_seconds_bucket", **receiver, le="0.0025") == 470
+    assert _value(s, "maestro_peer_latency_seconds_bucket", **receiver, le="0.01") == 480
+    assert _value(s, "maestro_peer_latency_seconds_bucket", **receiver, le="+Inf") == 480
+    assert _value(s, "maestro_peer_latency_seconds_count", **receiver) == 480
+    assert _value(s, "maestro_peer_latency_seconds_sum", **receiver) == 0.48
+    assert not [n for n, ls in s if n.startswith("maestro_peer_latency_seconds") and ("peer", "s1") in ls]
     assert _value(s, "maestro_peer_lost_messages", **receiver) == 3
     assert _value(s, "maestro_test_messages_sent_total", test_id="t1") == 500
     assert _value(s, "maestro_test_lost_messages", test_id="t1") == 3
