@@ -224,6 +224,15 @@ def test_repetitions_give_a_mean_and_a_confidence_interval(
     half = 12.706 * math.sqrt(sum((x - mean) ** 2 for x in runs)) / math.sqrt(2)
     assert stats["mean"] == pytest.approx(mean)
     assert stats["ci95"] == [pytest.approx(mean - half), pytest.approx(mean + half)]
+    # The receive rates are a schedule's, often equal (an interval of no width, whatever t is):
+    # the latency figures have spread, and the same rule, t and not z, must give their intervals.
+    for figure, key in (("latency_p50_us", "p50"), ("latency_max_us", "max")):
+        values = [step["latency_us"][key] for step in repeated.record["steps"]]
+        assert values[0] != values[1], (figure, values)  # a spread for t to act on
+        mean = sum(values) / 2
+        half = 12.706 * math.sqrt(sum((x - mean) ** 2 for x in values)) / math.sqrt(2)
+        estimate = repeated.record["statistics"][figure]
+        assert estimate["ci95"] == [pytest.approx(mean - half), pytest.approx(mean + half)], (figure, values)
     assert sweep.passed, sweep.reason
     rows = sweep.record["comparison"]
     assert [row["point"] for row in rows] == [{"rate": 10}, {"rate": 40}]

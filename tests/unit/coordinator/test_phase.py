@@ -60,6 +60,12 @@ def test_a_phase_runs_its_lifecycle_in_order_and_stores_its_result() -> None:
     # The common start is given in the sender's own clock: 5 ms ahead of ours.
     start = next(n for n in sender.received if isinstance(n, StartWorker))
     assert abs(start.start_for(sender.peer_id) - start.start_at_ns - 5_000_000) < 1_000_000
+    # The common start is the phase's 1 s margin and 4 of the sender's round trips (as measured
+    # before) after it was set, which is the order's stamp but for the time taken to send it (up
+    # to 50 ms allowed, a loaded machine): 10 ms more margin fails it.
+    rtt_ns = next(p for p in result.record["peers"] if p["name"] == "s1")["clock"]["before"]["rtt_us"] * 1000
+    ahead = start.start_at_ns - start.header.timestamp_ns - (1_000_000_000 + 4 * rtt_ns)
+    assert -50_000_000 <= ahead < 1_000_000, ahead
     clocks = {p["name"]: p["clock"]["before"] for p in result.record["peers"]}
     assert abs(clocks["s1"]["offset_us"] - 5000) < 1000 and abs(clocks["r1"]["offset_us"]) < 1000
     assert store.stored == [result]
