@@ -99,14 +99,25 @@ def assert_checked(info: dict[str, Any], rows: int) -> None:
     assert sum(c["rows"] for name, c in checks.items() if name.endswith(".csv.gz")) == rows
 
 
-def check_results(
-    daemons: Daemons, maestro: Maestro, test_id: str, idle_receivers: int = 0, p50_under_us: int = 4_000
-) -> None:
+def check_latency_size(daemons: Daemons, test_id: str) -> None:
+    """The latency's size, not only its consistency with the rows: a time added to every message
+    alike keeps the log and the rows in step, and only a bound on the figure sees it. The median
+    of every message's latency (its row's arrival less its intended time) through a broker on
+    loopback at 200 msg/s is under 4 ms (0.6-1.4 ms measured here); 5 ms more fails it."""
+    latencies = []
+    for name in ("r1", "r2"):
+        directory = peer_dir(daemons, test_id, "receiver", name)
+        info = json.loads((directory / "peer.json").read_text())
+        files = [f for f in info["files"] if f.endswith(".csv.gz")]
+        latencies += [ata - eta for f in files for eta, ata in read_rate_file(directory / f)]
+    p50 = sorted(latencies)[len(latencies) // 2]
+    assert 100 <= p50 < 4_000, f"latency p50 {p50} µs, bound 4,000 µs"
+
+
+def check_results(daemons: Daemons, maestro: Maestro, test_id: str, idle_receivers: int = 0) -> None:
     """`idle_receivers`: how many receivers are expected to get nothing (a one-partition topic
-    gives all to one consumer of the group). `p50_under_us`: the bound on the median of every
-    message's latency (its row's arrival less its intended time) through the broker on loopback."""
+    gives all to one consumer of the group)."""
     idle = 0
-    latencies: list[int] = []
     sent_total = 0
     sent_by_key: dict[str, int] = {}
     for name in ("s1", "s2"):
@@ -152,14 +163,9 @@ def check_results(
         skipped_total += info["skipped_by_sut"]
         # Each message's own latency, from its row, is in the log: a sample each, no other.
         assert check_latency_log(directory) == info["received"]
-        latencies += [ata - eta for eta, ata in rows]
         idle += info["received"] == 0
     assert idle == idle_receivers
-    # The latency's size, not only its consistency with the rows: a time added to every message
-    # alike keeps the log and the rows in step, and only a bound on the figure sees it.
-    if latencies:
-        p50 = sorted(latencies)[len(latencies) // 2]
-        assert 100 <= p50 < p50_under_us, f"latency p50 {p50} µs, bound {p50_under_us} µs"
+    check_latency_size(daemons, test_id)
     # Every message sent arrived exactly once, spread over the two receivers, but for any the
     # broker's own numbering shows it passed over: tansu can skip one when two producers write a
     # partition at once (worker.drivers.kafka), and the receivers count those. Elsewhere: none.
@@ -175,8 +181,7 @@ def check_results(
         assert merged.lost(sent) <= skipped_total, (key, "missing:", _missing(bitsets[key], sent))
         lost += merged.lost(sent)
     assert lost == skipped_total
-    assert maestro.live_stats, "no live statistics reached the coordinator"
-    assert all(isinstance(n, StatsReport) for n in maestro.live_stats)
+    assert maestro.live_stats and all(isinstance(n, StatsReport) for n in maestro.live_stats), "no live statistics"
 
 
 @pytest.mark.mosquitto
