@@ -57,6 +57,19 @@ def _running_test(url: str, name: str, timeout_s: float = 30) -> str:
     raise AssertionError(f"the data server never listed a running test named {name}")
 
 
+def _a_running_test(
+    daemons: Daemons, url: str, what: str, duration: str
+) -> tuple[threading.Thread, list[TestResult], str]:
+    """A sender and a receiver daemon, and a 100 msg/s test on them in the background: its
+    thread, where its result will be, and its id once the data server lists it running."""
+    daemons.start("maestro-worker", "s1", "--role", "sender")
+    daemons.start("maestro-worker", "r1", "--role", "receiver")
+    name = f"{what} {uuid.uuid4().hex[:6]}"
+    test = FixedRateTest(send_url=_queue(), rate=100, duration=duration, name=name)
+    thread, results = _in_background(daemons, url, test)
+    return thread, results, _running_test(url, name)
+
+
 def _queue() -> str:
     return f"amqp://guest:guest@127.0.0.1:5672/maestro-live-{uuid.uuid4().hex[:8]}"
 
@@ -114,12 +127,7 @@ def test_the_live_page_gains_points_then_turns_into_the_report(
     daemons: Daemons, data_server: tuple[str, Path], tmp_path: Path
 ) -> None:
     url, _ = data_server
-    daemons.start("maestro-worker", "s1", "--role", "sender")
-    daemons.start("maestro-worker", "r1", "--role", "receiver")
-    name = f"live {uuid.uuid4().hex[:6]}"
-    test = FixedRateTest(send_url=_queue(), rate=100, duration="20s", name=name)
-    thread, results = _in_background(daemons, url, test)
-    test_id = _running_test(url, name)
+    thread, results, test_id = _a_running_test(daemons, url, "live", "20s")
     with Browser(tmp_path) as browser:
         # The index lists it, with its progress and a link to its live page.
         browser.open(f"{url}/")
@@ -195,12 +203,7 @@ def test_the_live_pages_stop_needs_the_token_then_stops_the_test_as_ctrl_c_would
     monkeypatch.setenv("MAESTRO_TOKEN_FILE", str(token_file))  # the server, the daemons, the coordinator
     with LocalCluster(tmp_path / "server-logs", broker_url="unused") as local:
         url = local.data_server(tmp_path / "results")
-        daemons.start("maestro-worker", "s1", "--role", "sender")
-        daemons.start("maestro-worker", "r1", "--role", "receiver")
-        name = f"stop {uuid.uuid4().hex[:6]}"
-        test = FixedRateTest(send_url=_queue(), rate=100, duration="60s", name=name)
-        thread, results = _in_background(daemons, url, test)
-        test_id = _running_test(url, name)
+        thread, results, test_id = _a_running_test(daemons, url, "stop", "60s")
         time.sleep(3)
         assert _ask_stop(url, test_id, None) == 401
         assert _ask_stop(url, test_id, "not-the-token") == 401
