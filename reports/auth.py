@@ -22,7 +22,7 @@ def check_token(request: Request) -> None:
     if request.app.state.token is not None and not carries_token(request):
         raise HTTPException(
             401,
-            "this data server takes uploads only with its bearer token (the daemons' and the coordinator's "
-            "--token-file)",
+            "this data server takes uploads, live updates and stops only with its bearer token (the "
+            "daemons' and the coordinator's --token-file)",
             headers={"WWW-Authenticate": "Bearer"},
         )

@@ -106,9 +106,11 @@ def inspector_figures(
         for unit, columns in by_unit.items():
             fig = go.Figure()
             traces = 0
+            drawn_groups: set[str] = set()  # those with a trace on the panel
             axis, scale = _UNITS[unit], 1.0
-            if unit == "bytes":
-                largest = max((float(r[c]) for r in rows for c in columns if _is_number(r[c])), default=0.0)
+            if unit == "bytes":  # the unit that the rows drawn at first read in
+                drawn = [r for g, entries in ordered if not mine or g in mine for r in entries]
+                largest = max((float(r[c]) for r in drawn for c in columns if _is_number(r[c])), default=0.0)
                 axis, scale = byte_scale(largest)
             for group, entries in ordered:
                 shown = thin(entries)
@@ -123,8 +125,16 @@ def inspector_figures(
                         visible=True if not mine or group in mine else "legendonly",
                     )
                     traces += 1
+                    drawn_groups.add(group)
             title = f"Inspector {name} ({unit})"
             if mine:
-                title += ": the test's destinations; the broker's others in the legend"
+                others = len(groups) - len(mine)
+                legend = len(drawn_groups - mine)
+                rest = f"{others} other{'s' if others != 1 else ''}"
+                title += ": the test's destinations; " + (
+                    f"the broker's {rest} in the legend"
+                    if legend == others
+                    else f"{legend} of the broker's {rest} in the legend (all of them in the CSV)"
+                )
             charts.append((title, axis, fig))
     return charts

@@ -162,6 +162,10 @@ async def stop_live(test_id: str, request: Request) -> dict[str, Any]:
     """The live page's stop button: the coordinator learns it from the answer to its next post
     (a second at most) and stops the test as Ctrl-C would, its files collected."""
     check_token(request)
+    # A form or text/plain POST is "simple": any page the operator opens could send one to a
+    # server without a token. JSON needs a CORS preflight, which this server never grants.
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+        raise HTTPException(415, "a stop is asked with Content-Type: application/json (as the live page does)")
     test = _tests(request).tests.get(_checked(test_id))
     if test is None or test.state != "running":
         raise HTTPException(409, f"test {test_id} is not running here")

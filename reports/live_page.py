@@ -103,13 +103,13 @@ function show(update) {
 async function askStop() {
   if (!confirm('Stop this test? Its coordinator stops it as Ctrl-C would, and collects its files.')) return;
   const button = document.getElementById('stop');
-  let headers = {};
+  let headers = {'Content-Type': 'application/json'};
   for (;;) {
     const answer = await fetch(`/api/live/${encodeURIComponent(testId)}/stop`, {method: 'POST', headers});
     if (answer.status === 401) {
       const token = prompt("This data server's token (the coordinator's --token-file holds it)");
       if (!token) return;
-      headers = {Authorization: `Bearer ${token.trim()}`};
+      headers = {...headers, Authorization: `Bearer ${token.trim()}`};
       continue;
     }
     button.textContent = answer.ok ? 'stop asked' : `not stopped (${answer.status})`;

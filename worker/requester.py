@@ -132,6 +132,7 @@ class RequesterRun(SendingRun[RequesterPlan, RequesterStats]):
         self._filler = random.Random(0).randbytes(max(0, plan.size.max_bytes - HEADER_BYTES))
         self._timer: PreciseTimer | None = None
         self._think_rng = random.Random(2)
+        self._size_rng = random.Random(3)  # a range of sizes is drawn from uniformly, as senders do
 
     # --- the clients ----------------------------------------------------------------------------
 
@@ -167,12 +168,13 @@ class RequesterRun(SendingRun[RequesterPlan, RequesterStats]):
         """One of a client's `outstanding` turns: request, wait, think, again."""
         key, plan = self.keys[client], self.plan
         loop = asyncio.get_running_loop()
-        size_bytes = plan.size.max_bytes
+        size, sizes = plan.size, self._size_rng
         answered_ns: int | None = None  # the arrival of this turn's last reply
         while not self._stop.is_set() and (end_ns is None or time.perf_counter_ns() < end_ns):
             sequence = numbers.take()
             if sequence is None:
                 return
+            size_bytes = size.min_bytes if size.fixed else sizes.randint(size.min_bytes, size.max_bytes)
             intended = time.time_ns()
             if answered_ns is not None and answered_ns >= self.warm_up_end_ns:
                 self.stats.thought_ns += intended - answered_ns

@@ -14,6 +14,7 @@ from coordinator.definitions import FixedRateTest, workload
 from coordinator.outcome.results import new_test_id
 from coordinator.running.local import LocalCluster, LocalError
 from coordinator.running.maestro import Maestro
+from protocol.secrets import redact_text
 
 __all__ = ["add_demo", "cmd_demo", "demo_inspectors"]
 
@@ -59,7 +60,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         local = maestro.local_cluster
         print(f"control broker: {local.broker_url}", flush=True)
         sut = args.sut or _demo_sut(local, args.parallel)
-        print(f"SUT:            {sut}", flush=True)
+        print(f"SUT:            {redact_text(sut)}", flush=True)  # a console ends up in CI logs
         data_server = maestro.data_server_url()
         print(f"data server:    {data_server}" + ("" if given else f" (files under {root})"), flush=True)
         test = FixedRateTest(

@@ -20,6 +20,7 @@ from coordinator.running.local import LocalError
 from coordinator.running.maestro import Maestro
 from protocol.broker_url import BROKER_ENV, BrokerUrl, BrokerUrlError, default_broker_url
 from protocol.bus import BusError
+from protocol.codes import ExitCode
 from protocol.daemon_cli import add_log_level, configure_logging
 from protocol.embedded_broker import EmbeddedBroker
 from protocol.secrets import KEY_FILE_ENV, TOKEN_FILE_ENV, SecretFileError, redact_text
@@ -245,5 +246,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as exc:
         print(f"maestro {args.command}: {interruption(exc)}", file=sys.stderr)
-        return 130
+        return ExitCode.INTERRUPTED
     return code

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.definitions import FixedRateTest, TestDefinition
+from coordinator.errors import was_interrupted
 from coordinator.outcome.results import TestResult
 from coordinator.outcome.storage import DATA_SERVER_ENV
 from coordinator.running.maestro import Maestro
@@ -42,6 +43,7 @@ __all__ = [
 EXIT_FAILED = ExitCode.FAILED
 EXIT_CANNOT_RUN = ExitCode.CANNOT_RUN
 EXIT_INVALID = ExitCode.INVALID
+EXIT_INTERRUPTED = ExitCode.INTERRUPTED
 
 
 def exit_code(results: list[TestResult]) -> int:
@@ -168,10 +170,14 @@ def connected(args: argparse.Namespace) -> Iterator[Maestro]:
 
 def report(result: TestResult, root: Path | None, no_report: bool) -> str | None:
     """Print where the test's files are and write its report; what went wrong with the report,
-    or None."""
+    or None. After Ctrl-C the report is not built (its JVM would hold the terminal for seconds
+    more): the files are kept for `maestro report`."""
     where = root / result.test_id if root is not None else result.url
     print(f"files:   {where}")
     if no_report:
+        return None
+    if was_interrupted():
+        print(f"report:  not built (interrupted); `maestro report {root or 'RESULTS'} {result.test_id}` builds it")
         return None
     if root is None:
         print(f"report:  the results are on {result.data_server}; run `maestro report DIR {result.test_id}` there")
@@ -207,7 +213,8 @@ def conclude(command: str, result: TestResult, report_failure: str | None, dead:
     parts += [f"the local process {name} (exited with code {code})" for name, code in sorted(dead.items())]
     if parts:
         print(f"maestro {command}: failed: {'; '.join(parts)}", file=sys.stderr)
-        return EXIT_FAILED
+        # Ctrl-C or SIGTERM: the test was stopped and collected, as its reason says; 130 as a shell's.
+        return EXIT_INTERRUPTED if was_interrupted() else EXIT_FAILED
     if result.outcome == "invalid":
         print(f"maestro {command}: invalid: the test did not measure the SUT ({result.reason})", file=sys.stderr)
         return EXIT_INVALID

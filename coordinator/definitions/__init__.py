@@ -43,15 +43,24 @@ def to_dict(test: TestDefinition) -> dict[str, Any]:
 
 def workload(test: TestDefinition) -> str:
     """The test as it will run, in a line, as the console, test.json, the report and the live page
-    state it first: kind, the load (rate per client and in all; a closed system's clients and
-    think time), clients per side, size, length, where (a URL's password hidden)."""
+    state it first: kind (as test.json names it), the load (rate per client and in all; a closed
+    system's clients and think time), clients per side, size, length, where (a URL's password
+    hidden)."""
     base = test if isinstance(test, FixedRateTest) else test.base  # a series' steps are its base test's
+    kind = "unbounded" if test.KIND == "fixed-rate" and not base.rate else test.KIND
     if isinstance(base, RequestReplyTest):
-        load = f"closed: {base.outstanding} outstanding per client, think time {base.think_time}"
+        load = f"closed: {base.outstanding} outstanding per client, think time {_span(base.think_time)}"
         clients = f"{base.parallel} client(s) in each of {base.senders} requester(s); {base.receivers} replier(s)"
     else:
-        load = f"{base.rate:g} msg/s per client, {base.target_rate():g} in all" if base.rate else "unbounded"
+        load = f"{base.rate:g} msg/s per client, {base.target_rate():g} in all" if base.rate else "as fast as it goes"
         clients = f"{base.parallel} client(s) in each of {base.senders} sender(s) and {base.receivers} receiver(s)"
-    length = f"{base.count:,} messages per sender" if base.count is not None else f"{base.duration}"
+    length = f"{base.count:,} messages per sender" if base.count is not None else _span(base.duration)
     urls = base.send_url if isinstance(base.send_url, str) else ", ".join(base.send_url)
-    return redact_text(f"{test.KIND}: {load}; {clients}; {base.size} B; {length}, warm-up {base.warm_up}; {urls}")
+    size = str(base.size).strip()
+    size = f"{size} B" if size.lstrip("~").replace("-", "").isdigit() else size  # "1MiB" says its unit
+    return redact_text(f"{kind}: {load}; {clients}; {size}; {length}, warm-up {_span(base.warm_up)}; {urls}")
+
+
+def _span(value: str | float) -> str:
+    """A duration as the test gave it ("30s"), a number of seconds with its unit."""
+    return f"{value:g}s" if isinstance(value, int | float) else str(value)

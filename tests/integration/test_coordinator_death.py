@@ -57,7 +57,7 @@ def test_sigterm_stops_collects_and_records_the_test_and_leaves_nothing(tmp_path
     assert len(processes_naming(str(tmp_path))) >= 3  # the data server and two workers
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 1, stdout + stderr
+    assert proc.returncode == 130, stdout + stderr  # interrupted, as docs/exit-codes.md says
     assert "Traceback" not in stderr, stderr
     assert "maestro test: failed: the test (interrupted (SIGTERM))" in stderr, stderr
     record: dict[str, Any] = json.loads((results / test_id / "test.json").read_text())

@@ -181,8 +181,9 @@ def test_the_live_page_gains_points_then_turns_into_the_report(
         assert "success" in browser.run("return document.querySelector('#finished').textContent")
 
 
-def _ask_stop(url: str, test_id: str, token: str | None) -> int:
-    request = urllib.request.Request(f"{url}/api/live/{test_id}/stop", data=b"", method="POST")
+def _ask_stop(url: str, test_id: str, token: str | None, content_type: str = "application/json") -> int:
+    request = urllib.request.Request(f"{url}/api/live/{test_id}/stop", data=b"{}", method="POST")
+    request.add_header("Content-Type", content_type)
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
     try:
@@ -208,6 +209,8 @@ def test_the_live_pages_stop_needs_the_token_then_stops_the_test_as_ctrl_c_would
         assert _ask_stop(url, test_id, None) == 401
         assert _ask_stop(url, test_id, "not-the-token") == 401
         assert _ask_stop(url, "no-such-test", "t0ken-for-the-live-stop") == 409
+        # A cross-site form or text/plain POST (no CORS preflight) is not a stop, token or not.
+        assert _ask_stop(url, test_id, "t0ken-for-the-live-stop", content_type="text/plain") == 415
         assert thread.is_alive()  # the refused asks stopped nothing
         asked = time.monotonic()
         assert _ask_stop(url, test_id, "t0ken-for-the-live-stop") == 200

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -282,3 +283,17 @@ def test_the_test_as_it_will_run_is_said_in_one_line() -> None:
         "256 B; 30s, warm-up 5s; amqp://u:***@h/q"
     )
     assert workload(RepeatedTest(base=test, times=3)).startswith("repeated: 50 msg/s per client")
+    # As test.json names the kind; a size keeps its own unit; seconds given as a number say so.
+    odd = FixedRateTest(send_url="amqp://h/q", rate=0, size="~1kb", duration=30, warm_up=0.0)
+    assert workload(odd) == (
+        "unbounded: as fast as it goes; 1 client(s) in each of 1 sender(s) and 1 receiver(s); ~1kb; 30s, "
+        "warm-up 0s; amqp://h/q"
+    )
+    assert "; 100-2000 B; " in workload(replace(odd, size="100-2000")) and "; 1MiB; " in workload(
+        replace(odd, size="1MiB")
+    )
+    closed = RequestReplyTest(request_url="amqp://h/q", clients=2, outstanding=3, think_time="5ms")
+    assert workload(closed).startswith(
+        "request-reply: closed: 3 outstanding per client, think time 5ms; 2 client(s) in each of 1 requester(s); "
+        "1 replier(s); 256 B;"
+    )

@@ -68,7 +68,7 @@ def test_the_tests_own_queues_are_drawn_and_the_brokers_others_wait_in_the_legen
     table = {"i1/rabbitmq-queues": _queues("other-team-q", "maestro-q", "orders-7", "orders-12")}
     # The senders' URLs name maestro-q, and orders-%d numbered per client.
     (title, _, fig), *_ = inspector_figures(table, ["maestro-q", "orders-%d"])
-    assert title.endswith(": the test's destinations; the broker's others in the legend")
+    assert title.endswith(": the test's destinations; the broker's 1 other in the legend")
     visible = {t.name: t.visible for t in fig.data}
     assert visible == {
         "//maestro-q messages": True,
@@ -92,3 +92,20 @@ def test_bytes_are_drawn_in_the_binary_unit_their_largest_value_reads_in() -> No
     assert axis == "GiB"  # memory_total 25,000,000,000 B
     (total,) = [t for t in fig.data if t.name == "memory_total"]
     assert total.y[0] == 25_000_000_000 / 1024**3
+
+
+def test_a_busy_broker_s_queues_past_the_cap_are_said_to_be_left_out() -> None:
+    # 60 queues of other users, and the test's own, which sorts last by name: it is drawn first.
+    table = {"i1/rabbitmq-queues": _queues(*(f"a-team-{n:02d}" for n in range(60)), "zz-maestro-q")}
+    by_title = {
+        title.split(" (")[1].split(")")[0]: (title, axis, fig)
+        for title, axis, fig in inspector_figures(table, ["zz-maestro-q"])
+    }
+    title, _, fig = by_title["count"]
+    assert fig.data[0].name == "//zz-maestro-q messages" and fig.data[0].visible is True
+    assert len(fig.data) == 40
+    assert title.endswith(
+        ": the test's destinations; 39 of the broker's 60 others in the legend (all of them in the CSV)"
+    )
+    # The byte axis reads in the unit of what is drawn at first, the test's queue (300,000 B here).
+    assert by_title["bytes"][1] == "KiB"

@@ -120,6 +120,7 @@ class PromptDriver(MemoryDriver):
         self.on_replies = on_replies
 
     def request(self, body: bytes, token: int, correlation: str) -> bool:
+        self.bodies.append(body)
         _, _, _, _, _, sent = HEADER_LAYOUT.unpack_from(body)
         reply = body[:HEADER_BYTES] + REPLY_STAMPS.pack(REPLIER, sent, sent)
 
@@ -139,6 +140,16 @@ def test_the_think_time_as_lived_runs_from_a_reply_to_the_next_request(tmp_path:
     assert closed is not None and closed.think_time_measured_s is not None
     assert 0.020 <= closed.think_time_measured_s < 0.025, closed
     assert closed.think_time_mean_s == 0.020
+
+
+def test_a_range_of_request_sizes_is_drawn_from_as_a_senders_is(tmp_path: Path) -> None:
+    """A request/reply test given 100-2000 B sent every request at 2,000 B (hostile pass, #40:
+    its MB/s, from the mean size, read half what went over the wire)."""
+    driver = PromptDriver()
+    _run_to_its_end(tmp_path, driver, 300, size=MessageSize(100, 2000))
+    sizes = [len(body) for body in driver.bodies]
+    assert len(sizes) == 300 and min(sizes) >= 100 and max(sizes) <= 2000
+    assert len(set(sizes)) > 200 and 950 <= sum(sizes) / len(sizes) <= 1150  # uniform: mean 1,050
 
 
 class SlowReplyTopicDriver(PromptDriver):
@@ -172,8 +183,7 @@ def _run_to_its_end(tmp_path: Path, driver: MemoryDriver, messages: int, **plan:
             urls=["memory://x/q"],
             parallel_count=1,
             duration=Duration(messages=messages),
-            size=MessageSize(100, 100),
-            **plan,
+            **({"size": MessageSize(100, 100)} | plan),
         ),
         RateFileWriter(tmp_path, "sender", {}),
         tmp_path,
