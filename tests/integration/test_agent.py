@@ -218,7 +218,11 @@ def test_a_scheduled_restart_and_an_added_delay_show_in_the_report_with_their_ef
     # the windows around it: on a busy machine the first 2 s of a test (the window before) can
     # have a p99 of several ms on their own (7.4 ms in one CI run).
     assert delay["p99_during_ms"] >= 20, delay
-    assert 15 <= delay["p99_during_ms"] - min(delay["p99_before_ms"], delay["p99_after_ms"]) <= 30, delay
+    # Not twice the delay: at most 10 ms past 20 over the noisier window around it, whose own p99
+    # is the noise of the moment (a full run beside another job: before 3.9, during 39.3, after
+    # 17.6 ms). A 40 ms delay on a quiet machine (windows of 1-4 ms) fails it.
+    quiet, noisy = sorted((delay["p99_before_ms"], delay["p99_after_ms"]))
+    assert delay["p99_during_ms"] - quiet >= 15 and delay["p99_during_ms"] <= noisy + 30, delay
     assert delay["p99_after_ms"] < delay["p99_before_ms"] + 10
     assert delay["outage_s"] == 0.0 and delay["lost"] == 0
     _check_the_restart(restart, result.summary, root / result.test_id)
