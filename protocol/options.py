@@ -79,6 +79,13 @@ def mean_message_bytes(value: Any) -> float | None:
         return None
 
 
+def megabytes_per_s(per_s: float, size: Any) -> float | None:
+    """A message rate in MB/s (10^6 B, as PerfTest's) at a test's `size` (a range by its mean);
+    None where the size is not one."""
+    mean = mean_message_bytes(size) if size is not None else None
+    return per_s * mean / 1e6 if mean else None
+
+
 _SIZE = re.compile(r"^(\d+)\s*(b|kb|kib|mb|mib)?$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 1000_000, "mib": 1024 * 1024}
 MAX_MESSAGE_BYTES = 100 * 1024 * 1024

@@ -16,7 +16,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from protocol.options import mean_message_bytes
+from protocol.options import megabytes_per_s
 from reports.accounting import destination_of
 from reports.baseline import Thresholds, compare
 from reports.clocks import clock_corrections
@@ -238,12 +238,9 @@ _LOSS_LEGEND = (
 def _megabytes(summary: dict[str, Any], size: object) -> list[dict[str, Any]]:
     """The mean rates in MB/s (10^6 B) beside msg/s, where the message size is known (a range
     of sizes by its mean)."""
-    mean = mean_message_bytes(size) if size is not None else None
-    if not mean:
-        return []
+    rates = {side: megabytes_per_s(summary[f"{side}_rate"]["mean"], size) for side in ("send", "receive")}
     return [
-        {"figure": f"{side} rate, mean MB/s", "value": round(summary[f"{side}_rate"]["mean"] * mean / 1e6, 3)}
-        for side in ("send", "receive")
+        {"figure": f"{side} rate, mean MB/s", "value": round(mb, 3)} for side, mb in rates.items() if mb is not None
     ]
 
 

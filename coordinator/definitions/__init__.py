@@ -11,7 +11,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from coordinator.definitions.fixed_rate import Action, DefinitionError, Fail, FixedRateTest, Flow, UnboundedTest
+from coordinator.definitions.fixed_rate import (
+    Action,
+    DefinitionError,
+    Fail,
+    FixedRateTest,
+    Flow,
+    UnboundedTest,
+    span_text,
+)
 from coordinator.definitions.request_reply import RequestReplyTest
 from coordinator.definitions.series_tests import IncrementalTest, RepeatedTest, SearchTest, SweepTest
 from protocol.secrets import redact_text
@@ -49,18 +57,13 @@ def workload(test: TestDefinition) -> str:
     base = test if isinstance(test, FixedRateTest) else test.base  # a series' steps are its base test's
     kind = "unbounded" if test.KIND == "fixed-rate" and not base.rate else test.KIND
     if isinstance(base, RequestReplyTest):
-        load = f"closed: {base.outstanding} outstanding per client, think time {_span(base.think_time)}"
+        load = f"closed: {base.outstanding} outstanding per client, think time {span_text(base.think_time)}"
         clients = f"{base.parallel} client(s) in each of {base.senders} requester(s); {base.receivers} replier(s)"
     else:
         load = f"{base.rate:g} msg/s per client, {base.target_rate():g} in all" if base.rate else "as fast as it goes"
         clients = f"{base.parallel} client(s) in each of {base.senders} sender(s) and {base.receivers} receiver(s)"
-    length = f"{base.count:,} messages per sender" if base.count is not None else _span(base.duration)
+    length = f"{base.count:,} messages per sender" if base.count is not None else span_text(base.duration)
     urls = base.send_url if isinstance(base.send_url, str) else ", ".join(base.send_url)
     size = str(base.size).strip()
     size = f"{size} B" if size.lstrip("~").replace("-", "").isdigit() else size  # "1MiB" says its unit
-    return redact_text(f"{kind}: {load}; {clients}; {size}; {length}, warm-up {_span(base.warm_up)}; {urls}")
-
-
-def _span(value: str | float) -> str:
-    """A duration as the test gave it ("30s"), a number of seconds with its unit."""
-    return f"{value:g}s" if isinstance(value, int | float) else str(value)
+    return redact_text(f"{kind}: {load}; {clients}; {size}; {length}, warm-up {span_text(base.warm_up)}; {urls}")

@@ -47,6 +47,11 @@ SCRIPT_NAMES = {
 _DEFAULTS = TestOptions()
 
 
+def span_text(value: str | float) -> str:
+    """A duration as a test gives it ("30s"); a number is seconds, and says so."""
+    return f"{value:g}s" if isinstance(value, int | float) else value
+
+
 @dataclass(frozen=True)
 class Flow:
     """One path through the SUT: `senders` workers publish to send_url, `receivers` workers
@@ -152,8 +157,7 @@ class FixedRateTest:
     def duration_option(self) -> str | int:
         if self.count is not None:
             return parse_duration(int(self.count)).messages or 0
-        value = f"{self.duration:g}s" if isinstance(self.duration, int | float) else self.duration
-        parse_duration(value)
+        value = span_text(self.duration)
         if parse_duration(value).messages is not None:
             raise DefinitionError(f"duration {self.duration!r}: give a time; a message count goes in count=")
         return value

@@ -10,7 +10,7 @@ from typing import Any
 from coordinator.definitions import FixedRateTest, TestDefinition, to_dict, workload
 from coordinator.registry import PeerInfo
 from protocol.clock_correction import untrusted_latency
-from protocol.options import mean_message_bytes
+from protocol.options import megabytes_per_s
 
 __all__ = [
     "TestResult",
@@ -103,8 +103,7 @@ class TestResult:
 def _rate(per_s: float, size: object) -> str:
     """msg/s, and MB/s beside it where the message size is known (1 MB = 10^6 B, as PerfTest's;
     a range of sizes by its mean)."""
-    mean = mean_message_bytes(size) if size is not None else None
-    mb = f" ({per_s * mean / 1e6:,.2f} MB/s)" if mean else ""
+    mb = f" ({megabytes:,.2f} MB/s)" if (megabytes := megabytes_per_s(per_s, size)) is not None else ""
     return f"{per_s:,.1f} msg/s{mb}"
 
 
