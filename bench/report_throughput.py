@@ -128,7 +128,7 @@ def _summaries(test_dir: Path, rows: int) -> None:
     by_rows = summarize(test_dir, peers=rows_only)
     rescan_s = time.perf_counter() - started
     print(f"summary (rows read, 1 core): {rows / rescan_s / 1e6:.2f} M records/s ({rescan_s:.1f} s)")
-    assert figures == by_rows and figures["send_rate"]["mean"] > 0
+    assert figures == by_rows and figures.send_rate.mean > 0
 
 
 def spark_floor_s(spark: object, partitions: int) -> float:

@@ -140,7 +140,7 @@ def main() -> None:
     if isinstance(result, BaseException):
         raise SystemExit(f"soak: the test could not run: {result}")
     s = result.summary
-    print(f"test: {result.outcome}; sent {s.get('sent')}, received {s.get('received')}, lost {s.get('lost')}")
+    print(f"test: {result.outcome}; sent {s.sent}, received {s.received}, lost {s.lost}")
     _print_growth(samples, duration_s / 6 if args.smoke else 300.0)
 
 

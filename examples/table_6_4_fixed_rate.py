@@ -24,7 +24,7 @@ def main() -> int:
         if not probe.passed:
             print(probe)
             return 1
-        maximum = probe.summary["receive_rate"]["mean"]
+        maximum = probe.summary.receive_rate.mean
         per_client = 0.8 * maximum / CLIENTS
         count = int(per_client * CLIENTS * 20)  # about 20 s at that rate
         print(f"measured maximum {maximum:,.0f} msg/s; running {count:,} messages at 80 %: {per_client:,.0f}/client")

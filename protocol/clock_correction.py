@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from protocol.figures import TestFigures
+
 __all__ = ["ClockFit", "ClockStep", "Correction", "clock_corrections", "fit_clock", "untrusted_latency"]
 
 # How fast two clocks may move apart without a step: Linux slews at most 500 ppm, and both the
@@ -274,29 +276,28 @@ def _one_clock(a: dict[str, Any], a_fit: ClockFit | None, b: dict[str, Any], b_f
     return a_fit is None or b_fit is None or a_fit.agrees_with(b_fit)
 
 
-def untrusted_latency(figures: dict[str, Any], max_uncertainty_ratio: float) -> str | None:
+def untrusted_latency(figures: TestFigures, max_uncertainty_ratio: float) -> str | None:
     """Why a test's latency figures cannot be trusted, or None: a clock stepped during the test
     or a receiver's senders run on clocks apart, a sample had to be clamped (a clock correction
     wrong by more than the latency reads below zero), or the clocks are known less well than
     `max_uncertainty_ratio` of the p50 (0: no such bound). `figures`: the summary's
     (reports.summary)."""
-    samples = figures.get("latency_samples", 0)
-    if not samples:
+    if not figures.latency_samples:
         return None
-    uncertainty = float(figures.get("latency_uncertainty_us", 0.0))
+    uncertainty = figures.latency_uncertainty_us
     bar = f" (clock correction ± {uncertainty / 1000:.3f} ms)" if uncertainty else ""
     # A clock's problem first: it is the cause of the clamps it brings.
-    if problems := figures.get("clock_problems"):
+    if problems := figures.clock_problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         return f"latency across hosts not measured: {problems[0]}{more}"
-    if clamped := figures.get("latency_clamped_by_correction", 0):
+    if clamped := figures.latency_clamped_by_correction:
         return f"latency not measured: {clamped:,} samples read below zero or above an hour and were clamped{bar}"
-    p50 = float(figures["latency_us"]["p50"])
+    p50 = figures.latency_us.p50
     if max_uncertainty_ratio and uncertainty > max_uncertainty_ratio * p50:
         through_broker = (
             "; the clocks were measured through the control broker, as the peers' clock ports did not answer "
             "(a firewall, or an address the coordinator cannot reach: see the daemons' --clock-address)"
-            if "mqtt" in figures.get("clock_paths", [])
+            if "mqtt" in figures.clock_paths
             else ""
         )
         return (

@@ -9,11 +9,12 @@ inspector read them (RabbitMQ's queues, Kafka's topics). summary.json holds them
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from protocol.figures import Accounting, AccountingRow, SenderFigures
 from protocol.results import PeerRecord
 from protocol.sut_url import Endpoint, SutUrlError, parse_sut_url
 
@@ -31,26 +32,30 @@ def sut_of(peer: PeerRecord, client: int) -> str | None:
     return str(urls[client % len(urls)]) if urls else None
 
 
-def accounting(per_sender: Iterable[Mapping[str, Any]], sut: list[dict[str, Any]]) -> dict[str, Any]:
+def accounting(per_sender: Iterable[SenderFigures], sut: list[dict[str, Any]]) -> Accounting:
     """The three counts per sender (the loss table's rows: `expected` is what it sent) and in
     total. A total is null where one sender's count is: a sum of some is no figure."""
     rows = [
-        {
-            "sender": row["sender"],
-            "sut": row.get("sut"),
-            "queue": None if (queue := _queue_of(row.get("sut"))) is None else queue[1],
-            "topic": _topic_of(row.get("sut")),
+        AccountingRow(
+            sender=row.sender,
+            sut=row.sut,
+            queue=None if (queue := _queue_of(row.sut)) is None else queue[1],
+            topic=_topic_of(row.sut),
             # At most once: nothing acknowledged, so nothing promised; the SUT may drop.
-            "guarantee": "at-most-once" if row.get("accepted") is None else "at-least-once",
-            "intended": row.get("intended"),
-            "sent": row["expected"],
-            "accepted": row.get("accepted"),
-            "received": row["received"],
-        }
+            guarantee="at-most-once" if row.accepted is None else "at-least-once",
+            intended=row.intended,
+            sent=row.expected,
+            accepted=row.accepted,
+            received=row.received,
+        )
         for row in per_sender
     ]
-    totals = {name: _total(row[name] for row in rows) for name in _COUNTS}
-    return {**totals, "per_sender": rows, "sut_counters": [_caught_up(c, rows) for c in sut]}
+    as_json = [row.to_json() for row in rows]
+    return Accounting(
+        **{name: _total(getattr(row, name) for row in rows) for name in _COUNTS},
+        per_sender=tuple(rows),
+        sut_counters=tuple(_caught_up(c, as_json) for c in sut),
+    )
 
 
 def _caught_up(counters: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:

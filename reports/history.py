@@ -19,6 +19,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from protocol.figures import TestFigures
 from protocol.testbed import testbed_fingerprint
 from reports.baseline import Thresholds
 from reports.change_points import DEFAULT_MAX_P, change_points
@@ -49,26 +50,24 @@ class Figure:
     title: str
     unit: str
     higher_is_better: bool
-    read: Callable[[dict[str, Any]], float | None]  # from a summary
+    read: Callable[[TestFigures], float | None]
 
 
-def _latency(key: str) -> Callable[[dict[str, Any]], float | None]:
+def _latency(key: str) -> Callable[[TestFigures], float | None]:
     # A latency that is no figure (`latency_untrusted`) is not one in a history either.
-    return lambda summary: (
-        None if summary.get("latency_untrusted") else _number((summary.get("latency_us") or {}).get(key))
-    )
+    return lambda figures: None if figures.latency_untrusted else _number(getattr(figures.latency_us, key))
 
 
-def _per_sent(key: str) -> Callable[[dict[str, Any]], float | None]:
-    def ratio(summary: dict[str, Any]) -> float | None:
-        sent, count = _number(summary.get("sent")), _number(summary.get(key))
+def _per_sent(key: str) -> Callable[[TestFigures], float | None]:
+    def ratio(figures: TestFigures) -> float | None:
+        sent, count = _number(figures.sent), _number(getattr(figures, key))
         return None if sent is None or count is None else (count / sent if sent else 0.0)
 
     return ratio
 
 
 FIGURES = (
-    Figure("receive_rate", "Receive rate", "msg/s", True, lambda s: _number((s.get("receive_rate") or {}).get("mean"))),
+    Figure("receive_rate", "Receive rate", "msg/s", True, lambda figures: _number(figures.receive_rate.mean)),
     Figure("latency_p50_us", "Latency p50", "µs", False, _latency("p50")),
     Figure("latency_p99_us", "Latency p99", "µs", False, _latency("p99")),
     Figure("latency_p999_us", "Latency p99.9", "µs", False, _latency("p999")),
@@ -113,13 +112,16 @@ def run_of(record: dict[str, Any]) -> Run | None:
     summary = record.get("summary")
     if not isinstance(summary, dict) or "sent" not in summary or record.get("phase_of"):
         return None
-    peers = summary.get("peers") or []
+    try:
+        figures = TestFigures.from_json(summary)
+    except ValueError:
+        return None  # a record changed by hand into no figures
     return Run(
         test_id=str(record.get("test_id")),
         started=str(record.get("started") or ""),
         outcome=str(record.get("outcome") or "unknown"),
-        figures={f.key: f.read(summary) for f in FIGURES},
-        generator_bound=any(isinstance(p, dict) and p.get("generator_bound") for p in peers),
+        figures={f.key: f.read(figures) for f in FIGURES},
+        generator_bound=any(p.generator_bound for p in figures.peers),
         reason=record.get("reason"),
         workload=workload_hash(record.get("definition")),
         testbed=testbed_fingerprint(record.get("testbed")),

@@ -1,4 +1,4 @@
-"""What every report page shares: summary.json's keys, the page's style, charts and tables."""
+"""What every report page shares: summary.json, the page's style, charts and tables."""
 
 from __future__ import annotations
 
@@ -11,38 +11,25 @@ import plotly.graph_objects as go
 
 from protocol.clock_correction import untrusted_latency
 from protocol.fail import FailConditions
+from protocol.figures import SUMMARY_KEYS, TestFigures
 
-__all__ = ["ERRORS_JS", "PLOTLY_JS", "STYLE", "SUMMARY_KEYS", "cell", "figure", "summary_json", "table"]
+__all__ = ["ERRORS_JS", "PLOTLY_JS", "STYLE", "SUMMARY_KEYS", "cell", "figure", "judged", "summary_json", "table"]
 
-SUMMARY_KEYS = (
-    "test_id",
-    "outcome",
-    "reason",
-    "duration_s",
-    "sent",
-    "received",
-    "lost",
-    "duplicates",
-    "send_rate",
-    "receive_rate",
-    "latency_us",  # null where `latency_untrusted` says why there is no figure
-    "latency_uncertainty_us",  # ± on the latency figures where they cross hosts (0: one clock)
-    "latency_untrusted",  # why the latency figures are no figures (a clamped sample, a clock step…), or null
-    "accounting",  # intended / sent / accepted / received, in total and per sender (reports.accounting)
-    "peers",
-)
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 
 
-def summary_json(figures: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+def judged(figures: TestFigures, record: dict[str, Any]) -> TestFigures:
+    """The figures with their latency judged by the test's own bound (test.json's definition)."""
+    bound = (record.get("definition") or {}).get("fail", {}).get("latency_uncertainty_ratio")
+    return figures.judged(
+        untrusted_latency(figures, FailConditions.latency_uncertainty_ratio if bound is None else bound)
+    )
+
+
+def summary_json(figures: TestFigures, record: dict[str, Any]) -> dict[str, Any]:
     """The summary.json keys (DESIGN.md's, and the two on latency's trust), the outcome and
     reason as the coordinator judged them, and the latency judged by the test's own bound."""
-    bound = (record.get("definition") or {}).get("fail", {}).get("latency_uncertainty_ratio")
-    untrusted = untrusted_latency(figures, FailConditions.latency_uncertainty_ratio if bound is None else bound)
-    full = {**figures, "outcome": record.get("outcome"), "reason": record.get("reason"), "latency_untrusted": untrusted}
-    if untrusted:
-        full["latency_us"] = None  # no figure where there is none to trust: `latency_untrusted` says why
-    return {key: full.get(key) for key in SUMMARY_KEYS}
+    return judged(figures, record).summary_json(record.get("outcome"), record.get("reason"))
 
 
 def figure(fig: go.Figure, title: str, y: str) -> str:

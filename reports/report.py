@@ -10,19 +10,21 @@ import json
 import logging
 import shutil
 import urllib.parse
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
 
+from protocol.figures import RequestReplyFigures, TestFigures
 from protocol.options import megabytes_per_s
 from reports.accounting import destination_of
 from reports.baseline import Thresholds, compare
 from reports.clocks import clock_corrections
 from reports.faults import fault_effects, peer_events, spark_gather, windows_from_events
 from reports.inspector_panels import inspector_panels
-from reports.page import ERRORS_JS, PLOTLY_JS, STYLE, SUMMARY_KEYS, cell, figure, summary_json, table
+from reports.page import ERRORS_JS, PLOTLY_JS, STYLE, SUMMARY_KEYS, cell, figure, judged, summary_json, table
 from reports.paths import result_dirs
 from reports.price import price_performance
 from reports.series_report import build_series_report
@@ -87,7 +89,7 @@ def _latency_chart(latency: dict[int, dict[str, float]], title: str, uncertainty
 
 def _latency_charts(
     latency: dict[str, dict[int, dict[str, float]]],
-    figures: dict[str, Any],
+    figures: TestFigures,
     untrusted: str | None,
     uncertainty_ms: float,
 ) -> list[str]:
@@ -106,11 +108,11 @@ def _latency_charts(
     return [*charts, _distribution_chart(figures)]
 
 
-def _distribution_chart(figures: dict[str, Any]) -> str:
+def _distribution_chart(figures: TestFigures) -> str:
     """From the summary's own histogram: the same warm-up cut as its percentiles."""
-    if not figures["latency_samples"]:
+    if not figures.latency_samples:
         return ""
-    points = figures["latency_distribution_us"]
+    points = figures.latency_distribution_us
     # HDR-style axis: 1 / (1 - percentile), so the tail gets the room it deserves.
     xs = [1 / (1 - min(p, 99.9999) / 100) for p, _ in points]
     ys = [value / 1000 for _, value in points]
@@ -128,8 +130,8 @@ def build_report(
     if record.get("steps"):
         return build_series_report(test_dir, record)  # its phases have reports of their own
     peers = read_peers(test_dir)
-    figures = summarize(test_dir, peers, record)
-    summary = summary_json(figures, record)
+    figures = judged(summarize(test_dir, peers, record), record)
+    summary = figures.summary_json(record.get("outcome"), record.get("reason"))
     if baseline is not None:
         base_record = read_test_json(baseline)
         base = summary_json(summarize(baseline, record=base_record), base_record)
@@ -142,23 +144,23 @@ def build_report(
     out.mkdir(exist_ok=True)
     shutil.copyfile(PLOTLY_JS, out / "plotly.min.js")
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    outcome = summary["outcome"] or "unknown"
-    lat = summary["latency_us"] or {}
+    outcome = record.get("outcome") or "unknown"
+    untrusted = figures.latency_untrusted
     key_figures = [
-        {"figure": "sent", "value": summary["sent"]},
-        {"figure": "received", "value": summary["received"]},
-        {"figure": "lost", "value": summary["lost"]},
-        {"figure": "duplicates", "value": summary["duplicates"]},
-        {"figure": "send rate, mean msg/s", "value": summary["send_rate"]["mean"]},
-        {"figure": "receive rate, mean msg/s", "value": summary["receive_rate"]["mean"]},
-        *_megabytes(summary, (record.get("definition") or {}).get("size")),
+        {"figure": "sent", "value": figures.sent},
+        {"figure": "received", "value": figures.received},
+        {"figure": "lost", "value": figures.lost},
+        {"figure": "duplicates", "value": figures.duplicates},
+        {"figure": "send rate, mean msg/s", "value": figures.send_rate.mean},
+        {"figure": "receive rate, mean msg/s", "value": figures.receive_rate.mean},
+        *_megabytes(figures, (record.get("definition") or {}).get("size")),
         *(
-            [{"figure": "latency", "value": f"no figure: {summary['latency_untrusted']}"}]
-            if summary["latency_untrusted"]
-            else ({"figure": f"latency {k}, ms", "value": v / 1000} for k, v in lat.items())
+            [{"figure": "latency", "value": f"no figure: {untrusted}"}]
+            if untrusted
+            else ({"figure": f"latency {k}, ms", "value": v / 1000} for k, v in figures.latency_us.to_json().items())
         ),
-        {"figure": "duration, s", "value": summary["duration_s"]},
-        *price_performance(summary["receive_rate"]["mean"], record.get("labels") or {}),
+        {"figure": "duration, s", "value": figures.duration_s},
+        *price_performance(figures.receive_rate.mean, record.get("labels") or {}),
     ]
     verdict = _baseline_section(summary.get("baseline"))
     windows = windows_from_events(record.get("events", []))
@@ -167,31 +169,28 @@ def build_report(
     if faults:
         (out / "faults.json").write_text(json.dumps(faults, indent=2))
     charts = [_rate_chart(rates, record.get("events", []), record.get("control_outages", []))]
-    corrected = [p for p in figures["peers"] if "latency_correction_us" in p]
-    uncertainty_ms = max((p["latency_uncertainty_us"] for p in corrected), default=0.0) / 1000
-    charts += _latency_charts(latency, figures, summary["latency_untrusted"], uncertainty_ms)
+    corrected = [p for p in figures.peers if p.latency_correction_us is not None]
+    uncertainty_ms = max((p.latency_uncertainty_us or 0.0 for p in corrected), default=0.0) / 1000
+    charts += _latency_charts(latency, figures, untrusted, uncertainty_ms)
     # The test's own queues and topics first; the rest of the broker's behind the legend.
-    destinations = {d for row in figures["per_sender"] if (d := destination_of(row.get("sut")))}
+    destinations = {d for row in figures.per_sender if (d := destination_of(row.sut))}
     charts += inspector_panels(inspector_tables(test_dir), destinations)
     peer_rows = [
         {**p, "clock offset ms": _offset(p.get("clock", {}))}
-        for p in record.get(
-            "peers", [{"name": p["name"], "role": p["role"], "host": p["host"]} for p in figures["peers"]]
-        )
+        for p in record.get("peers", [{"name": p.name, "role": p.role, "host": p.host} for p in figures.peers])
     ]
-    reason = f"<p>Reason: {html.escape(str(summary['reason']))}</p>" if summary["reason"] else ""
+    reason = f"<p>Reason: {html.escape(str(record['reason']))}</p>" if record.get("reason") else ""
     # What was tested, stated before any figure (the coordinator's line: test.json `workload`).
     if record.get("workload"):
         reason += f'<p class="workload">Workload: {html.escape(str(record["workload"]))}</p>'
-    if summary["latency_untrusted"] and summary["latency_untrusted"] != summary["reason"]:
-        reason += f'<p class="failure">Latency: {html.escape(summary["latency_untrusted"])}</p>'
+    if untrusted and untrusted != record.get("reason"):
+        reason += f'<p class="failure">Latency: {html.escape(untrusted)}</p>'
     reason += "".join(f'<p class="failure">Generator-bound: {html.escape(why)}</p>' for why in generator_bound(peers))
     reason += "".join(f'<p class="failure">Inspector: {html.escape(why)}</p>' for why in inspector_shortfalls(peers))
-    hints = [*figures.get("hints", []), *(figures.get("request_reply") or {}).get("hints", [])]
-    reason += "".join(f'<p class="hint">Hint: {html.escape(hint)}</p>' for hint in hints)
+    reason += "".join(f'<p class="hint">Hint: {html.escape(hint)}</p>' for hint in figures.hints_all)
     reason += "".join(
-        f"<p>Latency at {html.escape(str(p['name']))} corrected across hosts by the measured clock offsets: "
-        f"{p['latency_correction_us'] / 1000:+.3f} ms ± {p['latency_uncertainty_us'] / 1000:.3f} ms.</p>"
+        f"<p>Latency at {html.escape(p.name)} corrected across hosts by the measured clock offsets: "
+        f"{(p.latency_correction_us or 0.0) / 1000:+.3f} ms ± {(p.latency_uncertainty_us or 0.0) / 1000:.3f} ms.</p>"
         for p in corrected
     )
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(test_dir.name)}</title>
@@ -200,16 +199,16 @@ def build_report(
 {reason}<p>{html.escape(str(record.get("name") or ""))} {html.escape(str(record.get("kind") or ""))}
 started {html.escape(str(record.get("started") or ""))}; {rows:,} rate records read.
 Rates and latency leave the warm-up out; counts cover the whole test.</p>
-<p class="load-model">Load model: {_LOAD_MODELS[figures.get("load_model", "open")]}</p>
+<p class="load-model">Load model: {_LOAD_MODELS[figures.load_model]}</p>
 {table(key_figures, ["figure", "value"])}
-{_request_reply_section(figures.get("request_reply"))}
+{_request_reply_section(figures.request_reply)}
 {verdict}
 {"".join(c for c in charts if c)}
 {_faults_section(faults)}
 <h2>Loss and duplicates per sender</h2>
-{table(figures["per_sender"], _LOSS_COLUMNS)}
+{table([row.to_json() for row in figures.per_sender], _LOSS_COLUMNS)}
 <p>{_LOSS_LEGEND}</p>
-{_sut_counters_section(figures["accounting"]["sut_counters"])}
+{_sut_counters_section(figures.accounting.sut_counters)}
 <h2>Peers</h2>
 {table(peer_rows, ["name", "role", "host", "clock offset ms"])}
 </body></html>"""
@@ -235,22 +234,25 @@ _LOSS_LEGEND = (
 )
 
 
-def _megabytes(summary: dict[str, Any], size: object) -> list[dict[str, Any]]:
+def _megabytes(figures: TestFigures, size: object) -> list[dict[str, Any]]:
     """The mean rates in MB/s (10^6 B) beside msg/s, where the message size is known (a range
     of sizes by its mean)."""
-    rates = {side: megabytes_per_s(summary[f"{side}_rate"]["mean"], size) for side in ("send", "receive")}
+    rates = {
+        "send": megabytes_per_s(figures.send_rate.mean, size),
+        "receive": megabytes_per_s(figures.receive_rate.mean, size),
+    }
     return [
         {"figure": f"{side} rate, mean MB/s", "value": round(mb, 3)} for side, mb in rates.items() if mb is not None
     ]
 
 
-def _sut_counters_section(counters: list[dict[str, Any]]) -> str:
+def _sut_counters_section(counters: Sequence[Mapping[str, Any]]) -> str:
     """The SUT's own counts of the queues and topics the senders sent to, as an inspector read
     them: a table per kind of SUT, each with what its figures mean."""
     tables = "".join(
         table(rows, columns) + f"<p>{html.escape(legend)}</p>"
         for source, (columns, legend) in _SUT_COUNTERS.items()
-        if (rows := [c for c in counters if c["source"] == source])
+        if (rows := [dict(c) for c in counters if c["source"] == source])
     )
     return f"<h3>The SUT's own counters</h3>{tables}" if tables else ""
 
@@ -300,21 +302,20 @@ _LOAD_MODELS = {
 }
 
 
-def _request_reply_section(rr: dict[str, Any] | None) -> str:
+def _request_reply_section(rr: RequestReplyFigures | None) -> str:
     """A closed system's figures: its counts, the response time and its legs, Little's law."""
-    if not rr:
+    if rr is None:
         return ""
-    law = rr["littles_law"]
-    counts = [
-        {"figure": name.replace("_", " "), "value": rr[name]}
+    law = rr.littles_law
+    counts: list[dict[str, Any]] = [
+        {"figure": name.replace("_", " "), "value": getattr(rr, name)}
         for name in ("requests", "replies", "timed_out", "late", "duplicates")
     ]
-    counts.append({"figure": "throughput, requests/s", "value": rr["throughput_per_s"]})
-    if "think_time_measured_s" in rr:
-        counts.append({"figure": "think time planned, ms", "value": rr["think_time_mean_s"] * 1000})
-        counts.append({"figure": "think time lived, ms", "value": rr["think_time_measured_s"] * 1000})
+    counts.append({"figure": "throughput, requests/s", "value": rr.throughput_per_s})
+    counts.append({"figure": "think time planned, ms", "value": rr.think_time_mean_s * 1000})
+    counts.append({"figure": "think time lived, ms", "value": rr.think_time_measured_s * 1000})
     legs = [
-        {"time": label, **{k: rr[key][k] / 1000 for k in ("p50", "p90", "p99", "max", "mean")}}
+        {"time": label, **{k: getattr(getattr(rr, key), k) / 1000 for k in ("p50", "p90", "p99", "max", "mean")}}
         for label, key in (
             ("response (intended → reply)", "response_time_us"),
             ("request leg", "request_leg_us"),
@@ -322,7 +323,7 @@ def _request_reply_section(rr: dict[str, Any] | None) -> str:
             ("reply leg", "reply_leg_us"),
         )
     ]
-    spread = rr.get("legs_uncertainty_us")
+    spread = rr.legs_uncertainty_us
     return (
         "<h2>Request/reply</h2>"
         + table(counts, ["figure", "value"])
@@ -330,8 +331,8 @@ def _request_reply_section(rr: dict[str, Any] | None) -> str:
         + (f", ± {spread / 1000:.3f} ms" if spread else " (one host, one clock)")
         + ".</p>"
         + table(legs, ["time", "p50", "p90", "p99", "max", "mean"])
-        + f"<p>Little's law: {law['clients']:g} clients waiting or thinking; throughput x (response + think as lived)"
-        f" = {law['throughput_x_time']:.2f} ({law['deviation_percent']:+.1f} %).</p>"
+        + f"<p>Little's law: {law.clients:g} clients waiting or thinking; throughput x (response + think as lived)"
+        f" = {law.throughput_x_time:.2f} ({law.deviation_percent:+.1f} %).</p>"
     )
 
 

@@ -292,7 +292,7 @@ def _summary(request: Request, test_id: str, record: dict[str, Any] | None) -> d
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise HTTPException(422, f"cannot read the files of {test_id}: {exc}") from exc
     info = read_test_json(directory)
-    return {"outcome": info.get("outcome"), "reason": info.get("reason"), **figures}
+    return {"outcome": info.get("outcome"), "reason": info.get("reason"), **figures.to_json()}
 
 
 @router.get("/api/history/{name:path}")

@@ -18,6 +18,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from protocol.figures import (
+    LittlesLaw,
+    PeerFigures,
+    Percentiles,
+    Rate,
+    RequestReplyFigures,
+    SenderFigures,
+    TestFigures,
+    TimeFigures,
+)
 from protocol.file_check import DamagedFileError, verify_file
 from protocol.hdr import new_histogram, read_intervals, read_total
 from protocol.ratefile import PIECE_SUFFIX, RatePiece, RateSeconds, rate_seconds, whole_second_at_or_after
@@ -86,19 +96,19 @@ def read_test_json(test_dir: Path, *, dir_fd: int | None = None) -> dict[str, An
     return info if isinstance(info, dict) else {}
 
 
-def rate_of(buckets: Counter[int]) -> dict[str, float]:
+def rate_of(buckets: Counter[int]) -> Rate:
     """Messages per whole second from counts by second. The first and last seconds are partial
     and left out when there are whole ones between them."""
     if not buckets:
-        return {"mean": 0.0, "min": 0.0, "max": 0.0}
+        return Rate()
     first, last = min(buckets), max(buckets)
     whole = [buckets.get(s, 0) for s in range(first + 1, last)]
     if not whole:
         whole = [sum(buckets.values())]
-    return {"mean": sum(whole) / len(whole), "min": float(min(whole)), "max": float(max(whole))}
+    return Rate(sum(whole) / len(whole), float(min(whole)), float(max(whole)))
 
 
-def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any] | None = None) -> dict[str, Any]:
+def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any] | None = None) -> TestFigures:
     """`peers` and `record` (test.json): when the caller has read them already. Latency is
     corrected across hosts by the clock offsets test.json records (reports.clocks)."""
     peers = read_peers(test_dir) if peers is None else peers
@@ -149,53 +159,47 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any]
         lost += key_lost
         stream = streams.get(key)
         per_sender.append(
-            {
-                "sender": peer_of_key.get(key, key),
-                "key": key,
-                "sut": sut_of_key.get(key),
-                "intended": None if stream is None else stream.intended,
-                "expected": expected,
-                "accepted": None if stream is None else stream.accepted,
-                "received": merged.distinct,
-                "lost": key_lost,
-                "lost_percent": 100 * key_lost / expected if expected else 0.0,
-                "duplicates": merged.duplicates,
-                "out_of_order": out_of_order[key],
-            }
+            SenderFigures(
+                sender=peer_of_key.get(key, key),
+                key=key,
+                sut=sut_of_key.get(key),
+                intended=None if stream is None else stream.intended,
+                expected=expected,
+                accepted=None if stream is None else stream.accepted,
+                received=merged.distinct,
+                lost=key_lost,
+                lost_percent=100 * key_lost / expected if expected else 0.0,
+                duplicates=merged.duplicates,
+                out_of_order=out_of_order[key],
+            )
         )
     first_send = sends.first_ata_us
     end = max((x for x in (sends.last_ata_us, receives.last_ata_us) if x is not None), default=None)
-    return {
-        "test_id": test_dir.name,
-        "duration_s": (end - first_send) / 1e6 if first_send is not None and end is not None else 0.0,
-        "sent": sum(sent_by_key.values()),
-        "received": received,
-        "lost": lost,
-        "duplicates": duplicates,
-        "foreign": dict(foreign),
-        # Of the lost: messages the SUT's own numbering shows it passed over (Kafka offsets).
-        "skipped_by_sut": skipped,
-        "send_rate": rate_of(sends.per_second),
-        "receive_rate": rate_of(receives.per_second),
-        "latency_us": {
-            **{name: float(latency.get_value_at_percentile(p)) for name, p in PERCENTILES.items()},
-            "max": float(latency.get_max_value()),
-        },
-        "latency_samples": latency.get_total_count(),
-        "latency_distribution_us": [[p, float(latency.get_value_at_percentile(p))] for p in DISTRIBUTION],
-        "per_sender": per_sender,
-        "accounting": accounting(per_sender, sut_counters(test_dir, sut_of_key.values())),
-        "peers": _peer_rows(peers, corrections),
-        "latency_clamped_by_correction": clamped,
-        "hints": _nagle_hints({"latency": latency}),
-        # ± on every latency figure: the widest clock correction's (0: one clock).
-        "latency_uncertainty_us": round(max((c.uncertainty_us for c in corrections.values()), default=0.0), 1),
-        "clock_problems": [problem for c in corrections.values() for problem in c.problems],
-        "clock_paths": sorted({path for c in corrections.values() for path in c.path.split("+") if path}),
-        # Open: senders on a schedule. Closed: requesters waiting for replies (request/reply).
-        "load_model": "closed" if any(a.request_reply for _, _, a in senders) else "open",
-        **_request_reply(senders, warm_up_end_us, sends, corrections),
-    }
+    return TestFigures(
+        test_id=test_dir.name,
+        duration_s=(end - first_send) / 1e6 if first_send is not None and end is not None else 0.0,
+        sent=sum(sent_by_key.values()),
+        received=received,
+        lost=lost,
+        duplicates=duplicates,
+        foreign=dict(foreign),
+        skipped_by_sut=skipped,
+        send_rate=rate_of(sends.per_second),
+        receive_rate=rate_of(receives.per_second),
+        latency_us=Percentiles(**_percentiles(latency), max=float(latency.get_max_value())),
+        latency_samples=latency.get_total_count(),
+        latency_distribution_us=tuple((p, float(latency.get_value_at_percentile(p))) for p in DISTRIBUTION),
+        per_sender=tuple(per_sender),
+        accounting=accounting(per_sender, sut_counters(test_dir, sut_of_key.values())),
+        peers=tuple(_peer_rows(peers, corrections)),
+        latency_clamped_by_correction=clamped,
+        hints=tuple(_nagle_hints({"latency": latency})),
+        latency_uncertainty_us=round(max((c.uncertainty_us for c in corrections.values()), default=0.0), 1),
+        clock_problems=tuple(problem for c in corrections.values() for problem in c.problems),
+        clock_paths=tuple(sorted({path for c in corrections.values() for path in c.path.split("+") if path})),
+        load_model="closed" if any(a.request_reply for _, _, a in senders) else "open",
+        request_reply=_request_reply(senders, warm_up_end_us, sends, corrections),
+    )
 
 
 # The requester's logs (worker.requester.REQUESTER_LOGS) and the figures they become.
@@ -212,7 +216,7 @@ def _request_reply(
     warm_up_end_us: int,
     answered: RateSeconds,
     corrections: dict[str, Correction],
-) -> dict[str, Any]:
+) -> RequestReplyFigures | None:
     """A closed system's figures, merged over its requesters: counts, throughput (`answered`:
     their rate files, a row per request answered in time, by the reply's second), response time
     and its legs after warm-up, and Little's law as a check on them all. The legs cross from a
@@ -221,12 +225,12 @@ def _request_reply(
     repliers being the receivers) gives their uncertainty."""
     requesters = [(d, a, a.request_reply) for d, _, a in senders if a.request_reply is not None]
     if not requesters:
-        return {}
+        return None
     since_ms = warm_up_end_us // 1000
     counts: Counter[str] = Counter()
     foreign: Counter[str] = Counter()
     totals = {name: new_histogram() for name in _REQUESTER_LOGS}
-    throughput = rate_of(answered.per_second)["mean"]
+    throughput = rate_of(answered.per_second).mean
     clients = think_weighted = lived_weighted = 0.0
     for directory, account, mine in requesters:
         counts.update(replies=mine.replies, timed_out=mine.timed_out, late=mine.late, duplicates=mine.duplicates)
@@ -249,24 +253,25 @@ def _request_reply(
     # time between a reply and the next request is the think time as lived (a timer wakes late
     # on a busy host), so the law checks the figures against each other, not against the plan.
     predicted = throughput * (response.get_mean_value() / 1e6 + lived_s)
-    return {
-        "request_reply": {
-            **counts,
-            "foreign": dict(foreign),
-            "throughput_per_s": throughput,
-            # ± on the request and reply legs: 0 where requester and replier share a clock.
-            "legs_uncertainty_us": round(max((c.uncertainty_us for c in corrections.values()), default=0.0), 1),
-            "think_time_mean_s": think_s,
-            "think_time_measured_s": lived_s,
-            **{name: _percentiles(h) for name, h in totals.items()},
-            "hints": _nagle_hints({"request leg": totals["request_leg_us"], "reply leg": totals["reply_leg_us"]}),
-            "littles_law": {
-                "clients": clients,
-                "throughput_x_time": predicted,
-                "deviation_percent": 100 * (predicted - clients) / clients if clients else 0.0,
-            },
-        }
-    }
+    return RequestReplyFigures(
+        replies=counts["replies"],
+        timed_out=counts["timed_out"],
+        late=counts["late"],
+        duplicates=counts["duplicates"],
+        skipped_by_sut=counts["skipped_by_sut"],
+        requests=counts["requests"],
+        foreign=dict(foreign),
+        throughput_per_s=throughput,
+        legs_uncertainty_us=round(max((c.uncertainty_us for c in corrections.values()), default=0.0), 1),
+        think_time_mean_s=think_s,
+        think_time_measured_s=lived_s,
+        response_time_us=_times(totals["response_time_us"]),
+        replier_us=_times(totals["replier_us"]),
+        request_leg_us=_times(totals["request_leg_us"]),
+        reply_leg_us=_times(totals["reply_leg_us"]),
+        hints=tuple(_nagle_hints({"request leg": totals["request_leg_us"], "reply leg": totals["reply_leg_us"]})),
+        littles_law=LittlesLaw(clients, predicted, 100 * (predicted - clients) / clients if clients else 0.0),
+    )
 
 
 # Nagle's algorithm holding a small write until the previous one is acknowledged, against a
@@ -296,12 +301,16 @@ def _nagle_hints(histograms: dict[str, Any]) -> list[str]:
 
 
 def _percentiles(histogram: Any) -> dict[str, float]:
-    figures = {name: float(histogram.get_value_at_percentile(p)) for name, p in PERCENTILES.items()}
-    return figures | {
-        "mean": float(histogram.get_mean_value()),
-        "max": float(histogram.get_max_value()),
-        "samples": histogram.get_total_count(),
-    }
+    return {name: float(histogram.get_value_at_percentile(p)) for name, p in PERCENTILES.items()}
+
+
+def _times(histogram: Any) -> TimeFigures:
+    return TimeFigures(
+        **_percentiles(histogram),
+        mean=float(histogram.get_mean_value()),
+        max=float(histogram.get_max_value()),
+        samples=histogram.get_total_count(),
+    )
 
 
 def _add(total: RateSeconds, directory: Path, names: Sequence[str], since_us: int) -> None:
@@ -341,31 +350,26 @@ def _latency(
     return latency, clamped
 
 
-def _peer_rows(peers: Peers, corrections: dict[str, Correction]) -> list[dict[str, Any]]:
+def _peer_rows(peers: Peers, corrections: dict[str, Correction]) -> list[PeerFigures]:
     rows = []
     for _, info in peers:
-        row: dict[str, Any] = {"name": info.name, "role": info.role, "host": info.host, "failure": info.failure}
-        if info.sender is not None:
-            row["sent"] = info.sender.sent
-        if info.receiver is not None:
-            row["received"] = info.receiver.received
-            row |= _correction_fields(corrections.get(info.name))
-        if why := _generator_bound(info):
-            row["generator_bound"] = why  # in summary.json too: not a SUT figure
-        if shortfalls := _inspector_shortfalls(info):
-            row["inspector_shortfall"] = shortfalls  # its series are missing or thin
-        rows.append(row)
+        correction = corrections.get(info.name) if info.receiver is not None else None
+        rows.append(
+            PeerFigures(
+                name=info.name,
+                role=info.role,
+                host=info.host,
+                failure=info.failure,
+                sent=None if info.sender is None else info.sender.sent,
+                received=None if info.receiver is None else info.receiver.received,
+                latency_correction_us=None if correction is None else round(correction.shift_us, 1),
+                latency_uncertainty_us=None if correction is None else round(correction.uncertainty_us, 1),
+                clock_path=None if correction is None else correction.path,
+                generator_bound=_generator_bound(info),  # in summary.json too: not a SUT figure
+                inspector_shortfall=tuple(_inspector_shortfalls(info)),  # its series are missing or thin
+            )
+        )
     return rows
-
-
-def _correction_fields(correction: Correction | None) -> dict[str, Any]:
-    if correction is None:
-        return {}
-    return {
-        "latency_correction_us": round(correction.shift_us, 1),
-        "latency_uncertainty_us": round(correction.uncertainty_us, 1),
-        "clock_path": correction.path,  # udp: measured directly; mqtt: through the control broker
-    }
 
 
 # A sender this busy was the limit itself: its figures describe the load generator, not the SUT.

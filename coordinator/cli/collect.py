@@ -67,13 +67,13 @@ def cmd_collect(args: argparse.Namespace) -> int:
             f"collected by `maestro collect` at {now_iso()}: {len(holders)} peers had files"
             + (f"; {'; '.join(collected.failures)}" if collected.failures else "")
         )
-        record["summary"] = figures
+        record["summary"] = figures.to_json()
         result = TestResult(args.test_id, record["outcome"], record.get("reason"), figures, record, store.url)
         store.store(result, [result])
         root = maestro.local_root
     print(f"test id: {args.test_id}")
     print(result)
-    if report(result, root, args.no_report) is not None or collected.failures or "error" in figures:
+    if report(result, root, args.no_report) is not None or collected.failures or figures.error is not None:
         return EXIT_FAILED
     return 0
 

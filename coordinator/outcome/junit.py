@@ -49,19 +49,15 @@ def junit_xml(result: TestResult, cases: list[TestResult]) -> bytes:
         elif not case.passed:
             ET.SubElement(element, "failure", message=case.reason or "failed").text = case.reason or ""
         s = case.summary
-        if "sent" in s:
+        if s.error is None:
             latency = (
                 "latency=none"
-                if s.get("latency_untrusted")
-                else f"p50_us={s['latency_us']['p50']:.0f} p99_us={s['latency_us']['p99']:.0f}"
-                + (
-                    f" latency_uncertainty_us={s['latency_uncertainty_us']:.0f}"
-                    if s.get("latency_uncertainty_us")
-                    else ""
-                )
+                if s.latency_untrusted
+                else f"p50_us={s.latency_us.p50:.0f} p99_us={s.latency_us.p99:.0f}"
+                + (f" latency_uncertainty_us={s.latency_uncertainty_us:.0f}" if s.latency_uncertainty_us else "")
             )
             ET.SubElement(element, "system-out").text = (
-                f"sent={s['sent']} received={s['received']} lost={s['lost']} duplicates={s['duplicates']} "
-                f"receive_rate={s['receive_rate']['mean']:.1f}/s {latency}\n{latency_line(s)}"
+                f"sent={s.sent} received={s.received} lost={s.lost} duplicates={s.duplicates} "
+                f"receive_rate={s.receive_rate.mean:.1f}/s {latency}\n{latency_line(s)}"
             )
     return ET.tostring(suite, encoding="utf-8", xml_declaration=True)

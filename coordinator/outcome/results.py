@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from coordinator.definitions import FixedRateTest, TestDefinition, to_dict, workload
 from coordinator.registry import PeerInfo
 from protocol.clock_correction import untrusted_latency
+from protocol.figures import Accounting, AccountingRow, TestFigures
 from protocol.options import megabytes_per_s
 
 __all__ = [
@@ -42,7 +44,7 @@ class TestResult:
     test_id: str
     outcome: str  # "success" | "failure" | "invalid" (it did not measure the SUT: `reason` says why)
     reason: str | None
-    summary: dict[str, Any]
+    summary: TestFigures
     record: dict[str, Any]  # what test.json holds
     data_server: str
     steps: list[TestResult] = field(default_factory=list)  # an incremental test's phases
@@ -61,28 +63,26 @@ class TestResult:
     def __str__(self) -> str:
         s = self.summary
         text = f"test {self.test_id}: {self.outcome}" + (f" ({self.reason})" if self.reason else "")
-        rr = s.get("request_reply")
+        rr = s.request_reply
         if rr:  # a closed system leads with its response time; its legs are in it, not a "latency"
-            response, law = rr["response_time_us"], rr["littles_law"]
+            response, law = rr.response_time_us, rr.littles_law
             text += (
-                f"\n  response time p50 {response['p50'] / 1000:.3f} ms  p99 {response['p99'] / 1000:.3f} ms"
-                f"  (request leg p50 {rr['request_leg_us']['p50'] / 1000:.3f} ms, replier"
-                f" {rr['replier_us']['p50'] / 1000:.3f} ms, reply leg {rr['reply_leg_us']['p50'] / 1000:.3f} ms"
-                + (f", legs ± {rr['legs_uncertainty_us'] / 1000:.3f} ms" if rr.get("legs_uncertainty_us") else "")
+                f"\n  response time p50 {response.p50 / 1000:.3f} ms  p99 {response.p99 / 1000:.3f} ms"
+                f"  (request leg p50 {rr.request_leg_us.p50 / 1000:.3f} ms, replier"
+                f" {rr.replier_us.p50 / 1000:.3f} ms, reply leg {rr.reply_leg_us.p50 / 1000:.3f} ms"
+                + (f", legs ± {rr.legs_uncertainty_us / 1000:.3f} ms" if rr.legs_uncertainty_us else "")
                 + ")"
-                f"\n  closed system: {rr['requests']:,} requests, {rr['replies']:,} replies,"
-                f" {rr['timed_out']:,} timed out, {rr['late']:,} late; {rr['throughput_per_s']:,.1f} requests/s"
-                f"\n  Little's law: {law['clients']:g} waiting ≈ throughput x time {law['throughput_x_time']:.2f}"
-                f" ({law['deviation_percent']:+.1f} %)"
+                f"\n  closed system: {rr.requests:,} requests, {rr.replies:,} replies,"
+                f" {rr.timed_out:,} timed out, {rr.late:,} late; {rr.throughput_per_s:,.1f} requests/s"
+                f"\n  Little's law: {law.clients:g} waiting ≈ throughput x time {law.throughput_x_time:.2f}"
+                f" ({law.deviation_percent:+.1f} %)"
             )
-        if "sent" in s:
-            send, receive = s["send_rate"]["mean"], s["receive_rate"]["mean"]
+        if s.error is None:
             size = (self.record.get("definition") or {}).get("size")
             text += (
-                f"\n  sent {s['sent']:,}  received {s['received']:,}  lost {s['lost']:,}"
-                f"  duplicates {s['duplicates']:,}"
-                + (f"  (the SUT skipped {s['skipped_by_sut']:,})" if s.get("skipped_by_sut") else "")
-                + f"\n  send rate {_rate(send, size)}  receive rate {_rate(receive, size)}"
+                f"\n  sent {s.sent:,}  received {s.received:,}  lost {s.lost:,}  duplicates {s.duplicates:,}"
+                + (f"  (the SUT skipped {s.skipped_by_sut:,})" if s.skipped_by_sut else "")
+                + f"\n  send rate {_rate(s.send_rate.mean, size)}  receive rate {_rate(s.receive_rate.mean, size)}"
                 + ("" if rr else f"\n  {latency_line(s)}")
             )
         best = self.record.get("max_sustainable")
@@ -107,19 +107,16 @@ def _rate(per_s: float, size: object) -> str:
     return f"{per_s:,.1f} msg/s{mb}"
 
 
-def latency_line(summary: dict[str, Any]) -> str:
+def latency_line(summary: TestFigures) -> str:
     """The latency as a person reads it: the figures with their clock ± where they crossed
     hosts, or why there is no figure (a clamped or unknown latency is never printed as one)."""
-    if why := summary.get("latency_untrusted"):
+    if why := summary.latency_untrusted:
         return f"latency: no figure ({why})"
-    if not summary.get("latency_samples", 1):
+    if not summary.latency_samples:
         return "latency: no samples"
-    lat = summary.get("latency_us", {})
-    uncertainty = summary.get("latency_uncertainty_us", 0.0)
-    return (
-        f"latency p50 {lat.get('p50', 0) / 1000:.3f} ms  p99 {lat.get('p99', 0) / 1000:.3f} ms"
-        f"  max {lat.get('max', 0) / 1000:.3f} ms"
-        + (f"  (± {uncertainty / 1000:.3f} ms: clocks across hosts)" if uncertainty else "")
+    lat, uncertainty = summary.latency_us, summary.latency_uncertainty_us
+    return f"latency p50 {lat.p50 / 1000:.3f} ms  p99 {lat.p99 / 1000:.3f} ms  max {lat.max / 1000:.3f} ms" + (
+        f"  (± {uncertainty / 1000:.3f} ms: clocks across hosts)" if uncertainty else ""
     )
 
 
@@ -184,23 +181,28 @@ def phase_row(result: TestResult) -> dict[str, Any]:
         "target_rate": result.record["target_rate"],
         "outcome": result.outcome,
         "reason": result.reason,
-        "send_rate": result.summary.get("send_rate", {}).get("mean"),
-        "receive_rate": result.summary.get("receive_rate", {}).get("mean"),
-        "latency_us": None if result.summary.get("latency_untrusted") else result.summary.get("latency_us"),
-        "lost": result.summary.get("lost"),
-        **_closed_system_row(result.summary.get("request_reply")),
+        **_figures_row(result.summary),
     }
 
 
-def _closed_system_row(rr: dict[str, Any] | None) -> dict[str, Any]:
-    """A request/reply phase's figures for its series: the closed system's curves."""
-    if not rr:
-        return {}
-    return {
-        "throughput_per_s": rr["throughput_per_s"],
-        "response_time_us": rr["response_time_us"],
-        "timed_out": rr["timed_out"],
+def _figures_row(figures: TestFigures) -> dict[str, Any]:
+    """A phase's figures in its series' rows (none where it has none), with a request/reply
+    phase's closed-system curves."""
+    if figures.error is not None:
+        return {"send_rate": None, "receive_rate": None, "latency_us": None, "lost": None}
+    row = {
+        "send_rate": figures.send_rate.mean,
+        "receive_rate": figures.receive_rate.mean,
+        "latency_us": None if figures.latency_untrusted else figures.latency_us.to_json(),
+        "lost": figures.lost,
     }
+    if (rr := figures.request_reply) is not None:
+        row |= {
+            "throughput_per_s": rr.throughput_per_s,
+            "response_time_us": rr.response_time_us.to_json(),
+            "timed_out": rr.timed_out,
+        }
+    return row
 
 
 def outages_between(outages: list[tuple[int, int]], started: str, ended: str) -> list[dict[str, Any]]:
@@ -231,18 +233,18 @@ class Verdict:
 
     failure: str | None = None
     invalid: tuple[str, ...] = ()
+    latency_untrusted: str | None = None  # why the latency is no figure
 
 
-def judge(summary: dict[str, Any], test: FixedRateTest) -> Verdict:
-    """The figures' verdict on a phase; `summary` gets its `latency_untrusted` (why its latency
-    is no figure, or None)."""
+def judge(summary: TestFigures, test: FixedRateTest) -> Verdict:
+    """The figures' verdict on a phase, with why its latency is no figure (or None)."""
     fail = test.fail
     failure = loss_verdict(summary, fail.max_loss_ratio)
-    if "error" in summary:
+    if summary.error is not None:
         return Verdict(failure)
-    dropped, unreconciled = accounting_verdict(summary.get("accounting"), fail.max_loss_ratio)
+    dropped, unreconciled = accounting_verdict(summary.accounting, fail.max_loss_ratio)
     failure = dropped or failure  # the same loss, told as what the SUT broke
-    summary["latency_untrusted"] = untrusted = untrusted_latency(summary, fail.latency_uncertainty_ratio)
+    untrusted = untrusted_latency(summary, fail.latency_uncertainty_ratio)
     invalid: list[str] = []
     if untrusted and fail.untrusted_latency == "failure":
         failure = failure or untrusted
@@ -251,8 +253,8 @@ def judge(summary: dict[str, Any], test: FixedRateTest) -> Verdict:
     invalid += unreconciled
     invalid += generator_shortfall(summary, test.target_rate(), fail.max_generator_shortfall)
     invalid += copies_of_everything(summary)
-    invalid += [why for p in summary.get("peers", []) for why in p.get("inspector_shortfall", []) if "no sample" in why]
-    return Verdict(failure, tuple(invalid))
+    invalid += [why for p in summary.peers for why in p.inspector_shortfall if "no sample" in why]
+    return Verdict(failure, tuple(invalid), untrusted)
 
 
 # Duplicates of at least this share of the messages received: every message came again, which is
@@ -260,11 +262,11 @@ def judge(summary: dict[str, Any], test: FixedRateTest) -> Verdict:
 _COPIES_RATIO = 0.9
 
 
-def copies_of_everything(summary: dict[str, Any]) -> list[str]:
+def copies_of_everything(summary: TestFigures) -> list[str]:
     """Why the run measured something else than one delivery per message: (nearly) every message
     arrived more than once. The counts stay right (duplicates are counted by sequence number), but
     the receive rate and the latency count each copy."""
-    received, duplicates = summary.get("received") or 0, summary.get("duplicates") or 0
+    received, duplicates = summary.received, summary.duplicates
     if not received or duplicates < _COPIES_RATIO * received:
         return []
     return [
@@ -275,13 +277,13 @@ def copies_of_everything(summary: dict[str, Any]) -> list[str]:
     ]
 
 
-def generator_shortfall(summary: dict[str, Any], target_per_s: float, bound: float) -> list[str]:
+def generator_shortfall(summary: TestFigures, target_per_s: float, bound: float) -> list[str]:
     """Why the run measured its load generator: its senders were the limit (their CPU or event
     loop, `generator_bound` on their rows) and sent more than `bound` short of the target."""
-    sent = float(summary.get("send_rate", {}).get("mean", 0.0))
+    sent = summary.send_rate.mean
     if not target_per_s or sent >= (1 - bound) * target_per_s:
         return []
-    bound_by = [p["generator_bound"] for p in summary.get("peers", []) if p.get("generator_bound")]
+    bound_by = [p.generator_bound for p in summary.peers if p.generator_bound]
     if not bound_by:
         return []  # short by the SUT's doing (its window, its back-pressure): a figure of it
     return [
@@ -290,7 +292,7 @@ def generator_shortfall(summary: dict[str, Any], target_per_s: float, bound: flo
     ]
 
 
-def accounting_verdict(accounting: dict[str, Any] | None, max_loss_ratio: float) -> tuple[str | None, list[str]]:
+def accounting_verdict(accounting: Accounting, max_loss_ratio: float) -> tuple[str | None, list[str]]:
     """The three counts against the delivery guarantee, sender by sender (reports.accounting):
     why the SUT failed (it acknowledged messages and never delivered them, more than
     `max_loss_ratio` of them), and why the counts cannot be reconciled at all (more received than
@@ -298,28 +300,26 @@ def accounting_verdict(accounting: dict[str, Any] | None, max_loss_ratio: float)
     and duplicates are at least once's right: neither is judged here. A Kafka topic whose own
     counters show it still holds every message it took did not drop what the receivers missed:
     that loss is the loss bound's to judge (loss_verdict), not the SUT's breach."""
-    if not accounting:
-        return None, []
-    counters = accounting.get("sut_counters", [])
+    counters = accounting.sut_counters
     dropped, unreconciled = [], []
-    for row in accounting["per_sender"]:
-        sender, sent, accepted, received = row["sender"], row["sent"], row["accepted"], row["received"]
+    for row in accounting.per_sender:
+        sender, sent, accepted, received = row.sender, row.sent, row.accepted, row.received
         if received > sent:
             unreconciled.append(
                 f"sender {sender}: {received:,} of its messages were received but it sent {sent:,}: "
                 "the counts cannot be reconciled"
             )
         elif accepted is not None and accepted - received > max_loss_ratio * accepted:
-            topic = _topic_counters(row.get("topic"), counters)
+            topic = _topic_counters(row.topic, counters)
             if topic is not None and not topic["deleted"]:
                 continue
             # Messages the SUT did not acknowledge may have arrived all the same, and hide as many
             # acknowledged ones that did not: exact only where it acknowledged all it was sent.
             at_least = "" if accepted == sent else "at least "
             dropped.append(
-                f"sender {sender}: the SUT ({row['sut']}) accepted {accepted:,} messages and delivered "
+                f"sender {sender}: the SUT ({row.sut}) accepted {accepted:,} messages and delivered "
                 f"{received:,}: it dropped {at_least}{accepted - received:,} it had acknowledged"
-                + _sut_agrees(row, accounting["per_sender"], counters)
+                + _sut_agrees(row, accounting.per_sender, counters)
             )
     failure = None
     if dropped:
@@ -327,18 +327,18 @@ def accounting_verdict(accounting: dict[str, Any] | None, max_loss_ratio: float)
     return failure, unreconciled[:1]
 
 
-def _topic_counters(topic: str | None, counters: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _topic_counters(topic: str | None, counters: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The Kafka topic's own counters, where they had caught up with ours when read."""
     return next((c for c in counters if c["source"] == "kafka" and c["topic"] == topic and c["caught_up"]), None)
 
 
-def _sut_agrees(row: dict[str, Any], rows: list[dict[str, Any]], counters: list[dict[str, Any]]) -> str:
+def _sut_agrees(row: AccountingRow, rows: Sequence[AccountingRow], counters: Sequence[Mapping[str, Any]]) -> str:
     """The SUT's own counters of the sender's queue or topic where they show drops and had
     caught up with ours when read (reports.accounting): a witness. A topic witnesses where it
     deleted some of what it took and no longer holds as many as its senders' receivers missed."""
-    if (topic := _topic_counters(row.get("topic"), counters)) is not None:
-        ours = [r for r in rows if r.get("topic") == topic["topic"] and r["accepted"] is not None]
-        missed = sum(r["accepted"] - r["received"] for r in ours)
+    if (topic := _topic_counters(row.topic, counters)) is not None:
+        ours = [r for r in rows if r.topic == topic["topic"] and r.accepted is not None]
+        missed = sum((r.accepted or 0) - r.received for r in ours)
         if not topic["deleted"] or missed <= topic["kept"]:
             return ""
         return (
@@ -348,7 +348,7 @@ def _sut_agrees(row: dict[str, Any], rows: list[dict[str, Any]], counters: list[
     seen = [
         c
         for c in counters
-        if c["source"] == "rabbitmq" and c["queue"] == row.get("queue") and c["dropped"] and c.get("caught_up")
+        if c["source"] == "rabbitmq" and c["queue"] == row.queue and c["dropped"] and c.get("caught_up")
     ]
     return "".join(
         f"; its own counters agree: queue {c['queue']} took {c['published']:,}, delivered {c['delivered']:,},"
@@ -357,18 +357,18 @@ def _sut_agrees(row: dict[str, Any], rows: list[dict[str, Any]], counters: list[
     )
 
 
-def loss_verdict(summary: dict[str, Any], max_loss_ratio: float) -> str | None:
+def loss_verdict(summary: TestFigures, max_loss_ratio: float) -> str | None:
     """Why the figures fail a test on their own (none, nothing sent, too much lost), or None."""
-    if "error" in summary:
-        return f"no figures: {summary['error']}"
-    sent, lost = summary["sent"], summary["lost"]
+    if summary.error is not None:
+        return f"no figures: {summary.error}"
+    sent, lost = summary.sent, summary.lost
     if sent == 0:
         return "nothing was sent"
     if lost / sent > max_loss_ratio:
         return f"lost {lost:,} of {sent:,} messages ({lost / sent:.3%}; bound {max_loss_ratio:.3%})"
     # A request without its reply in time is lost to its requester, whatever reached the replier.
-    if rr := summary.get("request_reply"):
-        unanswered = rr["timed_out"]
+    if rr := summary.request_reply:
+        unanswered = rr.timed_out
         if unanswered / sent > max_loss_ratio:
             return (
                 f"{unanswered:,} of {sent:,} requests timed out ({unanswered / sent:.3%}; bound {max_loss_ratio:.3%})"

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from coordinator.outcome.junit import junit_xml
 from coordinator.outcome.results import TestResult
 from protocol.atomic import write_text_atomically
+from protocol.figures import TestFigures
 from protocol.results import PeerRecord
 from protocol.runtime import resolve_test_dir
 from protocol.secrets import redact, redact_text
@@ -38,9 +39,9 @@ class ResultStore(Protocol):
         """Where peers upload their files."""
         ...
 
-    def summary(self, test_id: str, peers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """The test's figures, or {"error": why} when there are none. `peers` (test.json's, with
-        their clocks): latency corrected by them, before test.json is stored."""
+    def summary(self, test_id: str, peers: list[dict[str, Any]] | None = None) -> TestFigures:
+        """The test's figures, or why there are none (`TestFigures.error`). `peers` (test.json's,
+        with their clocks): latency corrected by them, before test.json is stored."""
         ...
 
     def store(self, result: TestResult, cases: list[TestResult]) -> None:
@@ -63,7 +64,7 @@ class DataServer:
     url: str
     token: str | None = field(default=None, repr=False)  # its bearer token for writes
 
-    def summary(self, test_id: str, peers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def summary(self, test_id: str, peers: list[dict[str, Any]] | None = None) -> TestFigures:
         url = f"{self.url.rstrip('/')}/api/results/{test_id}/summary"
         body = None if peers is None else json.dumps({"peers": peers}, default=str).encode()
         request = urllib.request.Request(url, data=body, method="GET" if body is None else "POST")
@@ -71,14 +72,12 @@ class DataServer:
             request.add_header("Content-Type", "application/json")
         try:
             with urllib.request.urlopen(request, timeout=_SUMMARY_TIMEOUT_S) as response:
-                figures: dict[str, Any] = json.loads(response.read())
+                # Its outcome and reason, of a test.json stored before, are not this phase's.
+                return TestFigures.from_json(json.loads(response.read()))
         except urllib.error.HTTPError as exc:
-            return {"error": f"data server answered {exc.code}: {exc.read().decode(errors='replace')[:300]}"}
+            return TestFigures.missing(f"data server answered {exc.code}: {exc.read().decode(errors='replace')[:300]}")
         except (urllib.error.URLError, OSError, ValueError) as exc:
-            return {"error": f"data server at {self.url}: {getattr(exc, 'reason', exc)}"}
-        figures.pop("outcome", None)
-        figures.pop("reason", None)
-        return figures
+            return TestFigures.missing(f"data server at {self.url}: {getattr(exc, 'reason', exc)}")
 
     def store(self, result: TestResult, cases: list[TestResult]) -> None:
         # No password from any URL reaches the results (the data server publishes them over HTTP).

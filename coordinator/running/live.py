@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from coordinator.registry import PeerInfo
+from protocol.figures import TestFigures
 from protocol.notes import StatsReport
 
 __all__ = ["LiveFeed", "LiveSink"]
@@ -92,7 +93,7 @@ class LiveFeed:
             self._add_point(now - self.started_s)
         self._wake.set()
 
-    def end(self, outcome: str, reason: str | None, summary: dict[str, Any]) -> None:
+    def end(self, outcome: str, reason: str | None, summary: TestFigures) -> None:
         """The last update: the outcome and the summary's exact counts; waits a little for it."""
         with self._lock:
             self._final = {"outcome": outcome, "reason": reason, "summary": _final_counts(summary)}
@@ -171,11 +172,11 @@ class LiveFeed:
         )
 
 
-def _final_counts(summary: dict[str, Any]) -> dict[str, Any]:
-    keys = ("sent", "received", "lost", "duplicates")
+def _final_counts(summary: TestFigures) -> dict[str, Any]:
     peers = {
-        str(row.get("name")): {k: row[k] for k in ("sent", "received") if k in row}
-        for row in summary.get("peers", [])
-        if isinstance(row, dict)
+        row.name: {k: v for k in ("sent", "received") if (v := getattr(row, k)) is not None} for row in summary.peers
     }
-    return {k: summary[k] for k in keys if k in summary} | {"peers": peers}
+    if summary.error is not None:
+        return {"peers": peers}
+    counts = {"sent": summary.sent, "received": summary.received, "lost": summary.lost}
+    return counts | {"duplicates": summary.duplicates, "peers": peers}

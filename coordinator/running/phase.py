@@ -283,8 +283,9 @@ class Phase:
         peers = [{**self._record_of(p), "lost": p not in self.maestro.not_lost([p])} for p in self.cast.everyone]
         # With the clocks: the result, junit.xml and the loss verdict carry the latency the
         # report shows, corrected where senders and receivers run on different hosts.
-        summary = self.store.summary(self.test_id, peers)
-        verdict = judge(summary, self.test)
+        figures = self.store.summary(self.test_id, peers)
+        verdict = judge(figures, self.test)
+        summary = figures.judged(verdict.latency_untrusted)
         if verdict.failure is not None:
             self.fail(verdict.failure)
         reason = self.course.reason
@@ -305,7 +306,7 @@ class Phase:
             events=self.actions.events,
             notes=self.course.notes,
             control_outages=outages_between(self.maestro.bus.outages, self.started_iso, self.ended_iso),
-            summary=summary,
+            summary=summary.to_json(),
             **({"phase_of": self.phase_of} if self.phase_of is not None else {}),
         )
         result = TestResult(self.test_id, outcome, reason, summary, record, self.store.url)

@@ -117,18 +117,19 @@ def _repeated(runner: _Runner, test: RepeatedTest) -> tuple[TestResult | None, d
             break
     passed = [r for r in runner.phases if r.passed]
     metrics: dict[str, Callable[[TestResult], float]] = {
-        "receive_rate": lambda r: r.summary["receive_rate"]["mean"],
-        "send_rate": lambda r: r.summary["send_rate"]["mean"],
-        "latency_p50_us": lambda r: r.summary["latency_us"]["p50"],
-        "latency_p99_us": lambda r: r.summary["latency_us"]["p99"],
-        "latency_max_us": lambda r: r.summary["latency_us"]["max"],
+        "receive_rate": lambda r: r.summary.receive_rate.mean,
+        "send_rate": lambda r: r.summary.send_rate.mean,
+        "latency_p50_us": lambda r: r.summary.latency_us.p50,
+        "latency_p99_us": lambda r: r.summary.latency_us.p99,
+        "latency_max_us": lambda r: r.summary.latency_us.max,
     }
     if not passed:
         return None, {"statistics": {}}
-    statistics = {name: estimate([get(r) for r in passed]).as_dict() for name, get in metrics.items()}
-    mean_rate = statistics["receive_rate"]["mean"]
+    estimates = {name: estimate([get(r) for r in passed]) for name, get in metrics.items()}
+    statistics = {name: e.as_dict() for name, e in estimates.items()}
+    mean_rate = estimates["receive_rate"].mean
     # The repetition nearest the mean receive rate stands for the set in a one-line summary.
-    middle = min(passed, key=lambda r: abs(r.summary["receive_rate"]["mean"] - mean_rate))
+    middle = min(passed, key=lambda r: abs(r.summary.receive_rate.mean - mean_rate))
     return (middle if len(passed) == test.times else None), {"statistics": statistics}
 
 

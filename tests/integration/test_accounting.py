@@ -75,7 +75,7 @@ def test_a_full_drop_head_queue_drops_what_it_confirmed_and_is_named(
     server, _ = data_server
     queue = f"maestro-drop-{uuid.uuid4().hex[:8]}"
     result, rabbit = _run(daemons, server, queue, "&max_length=10&overflow=drop-head")
-    counts = result.summary["accounting"]
+    counts = result.summary.accounting.to_json()
     # Every publish confirmed, fewer delivered: the difference is what the broker dropped, and
     # RabbitMQ's own counters say the same, independently of ours.
     assert (counts["intended"], counts["sent"], counts["accepted"]) == (_COUNT, _COUNT, _COUNT)
@@ -100,14 +100,14 @@ def test_a_full_drop_head_queue_drops_what_it_confirmed_and_is_named(
     assert ("its own counters agree" in result.reason) == sut["caught_up"]
     if sut["caught_up"]:
         assert sut["dropped"] == dropped and sut["delivered"] == received
-    assert result.summary["lost"] == dropped
+    assert result.summary.lost == dropped
 
 
 def test_the_same_run_without_the_bound_has_three_equal_counts(daemons: Daemons, data_server: tuple[str, Path]) -> None:
     server, _ = data_server
     queue = f"maestro-nodrop-{uuid.uuid4().hex[:8]}"
     result, rabbit = _run(daemons, server, queue, "")
-    counts = result.summary["accounting"]
+    counts = result.summary.accounting.to_json()
     assert result.passed, result.reason
     assert (counts["intended"], counts["sent"], counts["accepted"], counts["received"]) == (_COUNT,) * 4
     assert rabbit["message_stats"]["publish"] == _COUNT

@@ -76,7 +76,7 @@ def test_a_scheduled_restart_of_the_sut_during_a_test(
     )
     result = run_with(daemons, url, test, peers=3)
     assert result.passed, result.reason
-    s = result.summary
+    s = result.summary.to_json()
     # Every scheduled message went (the sender retries across the outage); what did not arrive
     # is counted by sequence numbers, as in seed 004 Table 6.6.
     assert s["sent"] == 400 and s["received"] + s["lost"] == 400
@@ -225,7 +225,7 @@ def test_a_scheduled_restart_and_an_added_delay_show_in_the_report_with_their_ef
     assert delay["p99_during_ms"] - quiet >= 15 and delay["p99_during_ms"] <= noisy + 30, delay
     assert delay["p99_after_ms"] < delay["p99_before_ms"] + 10
     assert delay["outage_s"] == 0.0 and delay["lost"] == 0
-    _check_the_restart(restart, result.summary, root / result.test_id)
+    _check_the_restart(restart, result.summary.to_json(), root / result.test_id)
     page = (out / "index.html").read_text()
     assert "Faults and their effect" in page and "latency sut-proxy" in page and "restart sut" in page
     # Nothing stays changed: the proxy passes traffic without delay, and the broker runs.
@@ -369,7 +369,7 @@ def test_a_blackhole_and_a_shutdown_for_seconds_show_as_outages_with_their_recov
     assert stop["first_consume_after_s"] is not None and stop["back_to_95_percent_s"] is not None
     assert stop["disconnects"] >= 1
     assert stop["reconnects"] >= 2  # the receiver's paho client and the sender's, each by itself
-    assert blackhole["lost"] + stop["lost"] == result.summary["lost"]
+    assert blackhole["lost"] + stop["lost"] == result.summary.lost
     assert port_open(port)  # started again after its 3 s
 
 

@@ -259,8 +259,8 @@ def test_site_deploys_a_cluster_that_runs_a_test_then_upgrade_and_teardown(lab: 
             progress=False,
         )
     assert result.passed, result.reason
-    assert result.summary["sent"] == result.summary["received"] == 150
-    assert result.summary["lost"] == result.summary["duplicates"] == 0
+    assert result.summary.sent == result.summary.received == 150
+    assert result.summary.lost == result.summary.duplicates == 0
     results = lab.prefix("node-a") / "results" / result.test_id
     assert (results / "test.json").is_file()
     assert (results / "sender/s1/peer.json").is_file() and (results / "receiver/r1/peer.json").is_file()
@@ -336,7 +336,7 @@ def _switch_the_acl_on(lab: Lab, home: Path, acl: tuple[str, ...], queue: str) -
             progress=False,
         )
     assert result.passed, result.reason
-    assert result.summary["sent"] == result.summary["received"] == 150
+    assert result.summary.sent == result.summary.received == 150
     output += _playbook(home, lab.inventory, "site.yml", *acl)
     assert changed(output) == {"localhost": 0, "node-a": 0, "node-b": 0}
     passwords = [p.read_text().strip() for p in (lab.root / "credentials/mosquitto").glob("*") if "lock" not in p.name]

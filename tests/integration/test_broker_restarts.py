@@ -108,7 +108,7 @@ def test_workers_ride_out_a_broker_restart_and_count_what_it_lost(
     result = run_with(daemons, url, test, peers=2)
     restart.join(60)
     assert result.passed, result.reason
-    s = result.summary
+    s = result.summary.to_json()
     # Every scheduled message went once: the sender retries a send that found the connection
     # down, and a message in flight when it dropped (unconfirmed) is sent all the same, its
     # fate counted as an error of its kind. What did not arrive is counted by sequence numbers.

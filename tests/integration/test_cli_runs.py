@@ -215,7 +215,7 @@ def test_maestro_run_runs_a_five_line_script(daemons: Daemons, prefix: str, tmp_
         f"with Maestro.connect(topic_prefix={prefix!r}) as maestro:\n"
         "    maestro.wait_for_peers(2)\n"
         f"    result = maestro.run(FixedRateTest(send_url={queue_url()!r}, rate=30, duration='2s'), progress=False)\n"
-        "    print(result.summary['sent'], result.summary['received'], result.test_id)\n"
+        "    print(result.summary.sent, result.summary.received, result.test_id)\n"
     )
     with LocalCluster(tmp_path / "logs", broker_url="unused") as local:
         server = local.data_server(tmp_path / "results")

@@ -200,7 +200,7 @@ def test_a_data_server_down_at_collection_loses_nothing(
     finally:
         restart.join()
     assert result.passed, result.reason
-    s = result.summary
+    s = result.summary.to_json()
     assert (s["sent"], s["received"], s["lost"], s["duplicates"]) == (400, 400, 0, 0)
     assert {"sender/s1/peer.json", "receiver/r1/peer.json"} <= _files(server.url, result.test_id)
     assert "trying again" in daemons.log("s1")

@@ -65,7 +65,7 @@ def test_a_test_rides_out_a_control_broker_restart(
         daemons.kill_all()
     result = restarted.result
     assert result.passed, result.reason
-    s = result.summary
+    s = result.summary.to_json()
     # 2 clients x 50 msg/s x 20 s, each received once, the broker's gap notwithstanding.
     assert (s["sent"], s["received"], s["lost"], s["duplicates"]) == (2000, 2000, 0, 0)
     info = _record(url, result.test_id)

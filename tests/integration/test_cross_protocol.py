@@ -42,7 +42,7 @@ def _run_path(daemons: Daemons, data_server: tuple[str, Path], send_url: str, re
     test = FixedRateTest(send_url=send_url, receive_url=receive_url, rate=100, parallel=2, duration="4s")
     result = run_with(daemons, data_server[0], test, peers=2)
     assert result.passed, result.reason
-    s = result.summary
+    s = result.summary.to_json()
     # Exact: 2 clients x 100 msg/s x 4 s, every one received once.
     assert (s["sent"], s["received"], s["lost"], s["duplicates"]) == (800, 800, 0, 0), s
     assert s["foreign"] == {}

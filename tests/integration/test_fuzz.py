@@ -120,7 +120,7 @@ def test_a_test_succeeds_through_ten_thousand_malformed_notes(
             flood.join(60)
             flood_minutes = (time.monotonic() - flood_started) / 60
         assert result.passed, result.reason
-        s = result.summary
+        s = result.summary.to_json()
         assert (s["sent"], s["received"], s["lost"], s["duplicates"]) == (1200, 1200, 0, 0)
         assert sent[0] == NOTES, f"only {sent[0]} malformed notes went out during the test"
         # Every daemon is alive and answers; none was believed lost on a forged will.

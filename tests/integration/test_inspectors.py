@@ -57,7 +57,7 @@ def test_rabbitmq_and_host_inspectors_record_a_backlog_during_a_test(
     )
     result = run_with(daemons, url, test, peers=3)
     assert result.passed, result.reason
-    assert result.summary["received"] == result.summary["sent"] == 900
+    assert result.summary.received == result.summary.sent == 900
     folder = root / result.test_id / "inspector" / "i1"
     ours = [r for r in rows(folder / "rabbitmq-queues.csv") if r["queue"] == queue]
     depths = [int(r["messages"]) for r in ours]

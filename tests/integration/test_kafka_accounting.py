@@ -68,7 +68,7 @@ def test_a_clean_runs_end_offsets_are_what_the_topic_acknowledged(
     url = f"{tansu}/{topic}?partitions=1&batch_size=1&acks=all"
     result = _run(daemons, server, tansu, url, 400, rate=200)
     assert result.passed, result.reason
-    counts = result.summary["accounting"]
+    counts = result.summary.accounting.to_json()
     assert (counts["intended"], counts["sent"], counts["accepted"], counts["received"]) == (400,) * 4
     [kafka] = counts["sut_counters"]
     assert (kafka["source"], kafka["topic"], kafka["partitions"]) == ("kafka", topic, 1)
@@ -87,7 +87,7 @@ def test_batched_records_on_tansu_number_fewer_offsets_and_are_not_cited(
     url = f"{tansu}/{topic}?partitions=1&acks=all&linger_ms=20"
     result = _run(daemons, server, tansu, url, 1000, rate=1000)
     assert result.passed, result.reason
-    counts = result.summary["accounting"]
+    counts = result.summary.accounting.to_json()
     assert (counts["accepted"], counts["received"]) == (1000, 1000)
     [kafka] = counts["sut_counters"]
     assert kafka["took"] == _high_watermark(tansu, topic) < 1000, kafka
@@ -105,7 +105,7 @@ def test_messages_the_topic_still_holds_are_not_named_as_the_brokers_drop(
     topic = f"maestro-unread-{uuid.uuid4().hex[:8]}"
     url = f"{tansu}/{topic}?partitions=1&batch_size=1&acks=all"
     result = _run(daemons, server, tansu, url, 300, rate=300, receive_url=f"{tansu}/{topic}-elsewhere?partitions=1")
-    counts = result.summary["accounting"]
+    counts = result.summary.accounting.to_json()
     assert (counts["sent"], counts["accepted"], counts["received"]) == (300, 300, 0)
     [kafka] = counts["sut_counters"]
     assert (kafka["topic"], kafka["took"], kafka["kept"], kafka["deleted"], kafka["caught_up"]) == (

@@ -102,7 +102,7 @@ def test_metrics_grow_during_a_run_and_end_at_the_summary(daemons: Daemons, data
         return value
 
     summary = _get(f"{url}/api/results/{test_id}/summary")  # the figures of summary.json
-    assert final("maestro_test_messages_sent_total") == summary["sent"] == result.summary["sent"] == 1600
+    assert final("maestro_test_messages_sent_total") == summary["sent"] == result.summary.sent == 1600
     assert final("maestro_test_messages_received_total") == summary["received"] == 1600
     assert final("maestro_test_lost_messages") == summary["lost"] == 0
     assert final("maestro_test_duplicate_messages_total") == summary["duplicates"] == 0
@@ -221,4 +221,4 @@ def test_the_live_pages_stop_needs_the_token_then_stops_the_test_as_ctrl_c_would
         assert time.monotonic() - asked < 20, "stopped long after it was asked"  # drain and collection included
         # Stopped as Ctrl-C would: the senders stopped early, and what they sent all arrived.
         s = result.summary
-        assert 0 < s["sent"] < 6000 and s["received"] == s["sent"] and s["lost"] == 0, s
+        assert 0 < s.sent < 6000 and s.received == s.sent and s.lost == 0, s

@@ -87,7 +87,7 @@ def _outcome(result: TestResult, root: Path) -> Outcome:
             record = json.loads(peer_json.read_text())
             kept = {k: v for k, v in record["options"].items() if k not in _PER_TEST}
             options[f"phase {n} {peer_json.parent.parent.name}/{peer_json.parent.name}"] = kept
-    s = result.summary
+    s = result.summary.to_json()
     return Outcome(
         kind=result.record["kind"],
         load_model=s.get("load_model", ""),

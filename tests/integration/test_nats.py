@@ -50,7 +50,7 @@ def test_two_jetstream_receivers_share_a_consumer_and_take_each_message_as_it_co
     finally:
         delete_stream(name)
     assert result.passed, result.reason
-    s = result.summary
+    s = result.summary.to_json()
     assert (s["sent"], s["received"], s["lost"], s["duplicates"]) == (3000, 3000, 0, 0), s
     # Loopback and a shared machine: a few ms, tens at worst; a batch held to its end was 0.7 s.
     assert s["latency_us"]["p99"] < 100_000, s["latency_us"]

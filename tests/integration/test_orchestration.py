@@ -57,7 +57,7 @@ def test_a_fixed_rate_script_with_two_senders_and_two_receivers(
     result = run_with(daemons, url, test, peers=4)
     assert result.passed, result.reason
     # 2 senders x 2 clients x 50 msg/s x 6 s, each received exactly once.
-    s = result.summary
+    s = result.summary.to_json()
     assert (s["sent"], s["received"], s["lost"], s["duplicates"]) == (1200, 1200, 0, 0)
     assert s["send_rate"]["mean"] == pytest.approx(200, rel=0.02)
     assert 0 < s["latency_us"]["p50"] <= s["latency_us"]["p99"] <= s["latency_us"]["max"]
@@ -169,7 +169,7 @@ def test_role_less_workers_are_given_the_roles_a_test_needs(
     result = run_with(daemons, url, FixedRateTest(send_url=queue_url(), rate=20, duration="3s"), peers=2)
     assert result.passed, result.reason
     assert sorted(p["role"] for p in result.record["peers"]) == ["receiver", "sender"]
-    assert result.summary["sent"] == result.summary["received"] == 60
+    assert result.summary.sent == result.summary.received == 60
 
 
 def slow_consumer_test(duration: str = "4s") -> FixedRateTest:
@@ -249,7 +249,7 @@ def test_a_profile_changes_rate_and_clients_during_one_test(
     test = FixedRateTest(send_url=queue_url(), duration="6s", profile=((0, 20, 1), ("2s", 50, 2), ("4s", 10, 1)))
     result = run_with(daemons, url, test, peers=2)
     assert result.passed, result.reason
-    assert result.summary["sent"] == result.summary["received"] == 260
+    assert result.summary.sent == result.summary.received == 260
     sender = root / result.test_id / "sender" / "s1"
     info = json.loads((sender / "peer.json").read_text())
     etas = sorted(eta for name in info["files"] if name.endswith(".csv.gz") for eta, _ in read_rate_file(sender / name))
@@ -285,7 +285,7 @@ def test_two_queues_fed_by_different_numbers_of_senders(
     test = FixedRateTest(rate=20, duration="3s", flows=(Flow(a, senders=2), Flow(b, senders=1)))
     result = run_with(daemons, url, test, peers=5)
     assert result.passed, result.reason
-    assert result.summary["sent"] == result.summary["received"] == 3 * 20 * 3
+    assert result.summary.sent == result.summary.received == 3 * 20 * 3
     # Each receiver got exactly its own queue's share: 2 senders' worth and 1 sender's worth.
-    received = sorted(p["received"] for p in result.summary["peers"] if p["role"] == "receiver")
+    received = sorted(p.received for p in result.summary.peers if p.role == "receiver")
     assert received == [60, 120]

@@ -41,7 +41,7 @@ def _p50_ms(daemons: Daemons, data_server: str, send_url: str, receive_url: str)
     )
     result = run_with(daemons, data_server, test, peers=2)
     assert result.passed, result.reason
-    summary = result.summary
+    summary = result.summary.to_json()
     assert summary["lost"] == 0 and summary["duplicates"] == 0
     assert summary["sent"] == 400 and summary["received"] == 400
     # The schedule held: no message left late by more than a few ms (a closed loop is 40 ms+).

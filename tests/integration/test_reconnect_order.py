@@ -100,5 +100,5 @@ def test_a_worker_that_resubscribes_after_the_coordinators_announcement_keeps_it
     assert result.passed, result.reason
     assert "the coordinator's last will came" in daemons.log("s1")
     assert "coordinator of test" not in daemons.log("s1"), daemons.log("s1")[-2000:]
-    s = result.summary
+    s = result.summary.to_json()
     assert (s["sent"], s["received"], s["lost"], s["duplicates"]) == (1000, 1000, 0, 0)

@@ -77,7 +77,7 @@ def test_direct_reply_to_with_a_5_ms_service_time(daemons: Daemons, data_server:
     )
     result = run_with(daemons, url, test, peers=2)
     assert result.passed, result.reason
-    rr = check_exact(result.summary)
+    rr = check_exact(result.summary.to_json())
     # The known answer: the replier holds each request 5 ms, so no response is quicker, and the
     # replier's own leg is those 5 ms (its timer wakes within a fraction of a millisecond).
     assert rr["response_time_us"]["p50"] >= 5000
@@ -99,7 +99,7 @@ def test_a_named_reply_queue_per_client_and_its_report(daemons: Daemons, data_se
     )
     result = run_with(daemons, url, test, peers=2)
     assert result.passed, result.reason
-    check_exact(result.summary)
+    check_exact(result.summary.to_json())
     # The report labels the load model and shows the closed system's figures. (Built here, not in
     # the quiet test above: a Spark run is 20 s that needs no machine to itself.)
     built = subprocess.run(
@@ -137,11 +137,11 @@ def test_kafka_reply_topics_named_in_a_request_header(
     )
     result = run_with(daemons, url, test, peers=3)
     assert result.passed, result.reason
-    rr = check_exact(result.summary)
+    rr = check_exact(result.summary.to_json())
     assert_held_for(rr, 2000, 1000)
     # Both repliers took a share of the requests: they are one consumer group.
-    replied = [p.get("received", 0) for p in result.summary["peers"] if p["role"] == "receiver"]
-    assert len(replied) == 2 and all(replied), result.summary["peers"]
+    replied = [p.received for p in result.summary.peers if p.role == "receiver"]
+    assert len(replied) == 2 and all(replied), result.summary.peers
     # Each requester's reply topic went with it (a client freed at once had failed every delete).
     admin = AdminClient({"bootstrap.servers": tansu.removeprefix("kafka://")})
     left = [name for name in admin.list_topics(timeout=10).topics if name.startswith(f"{topic}-replies")]
@@ -190,7 +190,7 @@ def test_a_reply_address_and_a_correlation_per_request(
     )
     result = run_with(daemons, url, test, peers=2)
     assert result.passed, result.reason
-    rr = check_exact(result.summary)
+    rr = check_exact(result.summary.to_json())
     # Never less than the service time; the upper slack is wider than the 5 ms test's (which
     # judges the timer): the AMQP 1.0 replier's hand-overs read 3.3 ms at p50 in a loaded CI run.
     assert_held_for(rr, 2000, 2000)
@@ -204,7 +204,7 @@ def test_littles_law_holds_for_4_clients_thinking_10_ms(daemons: Daemons, data_s
     test = RequestReplyTest(request_url=requests_url(), clients=4, think_time="10ms", duration="6s", warm_up="1s")
     result = run_with(daemons, url, test, peers=2)
     assert result.passed, result.reason
-    rr = check_exact(result.summary)
+    rr = check_exact(result.summary.to_json())
     law = rr["littles_law"]
     assert law["clients"] == 4
     # The think time as lived: the planned 10 ms and the timer's lateness, never less (a busy
@@ -237,10 +237,11 @@ def test_a_replier_killed_mid_test_times_requests_out_and_fails_the_test_naming_
         killer.join()
     assert not result.passed
     assert result.reason is not None and "peer lost: r1@" in result.reason, result.reason
-    (requester,) = [p for p in result.summary["peers"] if p["role"] == "sender"]
-    assert requester["sent"] > 0
+    (requester,) = [p for p in result.summary.peers if p.role == "sender"]
+    assert requester.sent
     # The requests in flight when the replier died were never answered: counted, by number.
-    assert result.summary["request_reply"]["timed_out"] >= 1, result.summary["request_reply"]
+    assert result.summary.request_reply is not None
+    assert result.summary.request_reply.timed_out >= 1, result.summary.request_reply
 
 
 def test_a_reply_url_on_another_broker_is_refused() -> None:

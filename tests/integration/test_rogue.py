@@ -160,7 +160,7 @@ def test_a_local_run_is_signed_a_rogue_can_neither_steer_its_workers_nor_fail_it
             forger.join(60)
     assert forged_as, "the rogue never saw a STATS_REPORT to forge a failure from"
     assert result.passed, result.reason
-    assert result.summary["sent"] == result.summary["received"] > 0
+    assert result.summary.sent == result.summary.received > 0
     refused = [r.getMessage() for r in caplog.records if "refused a note" in r.getMessage()]
     assert any(f"from {forged_as[0]}@" in line and "unsigned note" in line for line in refused), refused
     assert not os.path.exists(key_file), "the ephemeral key outlived its cluster"

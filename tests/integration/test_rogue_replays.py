@@ -140,7 +140,7 @@ def test_a_fresh_coordinator_refuses_the_previous_runs_notifications(
         replayer.join(30)
     assert replayed.is_set(), "the rogue never replayed the first run's notes"
     assert second.passed, second.reason
-    assert second.summary["sent"] == second.summary["received"] > 0
+    assert second.summary.sent == second.summary.received > 0
     refused = [r.getMessage() for r in caplog.records if "refused a note" in r.getMessage()]
     assert any(f"signed for test {first.test_id}; this coordinator runs test {second.test_id}" in r for r in refused), (
         refused

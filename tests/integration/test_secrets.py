@@ -87,7 +87,7 @@ def test_no_password_reaches_any_file_or_log(rabbit_user: str, tmp_path: Path) -
     assert result.passed, result.reason
     # Seven daemons and a data server ran all along, and none had the password in its command line.
     assert on_command_lines == set() and len(scans) >= 10
-    assert result.summary["received"] == result.summary["sent"] == 3 * 80
+    assert result.summary.received == result.summary.sent == 3 * 80
     spark = spark_session()
     try:
         build_report(spark, results / result.test_id)  # the report too must be clean

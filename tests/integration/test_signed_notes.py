@@ -161,7 +161,7 @@ def test_a_test_runs_signed_end_to_end_and_the_data_server_refuses_anonymous_upl
             m.wait_for_peers(4, timeout_s=20)
             result = m.run(test, progress=False)
     assert result.passed, result.reason
-    assert result.summary["sent"] == result.summary["received"] == 200
+    assert result.summary.sent == result.summary.received == 200
     files = {p.relative_to(root / result.test_id).as_posix() for p in (root / result.test_id).rglob("*") if p.is_file()}
     assert {"test.json", "junit.xml"} <= files
     assert any(f.startswith("sender/s1/") for f in files) and any(f.startswith("receiver/r1/") for f in files)

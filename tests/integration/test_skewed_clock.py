@@ -37,6 +37,7 @@ from coordinator import FixedRateTest, Maestro, TestResult
 from coordinator.registry import PeerInfo
 from coordinator.running.local import LocalCluster
 from protocol.codes import Role
+from protocol.figures import PeerFigures
 
 pytestmark = [pytest.mark.netns, pytest.mark.usefixtures("rabbitmq")]
 
@@ -137,8 +138,8 @@ def cloned_lab(tmp_path: Path) -> Iterator[Lab]:
     yield from _lab(tmp_path, stock=True, host=socket.gethostname())
 
 
-def _receiver_row(result: TestResult) -> dict[str, object]:
-    (row,) = [p for p in result.summary["peers"] if p["role"] == "receiver"]
+def _receiver_row(result: TestResult) -> PeerFigures:
+    (row,) = [p for p in result.summary.peers if p.role == "receiver"]
     return row
 
 
@@ -147,12 +148,13 @@ def _check_corrected(lab: Lab, result: TestResult, skew_s: float, truth_p50_us: 
     the measured shift, and every place that shows it shows the same figure."""
     assert result.outcome == "success", result.reason
     row = _receiver_row(result)
-    assert row["host"] == lab.host and row["clock_path"] == "udp", row
-    shift_us, uncertainty_us = float(row["latency_correction_us"]), float(row["latency_uncertainty_us"])  # type: ignore[arg-type]
+    assert row.host == lab.host and row.clock_path == "udp", row
+    assert row.latency_correction_us is not None and row.latency_uncertainty_us is not None, row
+    shift_us, uncertainty_us = row.latency_correction_us, row.latency_uncertainty_us
     assert uncertainty_us <= 2000, row
     # The true shift is -skew (the sender's clock is the coordinator's): within the stated ±.
     assert abs(shift_us + skew_s * 1e6) <= uncertainty_us, row
-    p50_us = result.summary["latency_us"]["p50"]
+    p50_us = result.summary.latency_us.p50
     assert abs(p50_us - truth_p50_us) <= 1000, f"skew {skew_s:+} s: p50 {p50_us} µs against the truth's {truth_p50_us}"
     # The receiver recorded its samples already corrected (so a clock behind never clamps).
     test_dir = lab.root / result.test_id
@@ -162,7 +164,9 @@ def _check_corrected(lab: Lab, result: TestResult, skew_s: float, truth_p50_us: 
     assert f"latency p50 {p50_us / 1000:.3f} ms" in str(result)
     assert f"± {uncertainty_us / 1000:.3f} ms: clocks across hosts" in str(result)
     assert f"p50_us={p50_us:.0f}" in (test_dir / "junit.xml").read_text()
-    assert json.loads((test_dir / "test.json").read_text())["summary"]["latency_us"] == result.summary["latency_us"]
+    assert (
+        json.loads((test_dir / "test.json").read_text())["summary"]["latency_us"] == result.summary.latency_us.to_json()
+    )
 
 
 @pytest.mark.quiet
@@ -176,8 +180,8 @@ def test_latency_across_hosts_is_the_truth_on_a_stock_broker_ahead_far_ahead_and
     lab.skew(0.0)
     truth = lab.run()
     assert truth.outcome == "success", truth.reason
-    truth_p50_us = truth.summary["latency_us"]["p50"]
-    assert 100 <= truth_p50_us <= 20_000, truth.summary["latency_us"]  # a path's own p50, not a clamp
+    truth_p50_us = truth.summary.latency_us.p50
+    assert 100 <= truth_p50_us <= 20_000, truth.summary.latency_us  # a path's own p50, not a clamp
     results = [truth]
     for skew_s in (0.050, 0.500, -0.050):
         lab.skew(skew_s)
@@ -196,9 +200,9 @@ def test_latency_across_hosts_is_the_truth_on_a_stock_broker_ahead_far_ahead_and
     assert report.returncode == 0, report.stderr
     for result in results:
         reported = json.loads((lab.root / result.test_id / "report" / "summary.json").read_text())
-        assert reported["latency_us"] == result.summary["latency_us"]
+        assert reported["latency_us"] == result.summary.latency_us.to_json()
         assert reported["latency_untrusted"] is None
-        assert reported["latency_uncertainty_us"] == result.summary["latency_uncertainty_us"] <= 2000
+        assert reported["latency_uncertainty_us"] == result.summary.latency_uncertainty_us <= 2000
 
 
 @pytest.mark.quiet
@@ -277,7 +281,7 @@ def test_latency_across_hosts_is_the_truth_on_a_tuned_broker(tuned_lab: Lab) -> 
     truth = lab.run()
     assert truth.outcome == "success", truth.reason
     lab.skew(0.050)
-    _check_corrected(lab, lab.run(), 0.050, truth.summary["latency_us"]["p50"])
+    _check_corrected(lab, lab.run(), 0.050, truth.summary.latency_us.p50)
 
 
 @pytest.mark.quiet
@@ -288,6 +292,6 @@ def test_a_receiver_whose_host_shares_its_senders_name_is_corrected_by_its_measu
     truth = lab.run()
     assert truth.outcome == "success", truth.reason
     # One name, one clock as measured: nothing to correct, and no ± to carry.
-    assert "latency_correction_us" not in _receiver_row(truth)
+    assert _receiver_row(truth).latency_correction_us is None
     lab.skew(0.050)
-    _check_corrected(lab, lab.run(), 0.050, truth.summary["latency_us"]["p50"])
+    _check_corrected(lab, lab.run(), 0.050, truth.summary.latency_us.p50)

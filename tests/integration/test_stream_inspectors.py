@@ -155,7 +155,7 @@ def test_a_nats_inspector_beside_a_jetstream_test(
     )
     result = run_with(daemons, url, test, peers=3)
     assert result.passed, result.reason
-    assert result.summary["sent"] == result.summary["received"] == 400
+    assert result.summary.sent == result.summary.received == 400
     folder = root / result.test_id / "inspector" / "i1"
     with (folder / "nats-streams.csv").open() as f:
         streams = [row for row in csv.DictReader(f) if row["stream"] == "insp"]

@@ -62,8 +62,8 @@ def _not_as_it_should_be(restarted: Restarted) -> str | None:
     if not result.passed:
         return f"failed: {result.reason}"
     s = result.summary
-    if (s["sent"], s["received"], s["lost"], s["duplicates"]) != (1600, 1600, 0, 0):
-        return f"counts {s['sent']}, {s['received']}, {s['lost']}, {s['duplicates']}"
+    if (s.sent, s.received, s.lost, s.duplicates) != (1600, 1600, 0, 0):
+        return f"counts {s.sent}, {s.received}, {s.lost}, {s.duplicates}"
     outages = result.record["control_outages"]
     if len(outages) != 1 or not RESTART_GAP_S <= outages[0]["seconds"] <= restarted.down_s + 3:
         return f"outages {outages}, the broker away {restarted.down_s:.1f} s"

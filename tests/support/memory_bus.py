@@ -22,6 +22,7 @@ from protocol.bus import Identity
 from protocol.codec import decode, encode
 from protocol.codes import Role
 from protocol.correlation import Correlator, Replies
+from protocol.figures import TestFigures
 from protocol.notes import (
     DrainComplete,
     DrainRequest,
@@ -273,6 +274,7 @@ class MemoryStore:
             "send_rate": {"mean": 100.0},
             "receive_rate": {"mean": 100.0},
             "latency_us": {"p50": 1000, "p99": 2000, "max": 3000},
+            "latency_samples": 1000,
         }
     )
     stored: list[TestResult] = field(default_factory=list)
@@ -281,9 +283,9 @@ class MemoryStore:
     opened: dict[str, dict[str, Any]] = field(default_factory=dict)  # opening records, by test id
     stop: str | None = None  # a stop asked of it: the answer to every live post from then on
 
-    def summary(self, test_id: str, peers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def summary(self, test_id: str, peers: list[dict[str, Any]] | None = None) -> TestFigures:
         self.clocks_given = peers
-        return dict(self.figures)
+        return TestFigures.from_json(self.figures)
 
     def store(self, result: TestResult, cases: list[TestResult]) -> None:
         self.stored.append(result)

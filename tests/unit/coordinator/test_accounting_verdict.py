@@ -6,6 +6,7 @@ from typing import Any
 
 from coordinator import Fail, FixedRateTest
 from coordinator.outcome.results import accounting_verdict, judge
+from protocol.figures import Accounting, TestFigures
 
 _SUT = "amqp://guest:***@127.0.0.1:5672/q"
 
@@ -19,8 +20,8 @@ def _queue(name: str, **counts: Any) -> dict[str, Any]:
     return {"source": "rabbitmq", "queue": name, **counts}
 
 
-def _accounting(*rows: dict[str, Any], counters: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
-    return {"per_sender": list(rows), "sut_counters": list(counters)}
+def _accounting(*rows: dict[str, Any], counters: tuple[dict[str, Any], ...] = ()) -> Accounting:
+    return Accounting.from_json({"per_sender": list(rows), "sut_counters": list(counters)})
 
 
 def test_a_sut_that_dropped_what_it_acknowledged_fails_and_is_named() -> None:
@@ -100,17 +101,18 @@ def test_judge_tells_the_loss_as_the_suts_breach() -> None:
         "latency_samples": 900,
         "latency_us": {"p50": 1000.0},
         "peers": [],
-        "accounting": _accounting(_row("s1/0", 1000, 1000, 900)),
+        "accounting": _accounting(_row("s1/0", 1000, 1000, 900)).to_json(),
     }
-    verdict = judge(summary, FixedRateTest(send_url=_SUT, rate=100))
+    verdict = judge(TestFigures.from_json(summary), FixedRateTest(send_url=_SUT, rate=100))
     assert verdict.failure is not None and verdict.failure.startswith("sender s1/0: the SUT")
     # Without an accepted count (at most once) the loss is still a loss, by the loss bound.
-    summary["accounting"] = _accounting(_row("s1/0", 1000, None, 900))
-    verdict = judge(summary, FixedRateTest(send_url=_SUT, rate=100))
+    summary["accounting"] = _accounting(_row("s1/0", 1000, None, 900)).to_json()
+    verdict = judge(TestFigures.from_json(summary), FixedRateTest(send_url=_SUT, rate=100))
     assert verdict.failure == "lost 100 of 1,000 messages (10.000%; bound 0.000%)"
     # A bound that allows the loss allows it for accepted messages too.
-    summary["accounting"] = _accounting(_row("s1/0", 1000, 1000, 900))
-    assert judge(summary, FixedRateTest(send_url=_SUT, rate=100, fail=Fail(max_loss_ratio=0.1))).failure is None
+    summary["accounting"] = _accounting(_row("s1/0", 1000, 1000, 900)).to_json()
+    lenient = FixedRateTest(send_url=_SUT, rate=100, fail=Fail(max_loss_ratio=0.1))
+    assert judge(TestFigures.from_json(summary), lenient).failure is None
 
 
 def test_sut_counters_read_before_they_caught_up_are_not_cited() -> None:
@@ -158,8 +160,8 @@ def test_a_kafka_topic_that_still_holds_what_was_missed_did_not_drop_it() -> Non
     accounting = _accounting(_kafka_row("s1/0", 1000, 600), counters=(_topic(1000, kept=1000, deleted=0),))
     assert accounting_verdict(accounting, 0.0) == (None, [])
     summary: dict[str, Any] = {"sent": 1000, "lost": 400, "send_rate": {"mean": 100.0}, "peers": []}
-    summary |= {"latency_samples": 600, "latency_us": {"p50": 1000.0}, "accounting": accounting}
-    assert judge(summary, FixedRateTest(send_url=_KAFKA, rate=100)).failure == (
+    summary |= {"latency_samples": 600, "latency_us": {"p50": 1000.0}, "accounting": accounting.to_json()}
+    assert judge(TestFigures.from_json(summary), FixedRateTest(send_url=_KAFKA, rate=100)).failure == (
         "lost 400 of 1,000 messages (40.000%; bound 0.000%)"
     )
 
@@ -202,10 +204,10 @@ def test_every_message_arriving_again_is_a_run_that_measured_copies() -> None:
         "latency_us": {"p50": 1000.0},
         "peers": [],
     }
-    (why,) = judge(summary, FixedRateTest(send_url=_SUT, rate=100)).invalid
+    (why,) = judge(TestFigures.from_json(summary), FixedRateTest(send_url=_SUT, rate=100)).invalid
     assert why.startswith("every message arrived 2.0 times on average (1,000 duplicates of 1,000 received)"), why
     assert "give each its own with %d" in why
     summary["duplicates"] = 899  # below 90 %: a SUT's redeliveries, at least once's right
-    assert judge(summary, FixedRateTest(send_url=_SUT, rate=100)).invalid == ()
+    assert judge(TestFigures.from_json(summary), FixedRateTest(send_url=_SUT, rate=100)).invalid == ()
     summary["duplicates"] = 900
-    assert len(judge(summary, FixedRateTest(send_url=_SUT, rate=100)).invalid) == 1
+    assert len(judge(TestFigures.from_json(summary), FixedRateTest(send_url=_SUT, rate=100)).invalid) == 1

@@ -12,7 +12,8 @@ from coordinator.cli.main import build_parser
 from coordinator.definitions import DefinitionError, RepeatedTest, SweepTest, workload
 from coordinator.definitions.declared import load_test_file
 from coordinator.outcome.junit import junit_xml
-from coordinator.outcome.results import TestResult, judge, loss_verdict
+from coordinator.outcome.results import TestResult, Verdict, judge, loss_verdict
+from protocol.figures import TestFigures
 
 
 def test_a_request_reply_test_becomes_requesters_and_repliers_options() -> None:
@@ -156,7 +157,8 @@ def test_a_toml_file_declares_the_same_test(tmp_path: Path) -> None:
 def test_junit_has_one_case_per_phase_and_names_the_failure() -> None:
     def result(test_id: str, reason: str | None) -> TestResult:
         record = {"kind": "fixed-rate", "started": "2026-01-01T00:00:00+00:00", "ended": "2026-01-01T00:00:10+00:00"}
-        return TestResult(test_id, "failure" if reason else "success", reason, {}, record | {"labels": {"a": 1}}, "")
+        outcome = "failure" if reason else "success"
+        return TestResult(test_id, outcome, reason, TestFigures(), record | {"labels": {"a": 1}}, "")
 
     steps = [result("t.step01", None), result("t.step02", "latency p99 3 ms > bound 2 ms")]
     suite = ET.fromstring(junit_xml(result("t", None), steps))
@@ -188,10 +190,10 @@ def test_the_command_line_makes_a_request_reply_test() -> None:
 
 
 def test_requests_that_time_out_fail_a_test_as_lost_messages_do() -> None:
-    figures = {"sent": 100, "lost": 0, "request_reply": {"timed_out": 3}}
+    figures = TestFigures.from_json({"sent": 100, "lost": 0, "request_reply": {"timed_out": 3}})
     assert loss_verdict(figures, 0.0) == "3 of 100 requests timed out (3.000%; bound 0.000%)"
     assert loss_verdict(figures, 0.05) is None
-    assert loss_verdict({"sent": 100, "lost": 0}, 0.0) is None
+    assert loss_verdict(TestFigures.from_json({"sent": 100, "lost": 0}), 0.0) is None
 
 
 def test_the_incremental_and_repeated_executors_take_a_closed_system_as_their_base() -> None:
@@ -220,22 +222,26 @@ def _figures(send_rate: float, **peer: object) -> dict[str, object]:
     }
 
 
+def _judge(figures: dict[str, object], test: FixedRateTest) -> Verdict:
+    return judge(TestFigures.from_json(figures), test)
+
+
 def test_a_generator_that_fell_short_of_the_target_makes_the_run_invalid() -> None:
     # 400 msg/s asked, 320.6 sent (80 %), and the sender used a core: the generator's figure.
     test = FixedRateTest(send_url="amqp://h/q", rate=400)
     busy = "sender s1 used 97 % of a core on average"
-    verdict = judge(_figures(320.6, generator_bound=busy), test)
+    verdict = _judge(_figures(320.6, generator_bound=busy), test)
     assert verdict.failure is None
     (why,) = verdict.invalid
     assert why == (
         f"the load generator was the limit: its senders sent 320.6 msg/s of the 400.0 asked (80%; bound 95%): {busy}"
     )
     # Within the bound, or short with a generator that was not the limit (the SUT's back-pressure): valid.
-    assert judge(_figures(381.0, generator_bound=busy), test).invalid == ()
-    assert judge(_figures(320.6), test).invalid == ()
+    assert _judge(_figures(381.0, generator_bound=busy), test).invalid == ()
+    assert _judge(_figures(320.6), test).invalid == ()
     # The user's bound: 25 % short allowed.
     lenient = FixedRateTest(send_url="amqp://h/q", rate=400, fail=Fail(max_generator_shortfall=0.25))
-    assert judge(_figures(320.6, generator_bound=busy), lenient).invalid == ()
+    assert _judge(_figures(320.6, generator_bound=busy), lenient).invalid == ()
 
 
 def test_an_inspector_that_collected_nothing_makes_the_run_invalid() -> None:
@@ -247,7 +253,7 @@ def test_an_inspector_that_collected_nothing_makes_the_run_invalid() -> None:
             "inspector_shortfall": ["inspector rabbitmq on i1 collected no sample (3 failed)"],
         }
     ]
-    assert judge(figures, FixedRateTest(send_url="amqp://h/q", rate=400)).invalid == (
+    assert _judge(figures, FixedRateTest(send_url="amqp://h/q", rate=400)).invalid == (
         "inspector rabbitmq on i1 collected no sample (3 failed)",
     )
 

@@ -6,6 +6,7 @@ from typing import Any
 from coordinator.registry import PeerInfo
 from coordinator.running.live import LiveFeed
 from protocol.codes import Role
+from protocol.figures import TestFigures
 from protocol.notes import Header, StatsReport
 
 
@@ -46,7 +47,8 @@ def test_rates_per_second_come_from_the_peers_counters(monkeypatch: Any) -> None
         feed.feed(_report("r-id", second, received=received, latency_p50_us=500.0, latency_p99_us=900.0, missing=0))
         clock[0] = 1000.0 + second
         feed.tick(set(), set())
-    feed.end("success", None, {"sent": 300, "received": 300, "lost": 0, "duplicates": 0, "peers": []})
+    counts = {"sent": 300, "received": 300, "lost": 0, "duplicates": 0, "peers": []}
+    feed.end("success", None, TestFigures.from_json(counts))
     points = [p for post in sink.posts for p in post["points"]]
     # 100 and 200 a second sent; 90 and 200 received.
     assert [(p["send_rate"], p["receive_rate"]) for p in points] == [(100.0, 90.0), (200.0, 200.0)]
@@ -69,5 +71,5 @@ def test_points_not_posted_go_with_the_next_post() -> None:
     while sink.fail_first and time.monotonic() < deadline:
         time.sleep(0.01)
     feed._points.append({"elapsed_s": 2.0})
-    feed.end("success", None, {})
+    feed.end("success", None, TestFigures.from_json({}))
     assert [p["elapsed_s"] for post in sink.posts for p in post["points"]] == [1.0, 2.0]

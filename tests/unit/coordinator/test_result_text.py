@@ -4,12 +4,13 @@ time first (#40: "latency p50 2.4 ms" was its request leg, the response took 10.
 from typing import Any
 
 from coordinator.outcome.results import TestResult
+from protocol.figures import TestFigures
 
 _COUNTS = {"sent": 20_000, "received": 20_000, "lost": 0, "duplicates": 0}
 
 
-def _summary(**extra: Any) -> dict[str, Any]:
-    return (
+def _summary(**extra: Any) -> TestFigures:
+    return TestFigures.from_json(
         _COUNTS
         | {
             "send_rate": {"mean": 10_000.0, "min": 9_990.0, "max": 10_010.0},

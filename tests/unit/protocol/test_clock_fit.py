@@ -21,6 +21,7 @@ from protocol.clock_correction import (
     untrusted_latency,
 )
 from protocol.clock_probe import PROBE_BYTES, Exchange, answer
+from protocol.figures import TestFigures
 
 S = 1_000_000  # µs in a second
 T0 = 1_800_000_000 * S  # some wall time, µs
@@ -161,7 +162,7 @@ def test_a_receivers_correction_follows_both_clocks_through_the_test() -> None:
     assert correction.path == "udp"
 
 
-def _figures(**over: object) -> dict[str, object]:
+def _json(**over: object) -> dict[str, object]:
     figures: dict[str, object] = {
         "latency_samples": 2400,
         "latency_us": {"p50": 2000.0},
@@ -171,6 +172,10 @@ def _figures(**over: object) -> dict[str, object]:
         "clock_paths": ["udp"],
     }
     return figures | over
+
+
+def _figures(**over: object) -> TestFigures:
+    return TestFigures.from_json(_json(**over))
 
 
 def test_a_latency_known_to_its_bound_is_a_figure() -> None:
@@ -274,9 +279,10 @@ def test_a_constant_correction_is_one_shift_at_every_time() -> None:
 def test_a_summary_without_the_clock_keys_is_judged_as_one_clock() -> None:
     # A summary from before the keys existed: no samples is nothing to judge; samples with no
     # uncertainty, clamps or paths recorded are one clock's, whatever the bound.
-    assert untrusted_latency({}, 0.1) is None
-    assert untrusted_latency({"latency_samples": 10, "latency_us": {"p50": 5.0}}, 0.1) is None
-    why = untrusted_latency({"latency_samples": 10, "latency_us": {"p50": 5.0}, "latency_uncertainty_us": 1.0}, 0.1)
+    assert untrusted_latency(TestFigures.from_json({}), 0.1) is None
+    assert untrusted_latency(TestFigures.from_json({"latency_samples": 10, "latency_us": {"p50": 5.0}}), 0.1) is None
+    old = {"latency_samples": 10, "latency_us": {"p50": 5.0}, "latency_uncertainty_us": 1.0}
+    why = untrusted_latency(TestFigures.from_json(old), 0.1)
     assert why == (
         "latency across hosts not measured: clock uncertainty ± 0.001 ms against a p50 of 0.005 ms"
         " (bound 10% of the p50)"
@@ -312,9 +318,10 @@ def test_clocks_measured_through_the_broker_say_so() -> None:
         " ports did not answer (a firewall, or an address the coordinator cannot reach: see the daemons'"
         " --clock-address)"
     )
-    figures = _figures(latency_uncertainty_us=66_284.0)
+    figures = _json(latency_uncertainty_us=66_284.0)
     del figures["clock_paths"]  # a summary from before the paths were kept
-    assert untrusted_latency(figures, 0.1) == untrusted_latency(_figures(latency_uncertainty_us=66_284.0), 0.1)
+    with_paths = _figures(latency_uncertainty_us=66_284.0)
+    assert untrusted_latency(TestFigures.from_json(figures), 0.1) == untrusted_latency(with_paths, 0.1)
 
 
 def test_a_peers_fit_keeps_its_path_and_an_old_record_is_one_offset_through_the_broker() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from support.synthetic import KEY, edit_peer_json, one_loss_one_duplicate
 
+from protocol.figures import AccountingRow, SenderFigures
 from reports.accounting import accounting
 from reports.report import _sut_counters_section
 from reports.summary import summarize
@@ -46,33 +47,28 @@ def test_a_folders_three_counts_in_total_and_per_sender(tmp_path: Path) -> None:
     # 40 sent of 42 intended (stopped two slots short), 38 confirmed; 39 distinct received.
     test = one_loss_one_duplicate(tmp_path)
     edit_peer_json(test / "sender" / "s1" / "peer.json", _sent_to(_URL, 42, 38))
-    counts = summarize(test)["accounting"]
-    assert {k: counts[k] for k in ("intended", "sent", "accepted", "received")} == {
-        "intended": 42,
-        "sent": 40,
-        "accepted": 38,
-        "received": 39,
-    }
-    assert counts["per_sender"] == [
-        {
-            "sender": "s1/0",
-            "sut": _URL,
-            "queue": "q1",
-            "topic": None,
-            "guarantee": "at-least-once",
-            "intended": 42,
-            "sent": 40,
-            "accepted": 38,
-            "received": 39,
-        }
-    ]
-    assert counts["sut_counters"] == []
+    counts = summarize(test).accounting
+    assert (counts.intended, counts.sent, counts.accepted, counts.received) == (42, 40, 38, 39)
+    assert counts.per_sender == (
+        AccountingRow(
+            sender="s1/0",
+            sut=_URL,
+            queue="q1",
+            topic=None,
+            guarantee="at-least-once",
+            intended=42,
+            sent=40,
+            accepted=38,
+            received=39,
+        ),
+    )
+    assert counts.sut_counters == ()
 
 
 def test_a_file_without_the_counts_gives_none_not_a_made_up_figure(tmp_path: Path) -> None:
-    counts = summarize(one_loss_one_duplicate(tmp_path))["accounting"]
-    assert (counts["intended"], counts["sent"], counts["accepted"], counts["received"]) == (None, 40, None, 39)
-    assert counts["per_sender"][0]["guarantee"] == "at-most-once"
+    counts = summarize(one_loss_one_duplicate(tmp_path)).accounting
+    assert (counts.intended, counts.sent, counts.accepted, counts.received) == (None, 40, None, 39)
+    assert counts.per_sender[0].guarantee == "at-most-once"
 
 
 def test_a_total_is_none_where_one_sender_has_none() -> None:
@@ -80,9 +76,9 @@ def test_a_total_is_none_where_one_sender_has_none() -> None:
         {"sender": "a/0", "expected": 10, "intended": 10, "accepted": 10, "received": 10},
         {"sender": "b/0", "expected": 5, "intended": 6, "accepted": None, "received": 4},
     ]
-    counts = accounting(rows, [])
-    assert (counts["intended"], counts["sent"], counts["accepted"], counts["received"]) == (16, 15, None, 14)
-    assert [r["guarantee"] for r in counts["per_sender"]] == ["at-least-once", "at-most-once"]
+    counts = accounting([SenderFigures.from_json(row) for row in rows], [])
+    assert (counts.intended, counts.sent, counts.accepted, counts.received) == (16, 15, None, 14)
+    assert [r.guarantee for r in counts.per_sender] == ["at-least-once", "at-most-once"]
 
 
 def test_the_rabbitmq_queues_last_counters_show_what_it_dropped(tmp_path: Path) -> None:
@@ -122,7 +118,7 @@ def test_the_rabbitmq_queues_last_counters_show_what_it_dropped(tmp_path: Path) 
             },
         ],
     )
-    assert summarize(test)["accounting"]["sut_counters"] == [
+    assert summarize(test).accounting.sut_counters == (
         {
             "source": "rabbitmq",
             "vhost": "/",
@@ -133,8 +129,8 @@ def test_the_rabbitmq_queues_last_counters_show_what_it_dropped(tmp_path: Path) 
             "left": 1,
             "dropped": 12,
             "caught_up": False,  # 27 delivered, 39 received: read before RabbitMQ counted them all
-        }
-    ]
+        },
+    )
 
 
 _KAFKA = "kafka://127.0.0.1:9092/t1?acks=all"
@@ -164,7 +160,7 @@ def test_a_kafka_topics_watermarks_give_what_it_took_kept_and_deleted_in_the_tes
             (_T2, "t1", 2, 0, 4),
         ],
     )
-    [counters] = summarize(test)["accounting"]["sut_counters"]
+    [counters] = summarize(test).accounting.sut_counters
     assert counters == {
         "source": "kafka",
         "topic": "t1",
@@ -181,7 +177,7 @@ def test_a_kafka_topics_watermarks_give_what_it_took_kept_and_deleted_in_the_tes
         ],
         "caught_up": True,  # took 44 >= the 40 the topic acknowledged to our sender
     }
-    assert summarize(test)["accounting"]["per_sender"][0]["topic"] == "t1"
+    assert summarize(test).accounting.per_sender[0].topic == "t1"
 
 
 def test_a_kafka_topic_that_took_fewer_than_it_acknowledged_has_not_caught_up(tmp_path: Path) -> None:
@@ -190,7 +186,7 @@ def test_a_kafka_topic_that_took_fewer_than_it_acknowledged_has_not_caught_up(tm
     test = one_loss_one_duplicate(tmp_path)
     edit_peer_json(test / "sender" / "s1" / "peer.json", _sent_to(_KAFKA, 40, 40))
     _partition_rows(test / "inspector" / "i1" / "kafka-partitions.csv", [(_T0, "t1", 0, 0, 5), (_T1, "t1", 0, 0, 44)])
-    [counters] = summarize(test)["accounting"]["sut_counters"]
+    [counters] = summarize(test).accounting.sut_counters
     assert (counters["took"], counters["kept"], counters["deleted"], counters["caught_up"]) == (39, 39, 0, False)
 
 
@@ -202,7 +198,7 @@ def test_a_topic_made_after_the_first_reading_counts_from_offset_0_though_it_com
     edit_peer_json(test / "sender" / "s1" / "peer.json", _sent_to(_KAFKA, 40, 40))
     rows = [(_T0, "u", 0, 0, 9), (_T1, "t1", 0, 0, 25), (_T1, "u", 0, 0, 9), (_T2, "t1", 0, 0, 40), (_T2, "u", 0, 0, 9)]
     _partition_rows(test / "inspector" / "i1" / "kafka-partitions.csv", rows)
-    [counters] = summarize(test)["accounting"]["sut_counters"]
+    [counters] = summarize(test).accounting.sut_counters
     assert (counters["took"], counters["kept"], counters["deleted"], counters["caught_up"]) == (40, 40, 0, True)
 
 

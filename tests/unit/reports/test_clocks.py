@@ -10,6 +10,7 @@ import pytest
 from support.synthetic import edit_peer_json, one_loss_one_duplicate
 
 from protocol.clock_correction import untrusted_latency
+from protocol.figures import TestFigures
 from protocol.hdr import new_histogram
 from protocol.results import ReceiverAccount
 from reports.clocks import Correction, clock_corrections, left_to_shift, shifted
@@ -69,11 +70,11 @@ def test_the_summary_carries_the_corrected_latency_and_its_error_bar(tmp_path: P
     (test / "test.json").write_text(json.dumps({"peers": peers}))
     s = summarize(test)
     # As measured (test_summary): p50 476000 µs, max 976000 µs; each 8000 µs more now.
-    assert s["latency_us"]["p50"] == pytest.approx(484_000, rel=1e-3)
-    assert s["latency_us"]["max"] == pytest.approx(984_000, rel=1e-3)
-    receivers = {p["name"]: p for p in s["peers"] if p["role"] == "receiver"}
-    assert receivers["r1"]["latency_correction_us"] == 8000 and receivers["r1"]["latency_uncertainty_us"] == 500
-    assert s["latency_clamped_by_correction"] == 0
+    assert s.latency_us.p50 == pytest.approx(484_000, rel=1e-3)
+    assert s.latency_us.max == pytest.approx(984_000, rel=1e-3)
+    receivers = {p.name: p for p in s.peers if p.role == "receiver"}
+    assert receivers["r1"].latency_correction_us == 8000 and receivers["r1"].latency_uncertainty_us == 500
+    assert s.latency_clamped_by_correction == 0
 
 
 @pytest.mark.parametrize(("replier_host", "replier_offset_us", "uncertainty_us"), [("b", -3000, 500), ("a", 5100, 0)])
@@ -88,7 +89,8 @@ def test_a_closed_systems_legs_carry_the_clocks_uncertainty(
     peers = [_peer("s1", "sender", "a", 5000, 300)]
     peers += [_peer(r, "receiver", replier_host, replier_offset_us, 200) for r in ("r1", "r2")]
     (test / "test.json").write_text(json.dumps({"peers": peers}))
-    assert summarize(test)["request_reply"]["legs_uncertainty_us"] == uncertainty_us
+    rr = summarize(test).request_reply
+    assert rr is not None and rr.legs_uncertainty_us == uncertainty_us
 
 
 @pytest.mark.parametrize(("applied_us", "p50_us"), [(8000, 476_000), (5000, 479_000), (0, 484_000)])
@@ -103,10 +105,10 @@ def test_what_a_receiver_added_as_it_recorded_is_not_added_again(tmp_path: Path,
     peers = [_peer("s1", "sender", "a", 5000, 300)]
     peers += [_peer(r, "receiver", "b", -3000, 200) for r in ("r1", "r2")]
     (test / "test.json").write_text(json.dumps({"peers": peers}))
-    assert summarize(test)["latency_us"]["p50"] == pytest.approx(p50_us, rel=1e-3)
+    assert summarize(test).latency_us.p50 == pytest.approx(p50_us, rel=1e-3)
 
 
-def _behind(tmp_path: Path, receiver_shift_us: int) -> dict[str, Any]:
+def _behind(tmp_path: Path, receiver_shift_us: int) -> TestFigures:
     """The known answers' test with its receivers' clocks 500 ms behind the sender's: each
     latency reads 500 ms short, below zero (synthetic's 1 ms .. 976 ms become -499 ms ..)."""
     test = one_loss_one_duplicate(
@@ -121,9 +123,9 @@ def _behind(tmp_path: Path, receiver_shift_us: int) -> dict[str, Any]:
 def test_a_receiver_behind_its_senders_that_corrected_as_it_recorded_has_the_true_latency(tmp_path: Path) -> None:
     s = _behind(tmp_path, receiver_shift_us=500_000)
     # As measured on one clock (test_summary): p50 476000 µs, max 976000 µs.
-    assert s["latency_us"]["p50"] == pytest.approx(476_000, rel=1e-3)
-    assert s["latency_us"]["max"] == pytest.approx(976_000, rel=1e-3)
-    assert s["latency_clamped_by_correction"] == 0
+    assert s.latency_us.p50 == pytest.approx(476_000, rel=1e-3)
+    assert s.latency_us.max == pytest.approx(976_000, rel=1e-3)
+    assert s.latency_clamped_by_correction == 0
     assert untrusted_latency(s, 0.1) is None
 
 
@@ -132,17 +134,17 @@ def test_clamped_first_and_corrected_after_would_read_the_skew_and_is_no_figure(
     # (r1's, of true latencies 1-476 ms) were clamped to 1 µs, and shifting afterwards makes
     # them all read 500 ms: a p50 of 500 ms where the truth is 476.
     s = _behind(tmp_path, receiver_shift_us=0)
-    assert s["latency_clamped_by_correction"] == 20
-    assert s["latency_us"]["p50"] == pytest.approx(500_000, rel=1e-3)
+    assert s.latency_clamped_by_correction == 20
+    assert s.latency_us.p50 == pytest.approx(500_000, rel=1e-3)
     why = untrusted_latency(s, 0.1)
     assert why is not None and why.startswith("latency not measured: 20 samples read below zero")
 
 
 def test_a_latency_with_its_mode_at_40_ms_gets_nagles_hint(tmp_path: Path) -> None:
     test = one_loss_one_duplicate(tmp_path, latencies_us=[41_000 + 50 * i for i in range(40)])
-    (hint,) = summarize(test)["hints"]
+    (hint,) = summarize(test).hints
     assert hint.startswith("100% of the latency samples lie at 36-50 ms: the mark of Nagle's algorithm")
-    assert summarize(one_loss_one_duplicate(tmp_path, test_id="t2"))["hints"] == []
+    assert summarize(one_loss_one_duplicate(tmp_path, test_id="t2")).hints == ()
 
 
 def test_a_sample_the_receiver_clamped_is_not_counted_again_when_the_report_shifts_it(tmp_path: Path) -> None:
@@ -157,7 +159,7 @@ def test_a_sample_the_receiver_clamped_is_not_counted_again_when_the_report_shif
             {"peers": [_peer("s1", "sender", "a", 0, 30)] + [_peer(r, "receiver", "b", 2000, 20) for r in ("r1", "r2")]}
         )
     )
-    assert summarize(test)["latency_clamped_by_correction"] == 20 + 1
+    assert summarize(test).latency_clamped_by_correction == 20 + 1
 
 
 def test_what_is_left_to_shift_is_the_correction_at_the_intervals_middle_less_what_was_added() -> None:

@@ -13,6 +13,7 @@ import pytest
 from hdrh.log import HistogramLogWriter
 from support.synthetic import T0_US, edit_peer_json, one_loss_one_duplicate
 
+from protocol.figures import LittlesLaw, Rate, SenderFigures, TimeFigures
 from protocol.hdr import new_histogram
 from protocol.sequences import SequenceTracker, dump_bitsets
 from reports.summary import (
@@ -27,7 +28,7 @@ from reports.summary import (
 )
 
 
-def rate_over_seconds(times_us: list[int]) -> dict[str, float]:
+def rate_over_seconds(times_us: list[int]) -> Rate:
     return rate_of(Counter(t // 1_000_000 for t in times_us))
 
 
@@ -36,24 +37,24 @@ def test_rates_count_whole_seconds_only() -> None:
     times = [T0_US + 700_000 + i * 100_000 for i in range(3)]
     times += [T0_US + s * 1_000_000 + i * 100_000 for s, n in ((1, 10), (2, 8), (3, 10)) for i in range(n)]
     times += [T0_US + 4_000_000]
-    assert rate_over_seconds(times) == {"mean": pytest.approx(28 / 3), "min": 8.0, "max": 10.0}
-    assert rate_over_seconds([]) == {"mean": 0.0, "min": 0.0, "max": 0.0}
+    assert rate_over_seconds(times).to_json() == {"mean": pytest.approx(28 / 3), "min": 8.0, "max": 10.0}
+    assert rate_over_seconds([]) == Rate(mean=0.0, min=0.0, max=0.0)
     # Under a second of data: the count itself, not a division by zero.
-    assert rate_over_seconds([T0_US, T0_US + 10])["mean"] == 2.0
+    assert rate_over_seconds([T0_US, T0_US + 10]).mean == 2.0
 
 
 def test_a_test_folder_with_one_loss_and_one_duplicate(tmp_path: Path) -> None:
     test = one_loss_one_duplicate(tmp_path)
     s = summarize(test)
-    assert (s["sent"], s["received"], s["lost"], s["duplicates"]) == (40, 39, 1, 1)
+    assert (s.sent, s.received, s.lost, s.duplicates) == (40, 39, 1, 1)
     # Sends at 10/s: seconds 1, 2 and 3 are whole and hold 10 each.
-    assert s["send_rate"] == {"mean": 10.0, "min": 10.0, "max": 10.0}
+    assert s.send_rate == Rate(mean=10.0, min=10.0, max=10.0)
     # Latency from the HDR logs: each receiver records what is new to it, so the duplicate across
     # receivers is there too: 40 values 1000, 26000, ..., 976000 µs; p50 is the 20th, 476000 µs.
-    assert s["latency_samples"] == 40
-    assert s["latency_us"]["p50"] == pytest.approx(476_000, rel=1e-3)
-    assert s["latency_us"]["max"] == pytest.approx(976_000, rel=1e-3)
-    assert {p["name"] for p in s["peers"]} == {"s1", "r1", "r2"}
+    assert s.latency_samples == 40
+    assert s.latency_us.p50 == pytest.approx(476_000, rel=1e-3)
+    assert s.latency_us.max == pytest.approx(976_000, rel=1e-3)
+    assert {p.name for p in s.peers} == {"s1", "r1", "r2"}
 
 
 def test_the_summary_merges_the_writers_pieces_without_reading_a_row(tmp_path: Path) -> None:
@@ -67,10 +68,10 @@ def test_the_summary_merges_the_writers_pieces_without_reading_a_row(tmp_path: P
     merged = summarize(test)
     # 10/s from T0 + 0.25 s, cut at T0 + 2 s: second 2 is the first (left out as partial),
     # second 3 whole with 10, second 4 the last (2).
-    assert merged["send_rate"] == {"mean": 10.0, "min": 10.0, "max": 10.0}
+    assert merged.send_rate == Rate(mean=10.0, min=10.0, max=10.0)
     # From the first send (T0 + 0.25 s + 10 µs) to the last arrival: message 38, sent at
     # T0 + 4.05 s, 976 ms on the way.
-    assert merged["duration_s"] == pytest.approx(4.05 + 0.976 - 0.25001)
+    assert merged.duration_s == pytest.approx(4.05 + 0.976 - 0.25001)
 
     pieces = sorted(test.glob("*/*/*-seconds.json"))
     assert len(pieces) == 3  # one per writer: s1, r1, r2
@@ -106,8 +107,8 @@ def test_a_saturated_sender_marks_the_run_generator_bound(tmp_path: Path) -> Non
     (why,) = generator_bound(read_peers(test))
     assert why.startswith("sender s1 used 97 % of a core") and "schedule lag p99 250.0 ms" in why
     # ... and summary.json says so on the sender's row: not a SUT figure.
-    (sender,) = [p for p in summarize(test)["peers"] if p["role"] == "sender"]
-    assert sender["generator_bound"] == why
+    (sender,) = [p for p in summarize(test).peers if p.role == "sender"]
+    assert sender.generator_bound == why
 
 
 def test_out_of_order_deliveries_are_summed_over_the_receivers(tmp_path: Path) -> None:
@@ -119,8 +120,8 @@ def test_out_of_order_deliveries_are_summed_over_the_receivers(tmp_path: Path) -
                 counts["out_of_order"] = late
 
         edit_peer_json(test / "receiver" / receiver / "peer.json", arrived_late)
-    (row,) = summarize(test)["per_sender"]
-    assert (row["lost"], row["duplicates"], row["out_of_order"]) == (1, 1, 3)
+    (row,) = summarize(test).per_sender
+    assert (row.lost, row.duplicates, row.out_of_order) == (1, 1, 3)
 
 
 @pytest.mark.parametrize(
@@ -141,8 +142,10 @@ def test_an_inspector_that_collected_too_little_is_flagged(
     inspector = {"interval_s": 1.0, "samples": samples, "errors": errors, "last_error": "401" if errors else None}
     info = {"name": "i1", "role": "inspector", "host": "h", "started_ns": 0, "ended_ns": 60 * 10**9}
     (folder / "peer.json").write_text(json.dumps(info | {"inspectors": {"rabbitmq": inspector}}))
-    (row,) = [p for p in summarize(test)["peers"] if p["role"] == "inspector"]
-    assert row.get("inspector_shortfall") == ([flagged] if flagged else None)
+    (row,) = [p for p in summarize(test).peers if p.role == "inspector"]
+    # Written only where there is something to say (PeerFigures.to_json).
+    assert row.inspector_shortfall == ((flagged,) if flagged else ())
+    assert row.to_json().get("inspector_shortfall") == ([flagged] if flagged else None)
     assert inspector_shortfalls(read_peers(test)) == ([flagged] if flagged else [])
 
 
@@ -161,7 +164,7 @@ def test_the_whole_summary_of_the_known_answers_folder(tmp_path: Path) -> None:
     def at(p: float) -> float:
         return _bucket_top(latencies[max(1, math.ceil(len(latencies) * p / 100)) - 1])
 
-    assert s == {
+    assert s.to_json() == {
         "test_id": "t1",
         # From the first send (T0 + 0.25 s + 10 µs) to the last arrival: message 38, sent at
         # T0 + 4.05 s, 976 ms on the way.
@@ -225,6 +228,7 @@ def test_the_whole_summary_of_the_known_answers_folder(tmp_path: Path) -> None:
         "clock_problems": [],
         "clock_paths": [],
         "load_model": "open",
+        "latency_untrusted": None,  # the verdict's (coordinator.outcome.results.judge), not the summary's
     }
     assert at(50) == 476_159.0 and at(100) == 976_383.0  # the rule, once by hand
 
@@ -252,36 +256,36 @@ def test_streams_nobody_received_and_streams_nobody_sent_have_rows(tmp_path: Pat
     _edit(test / "receiver" / "r2" / "peer.json", foreign={"no header": 1, "other test": 4}, skipped_by_sut=3)
     _edit(test / "receiver" / "r1" / "peer.json", skipped_by_sut=2)
     s = summarize(test)
-    assert (s["sent"], s["received"], s["lost"], s["duplicates"]) == (45, 39 + 3, 1 + 5, 1)
-    assert s["foreign"] == {"no header": 3, "other test": 4} and s["skipped_by_sut"] == 5
-    rows = {row["key"]: row for row in s["per_sender"]}
+    assert (s.sent, s.received, s.lost, s.duplicates) == (45, 39 + 3, 1 + 5, 1)
+    assert s.foreign == {"no header": 3, "other test": 4} and s.skipped_by_sut == 5
+    rows = {row.key: row for row in s.per_sender}
     assert list(rows) == ["00000000000000a1", "00000000000000b2", "00000000000000c3"]
-    assert rows["00000000000000b2"] == {
-        "sender": "s1/1",
-        "key": "00000000000000b2",
-        "sut": None,
-        "intended": None,
-        "expected": 5,
-        "accepted": None,
-        "received": 0,
-        "lost": 5,
-        "lost_percent": 100.0,
-        "duplicates": 0,
-        "out_of_order": 0,
-    }
-    assert rows["00000000000000c3"] == {
-        "sender": "00000000000000c3",  # no peer names it: its key stands for it
-        "key": "00000000000000c3",
-        "sut": None,
-        "intended": None,
-        "expected": 0,
-        "accepted": None,
-        "received": 3,
-        "lost": 0,
-        "lost_percent": 0.0,
-        "duplicates": 0,
-        "out_of_order": 0,
-    }
+    assert rows["00000000000000b2"] == SenderFigures(
+        sender="s1/1",
+        key="00000000000000b2",
+        sut=None,
+        intended=None,
+        expected=5,
+        accepted=None,
+        received=0,
+        lost=5,
+        lost_percent=100.0,
+        duplicates=0,
+        out_of_order=0,
+    )
+    assert rows["00000000000000c3"] == SenderFigures(
+        sender="00000000000000c3",  # no peer names it: its key stands for it
+        key="00000000000000c3",
+        sut=None,
+        intended=None,
+        expected=0,
+        accepted=None,
+        received=3,
+        lost=0,
+        lost_percent=0.0,
+        duplicates=0,
+        out_of_order=0,
+    )
 
 
 def test_a_closed_systems_figures_merge_its_requesters(tmp_path: Path) -> None:
@@ -332,38 +336,33 @@ def test_a_closed_systems_figures_merge_its_requesters(tmp_path: Path) -> None:
         leg.set_end_time_stamp(t0_ms + 3000)
         writer.output_interval_histogram(leg)
     s = summarize(test)
-    assert s["load_model"] == "closed"
+    assert s.load_model == "closed"
     # s2 names no stream of its own: s1's is the only one, and keeps its name.
-    assert s["sent"] == 40 and [row["sender"] for row in s["per_sender"]] == ["s1/0"]
-    rr = s["request_reply"]
-    (hint,) = rr["hints"]
+    assert s.sent == 40 and [row.sender for row in s.per_sender] == ["s1/0"]
+    rr = s.request_reply
+    assert rr is not None
+    (hint,) = rr.hints
     assert hint.startswith("100% of the request leg samples lie at 36-50 ms")
-    assert {k: rr[k] for k in ("replies", "timed_out", "late", "duplicates", "skipped_by_sut", "requests")} == {
-        "replies": 50,
-        "timed_out": 1,
-        "late": 3,
-        "duplicates": 3,
-        "skipped_by_sut": 5,
-        "requests": 52,
-    }
-    assert rr["foreign"] == {"x": 1}
+    assert (rr.replies, rr.timed_out, rr.late, rr.duplicates, rr.skipped_by_sut, rr.requests) == (50, 1, 3, 3, 5, 52)
+    assert rr.foreign == {"x": 1}
     # Waiting: 2 x 1 + 1 x 2 = 4; think time weighted by them: (2 x 0.5 + 2 x 1.0) / 4 planned,
     # (2 x 0.6 + 2 x 1.0) / 4 lived (s2 measured none: its plan stands in).
-    assert (rr["think_time_mean_s"], rr["think_time_measured_s"]) == (0.75, 0.8)
-    assert rr["throughput_per_s"] == 10.0  # the answered requests' rate, after warm-up
-    assert rr["response_time_us"] == {
-        "p50": 100_031.0,
-        "p90": 100_031.0,
-        "p99": 100_031.0,
-        "p999": 100_031.0,
-        "mean": 100_000.0,
-        "max": 100_031.0,
-        "samples": 3,
-    }
-    assert rr["request_leg_us"]["samples"] == 2 and rr["reply_leg_us"]["samples"] == 0
-    assert rr["legs_uncertainty_us"] == 0.0
+    assert (rr.think_time_mean_s, rr.think_time_measured_s) == (0.75, 0.8)
+    assert rr.throughput_per_s == 10.0  # the answered requests' rate, after warm-up
+    assert rr.response_time_us == TimeFigures(
+        p50=100_031.0,
+        p90=100_031.0,
+        p99=100_031.0,
+        p999=100_031.0,
+        mean=100_000.0,
+        max=100_031.0,
+        samples=3,
+    )
+    assert rr.request_leg_us.samples == 2 and rr.reply_leg_us.samples == 0
+    assert rr.legs_uncertainty_us == 0.0
     # Little's law: 10/s x (0.1 s + 0.8 s) = 9 against the 4 waiting.
-    assert rr["littles_law"] == {"clients": 4.0, "throughput_x_time": pytest.approx(9.0), "deviation_percent": 125.0}
+    law = rr.littles_law
+    assert (law.clients, law.throughput_x_time, law.deviation_percent) == (4.0, pytest.approx(9.0), 125.0)
 
 
 def test_the_peers_and_record_a_caller_read_already_are_the_ones_summed(tmp_path: Path) -> None:
@@ -371,7 +370,7 @@ def test_the_peers_and_record_a_caller_read_already_are_the_ones_summed(tmp_path
     peers = read_peers(test)
     senders_only = [(d, p) for d, p in peers if p.role == "sender"]
     s = summarize(test, peers=senders_only)
-    assert (s["sent"], s["received"], s["lost"]) == (40, 0, 40)
+    assert (s.sent, s.received, s.lost) == (40, 0, 40)
     # A record whose receivers run 1 ms behind the sender: their latencies move by +1 ms.
     clock = {"before": {"offset_us": 0.0, "uncertainty_us": 5.0}}
     behind = {"before": {"offset_us": -1000.0, "uncertainty_us": 5.0}}
@@ -379,44 +378,45 @@ def test_the_peers_and_record_a_caller_read_already_are_the_ones_summed(tmp_path
         "peers": [{"name": "s1", "role": "sender", "host": "a", "clock": clock}]
         + [{"name": r, "role": "receiver", "host": "b", "clock": behind} for r in ("r1", "r2")]
     }
-    assert summarize(test, record=record)["latency_uncertainty_us"] == 10.0
-    assert summarize(test)["latency_uncertainty_us"] == 0.0  # no test.json in the folder
+    assert summarize(test, record=record).latency_uncertainty_us == 10.0
+    assert summarize(test).latency_uncertainty_us == 0.0  # no test.json in the folder
 
 
 def test_a_warm_up_under_a_second_is_still_cut(tmp_path: Path) -> None:
     test = one_loss_one_duplicate(tmp_path)
     _edit(test / "sender" / "s1" / "peer.json", warm_up_s=0.5, warm_up_end_ns=(T0_US + 3_000_000) * 1000)
     # Cut at T0 + 3 s: sends of seconds 3 (10, the first: partial) and 4 (2, the last) only.
-    assert summarize(test)["send_rate"] == {"mean": 12.0, "min": 12.0, "max": 12.0}
+    assert summarize(test).send_rate == Rate(mean=12.0, min=12.0, max=12.0)
 
 
 def test_a_requester_without_clients_divides_by_none(tmp_path: Path) -> None:
     test = one_loss_one_duplicate(tmp_path)
     rr = {"clients": 0, "outstanding": 1, "replies": 0, "timed_out": 0, "late": 0, "duplicates": 0}
     _edit(test / "sender" / "s1" / "peer.json", request_reply=rr)
-    figures = summarize(test)["request_reply"]
-    assert (figures["think_time_mean_s"], figures["think_time_measured_s"]) == (0.0, 0.0)
-    assert figures["littles_law"] == {"clients": 0.0, "throughput_x_time": 0.0, "deviation_percent": 0.0}
+    figures = summarize(test).request_reply
+    assert figures is not None
+    assert (figures.think_time_mean_s, figures.think_time_measured_s) == (0.0, 0.0)
+    assert figures.littles_law == LittlesLaw(clients=0.0, throughput_x_time=0.0, deviation_percent=0.0)
 
 
 def test_a_folder_with_no_peers_or_no_senders_lasted_nothing(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     s = summarize(empty)
-    assert (s["duration_s"], s["sent"], s["received"], s["latency_samples"]) == (0.0, 0, 0, 0)
+    assert (s.duration_s, s.sent, s.received, s.latency_samples) == (0.0, 0, 0, 0)
     test = one_loss_one_duplicate(tmp_path)
     for path in (test / "sender" / "s1").iterdir():
         path.unlink()
     (test / "sender" / "s1").rmdir()
     s = summarize(test)
-    assert (s["duration_s"], s["sent"], s["received"], s["lost"]) == (0.0, 0, 39, 0)
+    assert (s.duration_s, s.sent, s.received, s.lost) == (0.0, 0, 39, 0)
 
 
 def test_a_warm_up_ending_half_a_microsecond_after_a_second_cuts_at_that_second(tmp_path: Path) -> None:
     test = one_loss_one_duplicate(tmp_path)
     _edit(test / "sender" / "s1" / "peer.json", warm_up_s=2.0, warm_up_end_ns=(T0_US + 2_000_000) * 1000 + 500)
     # Cut at T0 + 2 s (the µs the warm-up ended in): seconds 2 (first), 3 (10, whole), 4 (last).
-    assert summarize(test)["send_rate"] == {"mean": 10.0, "min": 10.0, "max": 10.0}
+    assert summarize(test).send_rate == Rate(mean=10.0, min=10.0, max=10.0)
 
 
 def test_clock_paths_and_the_uncertainty_to_a_tenth(tmp_path: Path) -> None:
@@ -428,15 +428,15 @@ def test_clock_paths_and_the_uncertainty_to_a_tenth(tmp_path: Path) -> None:
         + [{"name": r, "role": "receiver", "host": "b", "clock": behind} for r in ("r1", "r2")]
     }
     s = summarize(test, record=record)
-    assert s["clock_paths"] == ["mqtt", "udp"]  # the receivers' through the broker, the sender's direct
-    assert s["latency_uncertainty_us"] == 10.0 and isinstance(s["latency_uncertainty_us"], float)
+    assert s.clock_paths == ("mqtt", "udp")  # the receivers' through the broker, the sender's direct
+    assert s.latency_uncertainty_us == 10.0 and isinstance(s.latency_uncertainty_us, float)
 
 
 def test_a_second_without_arrivals_counts_as_zero_in_the_rates() -> None:
     # Seconds 1 and 3 whole with 10 each, second 2 silent (a broker restart): min 0, mean 20 / 3.
     times = [T0_US + 500_000] + [T0_US + s * 1_000_000 + i * 100_000 for s in (1, 3) for i in range(10)]
     times += [T0_US + 4_000_000]
-    assert rate_over_seconds(times) == {"mean": pytest.approx(20 / 3), "min": 0.0, "max": 10.0}
+    assert rate_over_seconds(times).to_json() == {"mean": pytest.approx(20 / 3), "min": 0.0, "max": 10.0}
 
 
 def test_test_json_is_read_through_the_folder_descriptor_and_never_through_a_link(tmp_path: Path) -> None:
