@@ -21,12 +21,13 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 
+from protocol.live import LivePoint, LiveUpdate
 from reports.auth import check_token
 from reports.json_body import json_body
 from reports.live_page import live_page
@@ -45,22 +46,23 @@ _EVENT_KEEPALIVE_S = 15.0
 
 @dataclass
 class LiveTest:
-    update: dict[str, Any]
-    points: list[dict[str, Any]] = field(default_factory=list)
+    update: LiveUpdate  # the latest, without its points
+    points: list[LivePoint] = field(default_factory=list)
     version: int = 0
     seen_mono: float = field(default_factory=time.monotonic)
     stop: str | None = None  # why its coordinator is to stop it, once asked (the answer to its next post)
 
     @property
     def state(self) -> str:
-        state = str(self.update.get("state", "running"))
+        state = self.update.state
         if state == "running" and time.monotonic() - self.seen_mono > SILENT_AFTER_S:
             return "silent"
         return state
 
     def view(self, since: int = 0) -> dict[str, Any]:
         """The latest update, with the points from index `since` on."""
-        return self.update | {"state": self.state, "version": self.version, "points": self.points[since:]}
+        points = [point.to_json() for point in self.points[since:]]
+        return self.update.to_json() | {"state": self.state, "version": self.version, "points": points}
 
 
 @dataclass
@@ -73,8 +75,8 @@ class LiveTests:
             self._changed = asyncio.Condition()
         return self._changed
 
-    async def post(self, test_id: str, update: dict[str, Any]) -> None:
-        points = update.pop("points", [])
+    async def post(self, test_id: str, update: LiveUpdate) -> None:
+        points, update = update.points, replace(update, points=())
         test = self.tests.get(test_id)
         if test is None:
             test = self.tests[test_id] = LiveTest(update)
@@ -108,22 +110,21 @@ class LiveTests:
 
     def listing(self) -> list[dict[str, Any]]:
         self.forget_old()
-        return [_row(test) for test in sorted(self.tests.values(), key=lambda t: -float(t.update.get("started_s", 0)))]
+        return [_row(test) for test in sorted(self.tests.values(), key=lambda t: -t.update.started_s)]
 
 
 def _row(test: LiveTest) -> dict[str, Any]:
     u = test.update
-    expected, elapsed = u.get("expected_s"), float(u.get("elapsed_s") or 0.0)
     return {
-        "test_id": u.get("test_id"),
-        "name": u.get("name"),
-        "kind": u.get("kind"),
+        "test_id": u.test_id,
+        "name": u.name,
+        "kind": u.kind,
         "state": test.state,
-        "outcome": u.get("outcome"),
-        "elapsed_s": round(elapsed, 1),
-        "expected_s": expected,
-        "progress": min(1.0, elapsed / expected) if expected else None,
-        "peers": len(u.get("peers", [])),
+        "outcome": u.outcome,
+        "elapsed_s": round(u.elapsed_s, 1),
+        "expected_s": u.expected_s,
+        "progress": min(1.0, u.elapsed_s / u.expected_s) if u.expected_s else None,
+        "peers": len(u.peers),
     }
 
 
@@ -146,11 +147,13 @@ def _checked(test_id: str) -> str:
 async def post_live(test_id: str, request: Request) -> dict[str, Any]:
     check_token(request)
     _checked(test_id)
-    update = await json_body(request, MAX_UPDATE_BYTES, "a live update")
-    if not isinstance(update, dict) or update.get("test_id") != test_id:
+    body = await json_body(request, MAX_UPDATE_BYTES, "a live update")
+    try:
+        update = LiveUpdate.from_json(body)
+    except ValueError as exc:
+        raise HTTPException(400, f"not a live update of test {test_id}: {exc}") from exc
+    if update.test_id != test_id:
         raise HTTPException(400, f'the body must be a live update of test {test_id} ({{"test_id": ..., ...}})')
-    if not isinstance(update.get("peers", []), list) or not isinstance(update.get("points", []), list):
-        raise HTTPException(400, "peers and points must be lists")
     tests = _tests(request)
     await tests.post(test_id, update)
     stop = tests.tests[test_id].stop

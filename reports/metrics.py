@@ -16,13 +16,13 @@ labels; `maestro_test_outcome` says how a test ended.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from protocol.hdr import BUCKET_BOUNDS_US
+from protocol.live import LiveCounters
 from reports.live import LiveTest, LiveTests
 
 __all__ = ["live_registry"]
@@ -50,7 +50,7 @@ class _LiveCollector(Collector):
 
 
 def _test_labels(test: LiveTest) -> list[str]:
-    return [str(test.update.get("test_id", "")), str(test.update.get("name", ""))]
+    return [test.update.test_id, test.update.name]
 
 
 def _test_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
@@ -77,17 +77,17 @@ def _test_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
         "maestro_test_lost_messages", "lost so far (gaps; the summary's exact count once ended)", labels=_TEST
     )
     for test in tests:
-        labels = _test_labels(test)
+        u, labels = test.update, _test_labels(test)
         for name in _STATES:
             state.add_metric([*labels, name], 1.0 if test.state == name else 0.0)
-        elapsed.add_metric(labels, float(test.update.get("elapsed_s") or 0.0))
-        info.add_metric([*labels, str(test.update.get("kind", "")), str(test.update.get("workload", ""))], 1.0)
-        if rate := _number(test.update.get("target_rate")):
-            target.add_metric(labels, rate)
-        if test.update.get("state") == "finished" and test.update.get("outcome"):
-            outcome.add_metric([*labels, str(test.update["outcome"])], 1.0)
-        if test.update.get("expected_s"):
-            expected.add_metric(labels, float(test.update["expected_s"]))
+        elapsed.add_metric(labels, u.elapsed_s)
+        info.add_metric([*labels, u.kind, u.workload], 1.0)
+        if u.target_rate:
+            target.add_metric(labels, u.target_rate)
+        if u.state == "finished" and u.outcome:
+            outcome.add_metric([*labels, u.outcome], 1.0)
+        if u.expected_s:
+            expected.add_metric(labels, u.expected_s)
         totals = _test_totals(test)
         for key, family in counts.items():
             family.add_metric(labels, totals[key])
@@ -96,15 +96,17 @@ def _test_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
 
 
 def _test_totals(test: LiveTest) -> dict[str, float]:
-    final = (test.update.get("summary") or {}) if test.update.get("state") == "finished" else {}
-    peers = test.update.get("peers", [])
+    final = test.update.summary if test.update.state == "finished" else None
     live = {
-        "sent": sum(_number(p.get("sent")) for p in peers if p.get("role") == "sender"),
-        "received": sum(_number(p.get("received")) for p in peers if p.get("role") == "receiver"),
-        "duplicates": sum(_number(p.get("duplicates")) for p in peers),
-        "lost": sum(_number(p.get("missing")) for p in peers),
+        "sent": sum(_number(p.counters.sent) for p in test.update.peers if p.role == "sender"),
+        "received": sum(_number(p.counters.received) for p in test.update.peers if p.role == "receiver"),
+        "duplicates": sum(_number(p.counters.duplicates) for p in test.update.peers),
+        "lost": sum(_number(p.counters.missing) for p in test.update.peers),
     }
-    return {key: _number(final[key]) if key in final else value for key, value in live.items()}
+    if final is None:
+        return live
+    exact = {"sent": final.sent, "received": final.received, "duplicates": final.duplicates, "lost": final.lost}
+    return {key: value if (count := exact[key]) is None else float(count) for key, value in live.items()}
 
 
 def _peer_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
@@ -131,43 +133,43 @@ def _peer_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
     cpu = GaugeMetricFamily("maestro_peer_cpu_percent", "the generator's CPU, % of one core", labels=_PEER)
     up = GaugeMetricFamily("maestro_peer_state", "1 for the state the peer is in", labels=[*_PEER, "state"])
     for test in tests:
-        ended = test.update.get("state") == "finished"
-        final_peers = (test.update.get("summary") or {}).get("peers", {}) if ended else {}
-        for peer in test.update.get("peers", []):
-            labels = [*_test_labels(test), *(str(peer.get(k, "")) for k in ("name", "role", "host"))]
-            counts = peer | final_peers.get(str(peer.get("name")), {})
-            if "sent" in counts:
-                sent.add_metric(labels, _number(counts["sent"]))
-            if "received" in counts:
-                received.add_metric(labels, _number(counts["received"]))
-            if "duplicates" in counts:
-                duplicates.add_metric(labels, _number(counts["duplicates"]))
-            if "missing" in counts:
-                lost.add_metric(labels, _number(counts["missing"]))
-            for kind, n in (peer.get("errors") or {}).items():
-                errors.add_metric([*labels, str(kind)], _number(n))
+        summary = test.update.summary if test.update.state == "finished" else None
+        final_peers = summary.peers if summary is not None else {}
+        for peer in test.update.peers:
+            labels = [*_test_labels(test), peer.name, peer.role, peer.host]
+            c, final = peer.counters, final_peers.get(peer.name, {})
+            if (count := final.get("sent", c.sent)) is not None:
+                sent.add_metric(labels, count)
+            if (count := final.get("received", c.received)) is not None:
+                received.add_metric(labels, count)
+            if c.duplicates is not None:
+                duplicates.add_metric(labels, c.duplicates)
+            if c.missing is not None:
+                lost.add_metric(labels, c.missing)
+            for kind, n in (c.errors or {}).items():
+                errors.add_metric([*labels, kind], n)
             for quantile, key in (("0.5", "p50"), ("0.99", "p99"), ("1", "max")):
-                if f"latency_{key}_us" in peer:
-                    latency.add_metric([*labels, quantile], _number(peer[f"latency_{key}_us"]) / 1e6)
-                if f"lag_{key}_us" in peer:
-                    lag.add_metric([*labels, quantile], _number(peer[f"lag_{key}_us"]) / 1e6)
-            if buckets := _buckets(peer):
-                histogram.add_metric(labels, buckets, _number(peer.get("latency_sum_us")) / 1e6)
-            if "cpu_percent" in peer:
-                cpu.add_metric(labels, _number(peer["cpu_percent"]))
-            up.add_metric([*labels, str(peer.get("state", "starting"))], 1.0)
+                if (value := getattr(c, f"latency_{key}_us")) is not None:
+                    latency.add_metric([*labels, quantile], value / 1e6)
+                if (value := getattr(c, f"lag_{key}_us")) is not None:
+                    lag.add_metric([*labels, quantile], value / 1e6)
+            if buckets := _buckets(c):
+                histogram.add_metric(labels, buckets, _number(c.latency_sum_us) / 1e6)
+            if c.cpu_percent is not None:
+                cpu.add_metric(labels, c.cpu_percent)
+            up.add_metric([*labels, peer.state], 1.0)
     yield from (sent, received, errors, duplicates, lost, latency, histogram, lag, cpu, up)
 
 
-def _buckets(peer: dict[str, Any]) -> list[tuple[str, float]]:
+def _buckets(counters: LiveCounters) -> list[tuple[str, float]]:
     """A receiver's cumulative counts at each bound, in seconds, and +Inf; none from a peer
     whose counts do not fit the bounds (a sender, or a worker of another version)."""
-    counts = peer.get("latency_le_us")
-    if not isinstance(counts, list) or len(counts) != len(BUCKET_BOUNDS_US):
+    counts = counters.latency_le_us
+    if counts is None or len(counts) != len(BUCKET_BOUNDS_US):
         return []
     bounds = [f"{bound / 1e6:g}" for bound in BUCKET_BOUNDS_US]
-    return [*zip(bounds, map(_number, counts), strict=True), ("+Inf", _number(peer.get("latency_count")))]
+    return [*zip(bounds, map(float, counts), strict=True), ("+Inf", _number(counters.latency_count))]
 
 
-def _number(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+def _number(value: float | None) -> float:
+    return 0.0 if value is None else float(value)

@@ -304,8 +304,8 @@ class Worker(Peer):
             last_wall, last_cpu = now, cpu
             if self.state != Activity.RUNNING:
                 break
-            counters = run.interval_report() | {"cpu_percent": cpu_percent, "loop_lag_ms": loop_lag_ms}
-            report = StatsReport(test_id=self.test_id, elapsed_s=now - started, counters=counters)
+            counters = replace(run.interval_report(), cpu_percent=cpu_percent, loop_lag_ms=loop_lag_ms)
+            report = StatsReport(test_id=self.test_id, elapsed_s=now - started, counters=counters.to_json())
             self.bus.publish(self.topics.maestro, report, qos=0)
             reason = watch.check(run, now)
             if reason and self._tripped is None:

@@ -27,6 +27,7 @@ from hdrh.histogram import HdrHistogram
 
 from protocol.failures import describe
 from protocol.hdr import new_histogram
+from protocol.live import LiveCounters
 from protocol.ratefile import RateFileWriter
 from protocol.results import ReceiverAccount, SendCounts, SenderDeliveries
 from protocol.sequences import encode_bitset, union_bitsets
@@ -187,9 +188,9 @@ class MultiProcessSender(ScheduledSending):
         stats.intended_per_client = dict(total.intended_per_client)
         stats.accepted_per_client = dict(total.accepted_per_client)
 
-    def interval_report(self) -> dict[str, Any]:
+    def interval_report(self) -> LiveCounters:
         self._drain_reports()
-        report = interval_report(self.stats, self._live_lag) | {"processes": len(self.parts)}
+        report = replace(interval_report(self.stats, self._live_lag), processes=len(self.parts))
         self._live_lag.reset()
         return report
 
@@ -396,13 +397,15 @@ class MultiProcessReceiver(ReceiverRun):
                 by_key.setdefault(key, []).append(bitset)
         return {key: union_bitsets(parts) for key, parts in by_key.items()}
 
-    def interval_report(self) -> dict[str, Any]:
+    def interval_report(self) -> LiveCounters:
         self._drain_reports()
-        report = super().interval_report()
         streams = self.per_sender().values()
-        report["duplicates"] = sum(c.duplicates for c in streams)
-        report["missing"] = sum(c.missing_below_highest for c in streams)
-        return report | {"processes": len(self.parts)}
+        return replace(
+            super().interval_report(),
+            duplicates=sum(c.duplicates for c in streams),
+            missing=sum(c.missing_below_highest for c in streams),
+            processes=len(self.parts),
+        )
 
     def reconnects_ns(self) -> list[int]:
         return sorted(t for report in self._done.values() if report.account for t in report.account.reconnects_ns)

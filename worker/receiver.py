@@ -24,6 +24,7 @@ import numpy as np
 
 from protocol.fail import FailConditions
 from protocol.hdr import counts_at_or_below
+from protocol.live import LiveCounters
 from protocol.options import Delay
 from protocol.precise_timer import PreciseTimer
 from protocol.ratefile import RateFileWriter
@@ -454,25 +455,25 @@ class ReceiverRun:
             )
         return out
 
-    def interval_report(self) -> dict[str, Any]:
+    def interval_report(self) -> LiveCounters:
         self.rate_file.flush()
         interval = self.last_interval = self.latency.roll()
         corrected = interval.corrected  # recorded with the clock correction (LatencyRecorder)
         total = self.latency.total_corrected
-        return {
-            "received": self.stats.received,
-            "foreign": dict(self.stats.foreign),
-            "duplicates": sum(t.counts().duplicates for t in self.trackers.values()),
+        return LiveCounters(
+            received=self.stats.received,
+            foreign=dict(self.stats.foreign),
+            duplicates=sum(t.counts().duplicates for t in self.trackers.values()),
             # Lost so far, as this receiver sees it: gaps below the highest sequence number of
             # each sender. Exact when one receiver takes a sender's whole stream; the merged
             # count at the end is the test's figure.
-            "missing": sum(t.counts().missing() for t in self.trackers.values()),
-            "latency_p50_us": corrected.get_value_at_percentile(50),
-            "latency_p99_us": corrected.get_value_at_percentile(99),
-            "latency_max_us": corrected.get_max_value(),
+            missing=sum(t.counts().missing() for t in self.trackers.values()),
+            latency_p50_us=corrected.get_value_at_percentile(50),
+            latency_p99_us=corrected.get_value_at_percentile(99),
+            latency_max_us=corrected.get_max_value(),
             # Since the run began, for /metrics' histogram (reports/metrics.py): at or below each
             # of protocol.hdr.BUCKET_BOUNDS_US, how many, and their sum.
-            "latency_le_us": counts_at_or_below(total),
-            "latency_count": total.get_total_count(),
-            "latency_sum_us": round(total.get_mean_value() * total.get_total_count()),
-        }
+            latency_le_us=tuple(counts_at_or_below(total)),
+            latency_count=total.get_total_count(),
+            latency_sum_us=round(total.get_mean_value() * total.get_total_count()),
+        )

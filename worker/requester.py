@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from protocol.concurrency import wait_event
+from protocol.live import LiveCounters
 from protocol.options import Delay, Duration, MessageSize
 from protocol.precise_timer import PreciseTimer
 from protocol.ratefile import RateFileWriter
@@ -281,15 +282,19 @@ class RequesterRun(SendingRun[RequesterPlan, RequesterStats]):
     def files(self) -> list[str]:
         return [*self.rate_file.names(), *(name for logs in REQUESTER_LOGS for _, name in logs)]
 
-    def interval_report(self) -> dict[str, Any]:
+    def interval_report(self) -> LiveCounters:
         self.rate_file.flush()
         interval = self.latency.roll()
         self.legs.roll()
-        response = interval.corrected
-        return self.counters() | {
-            "response_p50_us": response.get_value_at_percentile(50),
-            "response_p99_us": response.get_value_at_percentile(99),
-        }
+        response, s = interval.corrected, self.stats
+        return LiveCounters(
+            sent=s.sent,
+            errors=dict(s.errors),
+            replies=s.replies,
+            timed_out=s.timed_out,
+            response_p50_us=response.get_value_at_percentile(50),
+            response_p99_us=response.get_value_at_percentile(99),
+        )
 
     def account(self) -> SenderAccount:
         s, plan = self.stats, self.plan

@@ -23,7 +23,6 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
@@ -31,6 +30,7 @@ from hdrh.histogram import HdrHistogram
 from protocol.concurrency import wait_event
 from protocol.fail import FailConditions
 from protocol.hdr import new_histogram, record_samples
+from protocol.live import LiveCounters
 from protocol.options import Duration, MessageSize, ProfileStep
 from protocol.precise_timer import PreciseTimer
 from protocol.ratefile import RateFileWriter
@@ -93,15 +93,15 @@ _SETTLE_AFTER_STOP_S = 1.0
 _NEVER = 2**63 - 1
 
 
-def interval_report(stats: SenderStats, lag: HdrHistogram) -> dict[str, Any]:
+def interval_report(stats: SenderStats, lag: HdrHistogram) -> LiveCounters:
     """Counters so far and one interval's schedule lag, as live statistics carry them."""
-    return {
-        "sent": stats.sent,
-        "errors": dict(stats.errors),
-        "lag_p50_us": lag.get_value_at_percentile(50),
-        "lag_p99_us": lag.get_value_at_percentile(99),
-        "lag_max_us": lag.get_max_value(),
-    }
+    return LiveCounters(
+        sent=stats.sent,
+        errors=dict(stats.errors),
+        lag_p50_us=lag.get_value_at_percentile(50),
+        lag_p99_us=lag.get_value_at_percentile(99),
+        lag_max_us=lag.get_max_value(),
+    )
 
 
 def sender_key(test_id: str, peer: str, client: int) -> int:
@@ -582,7 +582,7 @@ class SenderRun(ScheduledSending):
     async def _sleep_or_stop(self, seconds: float) -> None:
         await wait_event(self._stop, seconds)
 
-    def interval_report(self) -> dict[str, Any]:
+    def interval_report(self) -> LiveCounters:
         """Counters and this interval's schedule lag; starts the next interval."""
         self.rate_file.flush()
         report = interval_report(self.stats, self.stats.interval_lag_us)

@@ -16,6 +16,7 @@ from coordinator.outcome.junit import junit_xml
 from coordinator.outcome.results import TestResult
 from protocol.atomic import write_text_atomically
 from protocol.figures import TestFigures
+from protocol.live import LiveUpdate
 from protocol.results import PeerRecord
 from protocol.runtime import resolve_test_dir
 from protocol.secrets import redact, redact_text
@@ -48,7 +49,7 @@ class ResultStore(Protocol):
         """test.json and junit.xml; a failure is noted in the result, never raised."""
         ...
 
-    def post_live(self, test_id: str, update: dict[str, Any]) -> str | None:
+    def post_live(self, test_id: str, update: LiveUpdate) -> str | None:
         """A running test's live statistics (coordinator.running.live); OSError when not taken.
         Why the test is to stop, when that was asked of the data server."""
         ...
@@ -123,11 +124,11 @@ class DataServer:
             return []
         return records
 
-    def post_live(self, test_id: str, update: dict[str, Any]) -> str | None:
+    def post_live(self, test_id: str, update: LiveUpdate) -> str | None:
         # No URL from the test reaches it: the update carries counters, names and hosts only.
         request = urllib.request.Request(
             f"{self.url.rstrip('/')}/api/live/{test_id}",
-            data=json.dumps(update, default=str).encode(),
+            data=json.dumps(update.to_json()).encode(),
             method="POST",
             headers={"Content-Type": "application/json"},
         )

@@ -17,11 +17,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from coordinator.registry import PeerInfo
 from protocol.figures import TestFigures
+from protocol.live import FinalCounts, LiveCounters, LivePeer, LivePoint, LiveUpdate
 from protocol.notes import StatsReport
 
 __all__ = ["LiveFeed", "LiveSink"]
@@ -32,7 +33,7 @@ _POST_EVERY_S = 1.0
 
 
 class LiveSink(Protocol):
-    def post_live(self, test_id: str, update: dict[str, Any]) -> str | None:
+    def post_live(self, test_id: str, update: LiveUpdate) -> str | None:
         """Send one update; raises OSError when it could not. Returns why the test is to stop
         when someone asked the data server to stop it (the live page's button), else None."""
         ...
@@ -57,14 +58,14 @@ class LiveFeed:
     target_rate: float = 0.0  # msg/s in all; 0: unbounded, or a closed system
     size_bytes: float = 0.0  # a message's mean, for MB/s beside msg/s
     started_s: float = field(default_factory=time.time)
-    _counters: dict[str, dict[str, Any]] = field(default_factory=dict)  # by peer id
+    _counters: dict[str, tuple[LiveCounters, float]] = field(default_factory=dict)  # by peer id, with elapsed_s
     _states: dict[str, str] = field(default_factory=dict)
-    _points: list[dict[str, Any]] = field(default_factory=list)  # not posted yet
+    _points: list[LivePoint] = field(default_factory=list)  # not posted yet
     _last: _Totals | None = None
     _next_post: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _wake: threading.Event = field(default_factory=threading.Event)
-    _final: dict[str, Any] | None = None
+    _final: tuple[str, str | None, FinalCounts] | None = None  # outcome, reason, the summary's counts
     _thread: threading.Thread | None = None
     _warned: bool = False
     stop_asked: str | None = None  # the data server's answer: why the test is to stop
@@ -74,8 +75,13 @@ class LiveFeed:
         self._thread.start()
 
     def feed(self, report: StatsReport) -> None:
+        try:
+            counters = LiveCounters.from_json(report.counters)
+        except ValueError as exc:
+            log.debug("live statistics of %s not shown: %s", report.header.sender_name, exc)
+            return
         with self._lock:
-            self._counters[report.header.sender_id] = {**report.counters, "elapsed_s": report.elapsed_s}
+            self._counters[report.header.sender_id] = (counters, report.elapsed_s)
 
     def mark(self, peer_ids: set[str], state: str) -> None:
         with self._lock:
@@ -96,7 +102,7 @@ class LiveFeed:
     def end(self, outcome: str, reason: str | None, summary: TestFigures) -> None:
         """The last update: the outcome and the summary's exact counts; waits a little for it."""
         with self._lock:
-            self._final = {"outcome": outcome, "reason": reason, "summary": _final_counts(summary)}
+            self._final = (outcome, reason, _final_counts(summary))
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
@@ -111,7 +117,7 @@ class LiveFeed:
                 update, points, final = self._update(), self._points, self._final
                 self._points = []
             try:
-                if stop := self.sink.post_live(self.test_id, update | {"points": points}):
+                if stop := self.sink.post_live(self.test_id, replace(update, points=tuple(points))):
                     self.stop_asked = stop  # the phase's watch reads it within half a second
             except OSError as exc:
                 with self._lock:
@@ -122,61 +128,57 @@ class LiveFeed:
             if final is not None:
                 return
 
-    def _update(self) -> dict[str, Any]:
+    def _update(self) -> LiveUpdate:
         peers = []
         for p in self.peers:
-            counters = self._counters.get(p.peer_id, {})
-            peers.append(
-                {"name": p.name, "role": p.role.value, "host": p.host, "state": self._states.get(p.peer_id, "starting")}
-                | counters
-            )
-        update = {
-            "test_id": self.test_id,
-            "name": self.name,
-            "kind": self.kind,
-            "workload": self.workload,
-            "target_rate": self.target_rate,
-            "size_bytes": self.size_bytes,
-            "started_s": self.started_s,
-            "elapsed_s": time.time() - self.started_s,
-            "expected_s": self.expected_s,
-            "state": "running",
-            "peers": peers,
-        }
+            counters, elapsed_s = self._counters.get(p.peer_id, (LiveCounters(), None))
+            state = self._states.get(p.peer_id, "starting")
+            peers.append(LivePeer(p.name, p.role.value, p.host, state, counters, elapsed_s))
+        update = LiveUpdate(
+            test_id=self.test_id,
+            name=self.name,
+            kind=self.kind,
+            workload=self.workload,
+            target_rate=self.target_rate,
+            size_bytes=self.size_bytes,
+            started_s=self.started_s,
+            elapsed_s=time.time() - self.started_s,
+            expected_s=self.expected_s,
+            peers=tuple(peers),
+        )
         if self._final is not None:
-            update |= {"state": "finished"} | self._final
+            outcome, reason, counts = self._final
+            update = replace(update, state="finished", outcome=outcome, reason=reason, summary=counts)
         return update
 
     def _add_point(self, elapsed_s: float) -> None:
-        counters = list(self._counters.values())
+        counters = [c for c, _ in self._counters.values()]
         totals = _Totals(
             elapsed_s,
-            sum(int(c.get("sent", 0)) for c in counters if "sent" in c),
-            sum(int(c.get("received", 0)) for c in counters if "received" in c),
+            sum(c.sent for c in counters if c.sent is not None),
+            sum(c.received for c in counters if c.received is not None),
         )
         last, self._last = self._last, totals
         if last is None or totals.elapsed_s <= last.elapsed_s:
             return
         span = totals.elapsed_s - last.elapsed_s
-        receivers = [c for c in counters if "latency_p99_us" in c]
         self._points.append(
-            {
-                "elapsed_s": round(elapsed_s, 3),
-                "send_rate": (totals.sent - last.sent) / span,
-                "receive_rate": (totals.received - last.received) / span,
+            LivePoint(
+                elapsed_s=round(elapsed_s, 3),
+                send_rate=(totals.sent - last.sent) / span,
+                receive_rate=(totals.received - last.received) / span,
                 # The worst receiver's figure over its last interval: an upper bound of the
                 # merged percentile, which only the HDR logs give after the test.
-                "latency_p50_us": max((float(c["latency_p50_us"]) for c in receivers), default=None),
-                "latency_p99_us": max((float(c["latency_p99_us"]) for c in receivers), default=None),
-            }
+                latency_p50_us=max((c.latency_p50_us for c in counters if c.latency_p50_us is not None), default=None),
+                latency_p99_us=max((c.latency_p99_us for c in counters if c.latency_p99_us is not None), default=None),
+            )
         )
 
 
-def _final_counts(summary: TestFigures) -> dict[str, Any]:
+def _final_counts(summary: TestFigures) -> FinalCounts:
     peers = {
         row.name: {k: v for k in ("sent", "received") if (v := getattr(row, k)) is not None} for row in summary.peers
     }
     if summary.error is not None:
-        return {"peers": peers}
-    counts = {"sent": summary.sent, "received": summary.received, "lost": summary.lost}
-    return counts | {"duplicates": summary.duplicates, "peers": peers}
+        return FinalCounts(peers=peers)
+    return FinalCounts(summary.sent, summary.received, summary.lost, summary.duplicates, peers)

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from protocol.live import LiveCounters
 from protocol.notes import StatsReport
 
 __all__ = ["Progress"]
@@ -46,13 +47,16 @@ class Progress:
 
     def feed(self, report: StatsReport) -> None:
         peer = report.header.sender_name
-        counters = report.counters
-        if "sent" in counters:
-            self._track(self._senders, peer, report.elapsed_s, int(counters["sent"]))
-        if "received" in counters:
-            self._track(self._receivers, peer, report.elapsed_s, int(counters["received"]))
-            if counters.get("latency_p99_us"):
-                self._latency_p99_us[peer] = float(counters["latency_p99_us"])
+        try:
+            counters = LiveCounters.from_json(report.counters)
+        except ValueError:
+            return  # a peer of another version: its line waits for its next report
+        if counters.sent is not None:
+            self._track(self._senders, peer, report.elapsed_s, counters.sent)
+        if counters.received is not None:
+            self._track(self._receivers, peer, report.elapsed_s, counters.received)
+            if counters.latency_p99_us:
+                self._latency_p99_us[peer] = counters.latency_p99_us
 
     @staticmethod
     def _track(table: dict[str, _PeerRate], peer: str, elapsed_s: float, count: int) -> None:

@@ -222,3 +222,27 @@ def test_the_live_pages_stop_needs_the_token_then_stops_the_test_as_ctrl_c_would
         # Stopped as Ctrl-C would: the senders stopped early, and what they sent all arrived.
         s = result.summary
         assert 0 < s.sent < 6000 and s.received == s.sent and s.lost == 0, s
+
+
+def _post(url: str, body: bytes) -> tuple[int, str]:
+    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return int(answer.status), answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_a_post_that_is_no_live_update_is_refused_and_metrics_stay_up(data_server: tuple[str, Path]) -> None:
+    """A live post is checked as it comes (protocol.live): a peer that is not an object or a
+    count that is not a number was taken before and broke /metrics for every test on the server."""
+    url, _ = data_server
+    good = {"test_id": "t-live", "name": "n", "peers": [{"name": "s1", "role": "sender", "sent": 5}], "points": []}
+    assert _post(f"{url}/api/live/t-live", json.dumps(good).encode())[0] == 200
+    for peers, why in (([1], "with its name"), ([{"name": "s1", "sent": "many"}], "invalid literal")):
+        status, text = _post(f"{url}/api/live/t-live", json.dumps(good | {"peers": peers}).encode())
+        assert (status, why in text) == (400, True), text
+    assert _post(f"{url}/api/live/t-other", json.dumps(good).encode())[0] == 400  # another test's update
+    # The good one stands: /metrics answers with its count.
+    (sample,) = [v for labels, v in _metrics(url)["maestro_test_messages_sent_total"] if labels["test_id"] == "t-live"]
+    assert sample == 5

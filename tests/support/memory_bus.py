@@ -23,6 +23,7 @@ from protocol.codec import decode, encode
 from protocol.codes import Role
 from protocol.correlation import Correlator, Replies
 from protocol.figures import TestFigures
+from protocol.live import LiveUpdate
 from protocol.notes import (
     DrainComplete,
     DrainRequest,
@@ -290,8 +291,8 @@ class MemoryStore:
     def store(self, result: TestResult, cases: list[TestResult]) -> None:
         self.stored.append(result)
 
-    def post_live(self, test_id: str, update: dict[str, Any]) -> str | None:
-        self.live.append((test_id, update))
+    def post_live(self, test_id: str, update: LiveUpdate) -> str | None:
+        self.live.append((test_id, update.to_json()))
         return self.stop  # as the data server answers once its live page's stop was pressed
 
     def open(self, test_id: str, record: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ from coordinator.registry import PeerInfo
 from coordinator.running.live import LiveFeed
 from protocol.codes import Role
 from protocol.figures import TestFigures
+from protocol.live import LivePoint, LiveUpdate
 from protocol.notes import Header, StatsReport
 
 
@@ -15,11 +16,11 @@ class Sink:
         self.posts: list[dict[str, Any]] = []
         self.fail_first = fail_first
 
-    def post_live(self, test_id: str, update: dict[str, Any]) -> None:
+    def post_live(self, test_id: str, update: LiveUpdate) -> None:
         if self.fail_first:
             self.fail_first -= 1
             raise OSError("connection refused")
-        self.posts.append(update)
+        self.posts.append(update.to_json())
 
 
 PEERS = [PeerInfo("s-id", "s1", "host-a", Role.SENDER), PeerInfo("r-id", "r1", "host-b", Role.RECEIVER)]
@@ -65,11 +66,11 @@ def test_rates_per_second_come_from_the_peers_counters(monkeypatch: Any) -> None
 def test_points_not_posted_go_with_the_next_post() -> None:
     sink = Sink(fail_first=1)
     feed = _feed(sink)
-    feed._points = [{"elapsed_s": 1.0}]
+    feed._points = [LivePoint(1.0, 10.0, 10.0)]
     feed._wake.set()
     deadline = time.monotonic() + 5
     while sink.fail_first and time.monotonic() < deadline:
         time.sleep(0.01)
-    feed._points.append({"elapsed_s": 2.0})
+    feed._points.append(LivePoint(2.0, 10.0, 10.0))
     feed.end("success", None, TestFigures.from_json({}))
     assert [p["elapsed_s"] for post in sink.posts for p in post["points"]] == [1.0, 2.0]

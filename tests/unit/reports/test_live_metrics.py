@@ -11,12 +11,17 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from protocol.live import LiveUpdate
 from reports import live
 from reports.live import LiveTests
 from reports.metrics import live_registry
 
 
-def _update(state: str = "running", **extra: Any) -> dict[str, Any]:
+def _update(state: str = "running", **extra: Any) -> LiveUpdate:
+    return LiveUpdate.from_json(_update_json(state, **extra))
+
+
+def _update_json(state: str = "running", **extra: Any) -> dict[str, Any]:
     return {
         "test_id": "t1",
         "name": "nightly",
@@ -35,7 +40,10 @@ def _update(state: str = "running", **extra: Any) -> dict[str, Any]:
              "latency_le_us": [0, 0, 0, 100, 300, 470, 470, 480, *[480] * 11], "latency_count": 480,
              "latency_sum_us": 480_000},
         ],
-        "points": [{"elapsed_s": 4.0, "send_rate": 100.0}, {"elapsed_s": 5.0, "send_rate": 100.0}],
+        "points": [
+            {"elapsed_s": 4.0, "send_rate": 100.0, "receive_rate": 96.0},
+            {"elapsed_s": 5.0, "send_rate": 100.0, "receive_rate": 100.0},
+        ],
     } | extra  # fmt: skip
 
 
@@ -82,7 +90,7 @@ def test_a_running_test_in_the_prometheus_text_format() -> None:
     assert _value(s, "maestro_test_lost_messages", test_id="t1") == 3
     assert _value(s, "maestro_test_state", test_id="t1", state="running") == 1
     assert _value(s, "maestro_test_state", test_id="t1", state="finished") == 0
-    info = _value(s, "maestro_test_info", test_id="t1", kind="fixed-rate", workload=_update()["workload"])
+    info = _value(s, "maestro_test_info", test_id="t1", kind="fixed-rate", workload=_update_json()["workload"])
     assert info == 1 and _value(s, "maestro_test_target_rate", test_id="t1") == 100
     assert not [n for n, _ in s if n == "maestro_test_outcome"]  # running: no outcome yet
     assert _value(s, "maestro_test_expected_seconds", test_id="t1") == 20
@@ -102,7 +110,7 @@ def test_a_finished_test_counts_what_its_summary_counts() -> None:
     assert _value(s, "maestro_test_state", test_id="t1", state="finished") == 1
     assert _value(s, "maestro_test_outcome", test_id="t1", outcome="success") == 1
     assert [n for n, labels in s if n == "maestro_test_outcome"] == ["maestro_test_outcome"]  # that one only
-    assert [p["elapsed_s"] for p in tests.tests["t1"].points] == [4.0, 5.0]  # the last post had none
+    assert [p.elapsed_s for p in tests.tests["t1"].points] == [4.0, 5.0]  # the last post had none
 
 
 def test_a_test_that_stops_posting_turns_silent_and_is_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,7 +132,7 @@ def test_an_update_waits_for_its_watchers() -> None:
         await tests.post("t1", _update())
         waiting = asyncio.create_task(tests.wait_change("t1", 1, timeout_s=5))
         await asyncio.sleep(0.05)
-        await tests.post("t1", _update(points=[{"elapsed_s": 6.0}]))
+        await tests.post("t1", _update(points=[{"elapsed_s": 6.0, "send_rate": 100.0, "receive_rate": 100.0}]))
         changed = await waiting
         timed_out = await tests.wait_change("t1", 2, timeout_s=0.05)
         assert changed is not None and timed_out is None
