@@ -15,7 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-__all__ = ["FinalCounts", "LiveCounters", "LivePeer", "LivePoint", "LiveUpdate"]
+__all__ = ["BUSY_CPU_PERCENT", "BUSY_LOOP_LAG_MS", "FinalCounts", "LiveCounters", "LivePeer", "LivePoint", "LiveUpdate"]
+
+# A sender this busy was the limit itself: its figures describe the load generator, not the SUT.
+# The report judges the run's mean CPU and its worst loop lag by them (reports.summary), the
+# live page each second's.
+BUSY_CPU_PERCENT = 90.0
+BUSY_LOOP_LAG_MS = 100.0
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -133,6 +139,19 @@ class LivePeer:
         out = {"name": self.name, "role": self.role, "host": self.host, "state": self.state} | self.counters.to_json()
         return out | ({} if self.elapsed_s is None else {"elapsed_s": self.elapsed_s})
 
+    def generator_bound(self) -> str | None:
+        """Why this sender's last second measured itself rather than the SUT, if it did."""
+        c = self.counters
+        if self.role != "sender" or self.state != "running" or c.cpu_percent is None:
+            return None
+        loop = c.loop_lag_ms or 0.0
+        if c.cpu_percent < BUSY_CPU_PERCENT and loop < BUSY_LOOP_LAG_MS:
+            return None
+        return (
+            f"sender {self.name} at {c.cpu_percent:.0f} % of a core (event loop {loop:.0f} ms late) in its last "
+            "second: the load generator, not the SUT, is the limit now"
+        )
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LivePeer:
         if not isinstance(data, Mapping) or not isinstance(data.get("name"), str):
@@ -158,15 +177,21 @@ class LivePoint:
     receive_rate: float
     latency_p50_us: float | None = None
     latency_p99_us: float | None = None
+    # A closed system's: the worst requester's response time over its last interval.
+    response_p50_us: float | None = None
+    response_p99_us: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "elapsed_s": self.elapsed_s,
             "send_rate": self.send_rate,
             "receive_rate": self.receive_rate,
             "latency_p50_us": self.latency_p50_us,
             "latency_p99_us": self.latency_p99_us,
         }
+        if self.response_p50_us is not None or self.response_p99_us is not None:
+            out |= {"response_p50_us": self.response_p50_us, "response_p99_us": self.response_p99_us}
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LivePoint:
@@ -178,6 +203,8 @@ class LivePoint:
             float(data["receive_rate"]),
             _float_or_none(data.get("latency_p50_us")),
             _float_or_none(data.get("latency_p99_us")),
+            _float_or_none(data.get("response_p50_us")),
+            _float_or_none(data.get("response_p99_us")),
         )
 
 

@@ -62,7 +62,9 @@ class LiveTest:
     def view(self, since: int = 0) -> dict[str, Any]:
         """The latest update, with the points from index `since` on."""
         points = [point.to_json() for point in self.points[since:]]
-        return self.update.to_json() | {"state": self.state, "version": self.version, "points": points}
+        bound = [why for peer in self.update.peers if (why := peer.generator_bound())]
+        view = self.update.to_json() | {"state": self.state, "version": self.version, "points": points}
+        return view | {"generator_bound": bound}
 
 
 @dataclass

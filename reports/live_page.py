@@ -25,16 +25,25 @@ const layout = (title, y) => ({title: {text: title}, height: 340, margin: {l: 70
   xaxis: {title: {text: 'elapsed (s)'}}, yaxis: {title: {text: y}, rangemode: 'tozero'}});
 let drawn = 0;
 let last = {};  // the newest point: the rates now
+// A closed system (request/reply) is read by its response time, not by a leg of it.
+let closed = false;
+const latencyKeys = () => closed ? ['response_p50_us', 'response_p99_us'] : ['latency_p50_us', 'latency_p99_us'];
 
 function columns(points, key) { return points.map(p => p[key]); }
 // People read ms; the updates' keys keep their µs.
 const ms = v => v === undefined || v === null ? null : v / 1000;
 function millis(points, key) { return points.map(p => ms(p[key])); }
 // The peer table: [key, heading, to the unit shown].
+// A column no peer has a value for is left out (a requester's on a fixed-rate test, and so on).
 const PEER_COLUMNS = [['name', 'peer'], ['role', 'role'], ['host', 'host'], ['state', 'state'],
-  ['sent', 'sent'], ['received', 'received'], ['errors', 'errors'], ['missing', 'lost so far'],
-  ['duplicates', 'duplicates'], ['latency_p50_us', 'latency p50 ms', ms], ['latency_p99_us', 'latency p99 ms', ms],
-  ['lag_p99_us', 'send lag p99 ms', ms], ['cpu_percent', 'CPU %%']];
+  ['sent', 'sent'], ['received', 'received'], ['replies', 'replies'], ['timed_out', 'timed out'],
+  ['errors', 'errors'], ['missing', 'lost so far'], ['duplicates', 'duplicates'],
+  ['response_p50_us', 'response p50 ms', ms], ['response_p99_us', 'response p99 ms', ms],
+  // A replier's latency is the request's leg to it, not the response time: named so.
+  ['latency_p50_us', 'latency p50 ms', ms, 'request leg p50 ms'],
+  ['latency_p99_us', 'latency p99 ms', ms, 'request leg p99 ms'],
+  ['lag_p99_us', 'send lag p99 ms', ms], ['cpu_percent', 'CPU %%'], ['loop_lag_ms', 'loop lag ms']];
+const ALWAYS = new Set(['name', 'role', 'host', 'state']);
 
 function draw(points) {
   const x = columns(points, 'elapsed_s');
@@ -42,10 +51,12 @@ function draw(points) {
     {x, y: columns(points, 'send_rate'), name: 'sent', mode: 'lines'},
     {x, y: columns(points, 'receive_rate'), name: 'received', mode: 'lines'}],
     layout('Throughput', 'msg/s'), {responsive: true});
+  const [p50, p99] = latencyKeys();
   Plotly.newPlot('latency', [
-    {x, y: millis(points, 'latency_p50_us'), name: 'p50', mode: 'lines'},
-    {x, y: millis(points, 'latency_p99_us'), name: 'p99', mode: 'lines'}],
-    layout('Latency, worst receiver, per second', 'ms'), {responsive: true});
+    {x, y: millis(points, p50), name: 'p50', mode: 'lines'},
+    {x, y: millis(points, p99), name: 'p99', mode: 'lines'}],
+    layout(closed ? 'Response time, worst requester, per second' : 'Latency, worst receiver, per second', 'ms'),
+    {responsive: true});
   drawn = points.length;
   if (drawn) last = points[drawn - 1];
   root.dataset.firstPoints = drawn;
@@ -57,8 +68,8 @@ function extend(points) {
   const x = columns(points, 'elapsed_s');
   Plotly.extendTraces('throughput', {x: [x, x], y: [columns(points, 'send_rate'), columns(points, 'receive_rate')]},
     [0, 1]);
-  Plotly.extendTraces('latency', {x: [x, x], y: [millis(points, 'latency_p50_us'), millis(points, 'latency_p99_us')]},
-    [0, 1]);
+  const [p50, p99] = latencyKeys();
+  Plotly.extendTraces('latency', {x: [x, x], y: [millis(points, p50), millis(points, p99)]}, [0, 1]);
   drawn += points.length;
   last = points[points.length - 1];
   root.dataset.points = drawn;
@@ -75,6 +86,10 @@ function totals(update) {
       ` (${(v * update.size_bytes / 1e6).toLocaleString('en', {maximumSignificantDigits: 3})} MB/s)` : '';
     return `${cell(v)} msg/s${mb}`;
   };
+  if (closed) {
+    return `requests ${cell(sum('sender', 'sent'))}, replies ${cell(sum('sender', 'replies'))}, ` +
+      `timed out ${cell(sum('sender', 'timed_out'))}, errors ${cell(errors)}; now ${rate(last.send_rate)} requested`;
+  }
   return `sent ${cell(sum('sender', 'sent'))}, received ${cell(sum('receiver', 'received'))}, ` +
     `lost so far ${cell(sum(null, 'missing'))}, duplicates ${cell(sum(null, 'duplicates'))}, errors ${cell(errors)}; ` +
     `now sending ${rate(last.send_rate)}, receiving ${rate(last.receive_rate)}`;
@@ -88,13 +103,18 @@ function show(update) {
     (update.outcome ? ` (${update.outcome}${update.reason ? ': ' + update.reason : ''})` : '');
   document.getElementById('workload').textContent = update.workload ? `Workload: ${update.workload}` : '';
   document.getElementById('totals').textContent = totals(update);
+  // As it happens: a sender at its limit measures itself (reports.summary says so after the test).
+  document.getElementById('bound').textContent =
+    (update.generator_bound || []).map(why => `Generator-bound: ${why}`).join('; ');
   document.getElementById('stop').hidden = update.state !== 'running';
-  const rows = update.peers.map(p => '<tr>' + PEER_COLUMNS.map(([k, , unit]) => {
+  const shown = PEER_COLUMNS.filter(([k]) => ALWAYS.has(k) || update.peers.some(p => p[k] !== undefined));
+  const rows = update.peers.map(p => '<tr>' + shown.map(([k, , unit]) => {
     let v = k === 'errors' && p.errors ? Object.values(p.errors).reduce((a, b) => a + b, 0) : p[k];
     if (unit) v = unit(v);
     return `<td>${cell(v).replace(/</g, '&lt;')}</td>`;
   }).join('') + '</tr>');
-  document.getElementById('peers').innerHTML = '<thead><tr>' + PEER_COLUMNS.map(([, h]) => `<th>${h}</th>`).join('')
+  const heading = ([, h, , inClosed]) => `<th>${closed && inClosed ? inClosed : h}</th>`;
+  document.getElementById('peers').innerHTML = '<thead><tr>' + shown.map(heading).join('')
     + '</tr></thead><tbody>' + rows.join('') + '</tbody>';
 }
 
@@ -134,6 +154,7 @@ async function start() {
     return;
   }
   const state = await answer.json();
+  closed = state.kind === 'request-reply';
   draw(state.points);
   show(state);
   if (state.state === 'finished') { finish(); return; }
@@ -161,6 +182,7 @@ def live_page(test_id: str) -> str:
 <button id="stop" type="button" hidden onclick="askStop()">Stop the test</button>
 <p id="workload"></p>
 <p id="totals"></p>
+<p id="bound" class="failure"></p>
 <div id="throughput"></div>
 <div id="latency"></div>
 <h2>Peers</h2>

@@ -130,6 +130,13 @@ def _peer_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
         "how late sends left over the last interval",
         labels=[*_PEER, "quantile"],
     )
+    response = GaugeMetricFamily(
+        "maestro_peer_interval_response_time_seconds",
+        "a requester's response time over the last interval (request/reply; from the intended send)",
+        labels=[*_PEER, "quantile"],
+    )
+    replies = CounterMetricFamily("maestro_peer_replies", "replies a requester had in time", labels=_PEER)
+    timed_out = CounterMetricFamily("maestro_peer_requests_timed_out", "requests with no reply in time", labels=_PEER)
     cpu = GaugeMetricFamily("maestro_peer_cpu_percent", "the generator's CPU, % of one core", labels=_PEER)
     up = GaugeMetricFamily("maestro_peer_state", "1 for the state the peer is in", labels=[*_PEER, "state"])
     for test in tests:
@@ -153,12 +160,33 @@ def _peer_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
                     latency.add_metric([*labels, quantile], value / 1e6)
                 if (value := getattr(c, f"lag_{key}_us")) is not None:
                     lag.add_metric([*labels, quantile], value / 1e6)
+            for quantile, value in (("0.5", c.response_p50_us), ("0.99", c.response_p99_us)):
+                if value is not None:
+                    response.add_metric([*labels, quantile], value / 1e6)
+            if c.replies is not None:
+                replies.add_metric(labels, c.replies)
+            if c.timed_out is not None:
+                timed_out.add_metric(labels, c.timed_out)
             if buckets := _buckets(c):
                 histogram.add_metric(labels, buckets, _number(c.latency_sum_us) / 1e6)
             if c.cpu_percent is not None:
                 cpu.add_metric(labels, c.cpu_percent)
             up.add_metric([*labels, peer.state], 1.0)
-    yield from (sent, received, errors, duplicates, lost, latency, histogram, lag, cpu, up)
+    yield from (
+        sent,
+        received,
+        errors,
+        duplicates,
+        lost,
+        latency,
+        histogram,
+        lag,
+        response,
+        replies,
+        timed_out,
+        cpu,
+        up,
+    )
 
 
 def _buckets(counters: LiveCounters) -> list[tuple[str, float]]:

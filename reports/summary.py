@@ -30,6 +30,7 @@ from protocol.figures import (
 )
 from protocol.file_check import DamagedFileError, verify_file
 from protocol.hdr import new_histogram, read_intervals, read_total
+from protocol.live import BUSY_CPU_PERCENT, BUSY_LOOP_LAG_MS
 from protocol.ratefile import PIECE_SUFFIX, RatePiece, RateSeconds, rate_seconds, whole_second_at_or_after
 from protocol.results import ClientSent, PeerRecord, ReceiverAccount, SelfMonitorSummary, SenderAccount, read_peer_json
 from protocol.sequences import load_bitset, merge_bitsets
@@ -372,11 +373,6 @@ def _peer_rows(peers: Peers, corrections: dict[str, Correction]) -> list[PeerFig
     return rows
 
 
-# A sender this busy was the limit itself: its figures describe the load generator, not the SUT.
-_BUSY_CPU_PERCENT = 90.0
-_BUSY_LOOP_LAG_MS = 100.0
-
-
 def inspector_shortfalls(peers: Peers) -> list[str]:
     """Inspectors that collected no sample, or fewer than half of what their interval and the
     time they ran should have given: their charts are missing or mostly gaps."""
@@ -414,7 +410,7 @@ def _generator_bound(info: PeerRecord) -> str | None:
         return None
     monitor = info.self_monitor or SelfMonitorSummary()
     cpu, loop = monitor.cpu_percent_mean, monitor.loop_lag_ms_max
-    if cpu < _BUSY_CPU_PERCENT and loop < _BUSY_LOOP_LAG_MS:
+    if cpu < BUSY_CPU_PERCENT and loop < BUSY_LOOP_LAG_MS:
         return None
     lag = (info.sender.schedule_lag_us or {}).get("99", 0) / 1000
     return (

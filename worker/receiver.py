@@ -460,6 +460,7 @@ class ReceiverRun:
         interval = self.last_interval = self.latency.roll()
         corrected = interval.corrected  # recorded with the clock correction (LatencyRecorder)
         total = self.latency.total_corrected
+        arrived = corrected.get_total_count() > 0  # an interval with no message has no latency, not 0
         return LiveCounters(
             received=self.stats.received,
             foreign=dict(self.stats.foreign),
@@ -468,9 +469,9 @@ class ReceiverRun:
             # each sender. Exact when one receiver takes a sender's whole stream; the merged
             # count at the end is the test's figure.
             missing=sum(t.counts().missing() for t in self.trackers.values()),
-            latency_p50_us=corrected.get_value_at_percentile(50),
-            latency_p99_us=corrected.get_value_at_percentile(99),
-            latency_max_us=corrected.get_max_value(),
+            latency_p50_us=corrected.get_value_at_percentile(50) if arrived else None,
+            latency_p99_us=corrected.get_value_at_percentile(99) if arrived else None,
+            latency_max_us=corrected.get_max_value() if arrived else None,
             # Since the run began, for /metrics' histogram (reports/metrics.py): at or below each
             # of protocol.hdr.BUCKET_BOUNDS_US, how many, and their sum.
             latency_le_us=tuple(counts_at_or_below(total)),

@@ -287,13 +287,14 @@ class RequesterRun(SendingRun[RequesterPlan, RequesterStats]):
         interval = self.latency.roll()
         self.legs.roll()
         response, s = interval.corrected, self.stats
+        answered = response.get_total_count() > 0  # an interval with no reply has no response time, not 0
         return LiveCounters(
             sent=s.sent,
             errors=dict(s.errors),
             replies=s.replies,
             timed_out=s.timed_out,
-            response_p50_us=response.get_value_at_percentile(50),
-            response_p99_us=response.get_value_at_percentile(99),
+            response_p50_us=response.get_value_at_percentile(50) if answered else None,
+            response_p99_us=response.get_value_at_percentile(99) if answered else None,
         )
 
     def account(self) -> SenderAccount:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -169,10 +170,17 @@ class LiveFeed:
                 receive_rate=(totals.received - last.received) / span,
                 # The worst receiver's figure over its last interval: an upper bound of the
                 # merged percentile, which only the HDR logs give after the test.
-                latency_p50_us=max((c.latency_p50_us for c in counters if c.latency_p50_us is not None), default=None),
-                latency_p99_us=max((c.latency_p99_us for c in counters if c.latency_p99_us is not None), default=None),
+                latency_p50_us=_worst(c.latency_p50_us for c in counters),
+                latency_p99_us=_worst(c.latency_p99_us for c in counters),
+                # A closed system's: the worst requester's response time likewise.
+                response_p50_us=_worst(c.response_p50_us for c in counters),
+                response_p99_us=_worst(c.response_p99_us for c in counters),
             )
         )
+
+
+def _worst(values: Iterable[float | None]) -> float | None:
+    return max((v for v in values if v is not None), default=None)
 
 
 def _final_counts(summary: TestFigures) -> FinalCounts:

@@ -21,6 +21,7 @@ from support.runs import run_with
 
 from coordinator import TestResult
 from coordinator.definitions.fixed_rate import FixedRateTest
+from coordinator.definitions.request_reply import RequestReplyTest
 from coordinator.running.local import LocalCluster
 
 pytestmark = [pytest.mark.mosquitto, pytest.mark.rabbitmq]
@@ -246,3 +247,46 @@ def test_a_post_that_is_no_live_update_is_refused_and_metrics_stay_up(data_serve
     # The good one stands: /metrics answers with its count.
     (sample,) = [v for labels, v in _metrics(url)["maestro_test_messages_sent_total"] if labels["test_id"] == "t-live"]
     assert sample == 5
+
+
+def test_a_request_reply_test_is_watched_by_its_response_time(
+    daemons: Daemons, data_server: tuple[str, Path], tmp_path: Path
+) -> None:
+    """#40: a closed system's live page leads with its response time, requests, replies and
+    timeouts, not with the request leg a receiver sees."""
+    url, _ = data_server
+    daemons.start("maestro-worker", "r1", "--role", "receiver")
+    daemons.start("maestro-worker", "s1", "--role", "sender")
+    name = f"live rr {uuid.uuid4().hex[:6]}"
+    test = RequestReplyTest(request_url=_queue(), clients=2, service_time="5ms", duration="12s", name=name)
+    thread, results = _in_background(daemons, url, test)
+    test_id = _running_test(url, name)
+    with Browser(tmp_path) as browser:
+        browser.open(f"{url}/live/{test_id}")
+        said: list[Any] = []
+        deadline = time.monotonic() + 30
+        while thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(1.5)
+            said = browser.run("return [document.getElementById('totals').textContent, "
+                               "[...document.querySelectorAll('#peers th')].map(h => h.textContent), "
+                               "document.querySelector('#latency .gtitle')?.textContent, "
+                               "document.getElementById('latency').data?.[1]?.y?.filter(v => v !== null), "
+                               "document.documentElement.dataset.jsErrors || '']")  # fmt: skip
+            if said[3] and len(said[3]) >= 3:
+                break
+        browser.screenshot(artifacts_dir() / "live-page-request-reply.png")
+        thread.join(90)
+    assert results and results[0].outcome == "success", results and results[0].reason
+    totals, headings, title, p99_ms, errors = said
+    assert errors == "", errors
+    assert re.fullmatch(
+        r"requests [\d,]+, replies [\d,]+, timed out 0, errors 0; now [\d,.]+ msg/s.* requested", totals
+    )
+    assert title == "Response time, worst requester, per second", title
+    assert {"replies", "timed out", "response p99 ms"} <= set(headings), headings
+    # The replier's latency is the request leg, named so; a column no peer fills is left out.
+    assert "request leg p99 ms" in headings and "latency p99 ms" not in headings, headings
+    assert "send lag p99 ms" not in headings, headings
+    # Each reply waits 5 ms of service and two trips through RabbitMQ: the p99 is over 5 ms, and
+    # under the 12 s of the test (a µs figure drawn as ms would read 5,000 and over).
+    assert p99_ms and all(5.0 <= v < 1000 for v in p99_ms), p99_ms

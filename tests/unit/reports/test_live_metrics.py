@@ -157,3 +157,44 @@ def test_the_grafana_dashboard_reads_only_what_metrics_exposes() -> None:
         assert set(re.findall(r"(\w+)=~?\"", target["expr"])) <= labels, target
     variables = [v["query"]["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
     assert all(re.search(r"label_values\(maestro_test_state\b", q) for q in variables)
+
+
+def test_a_closed_system_shows_its_response_time_replies_and_timeouts() -> None:
+    requester = {"name": "q1", "role": "sender", "host": "a", "state": "running", "sent": 210, "replies": 200,
+                 "timed_out": 4, "errors": {}, "response_p50_us": 10_700, "response_p99_us": 52_000}  # fmt: skip
+    replier = {"name": "p1", "role": "receiver", "host": "b", "state": "running", "received": 206}
+    point = {"elapsed_s": 3.0, "send_rate": 70.0, "receive_rate": 69.0, "response_p50_us": 10_700.0,
+             "response_p99_us": 52_000.0}  # fmt: skip
+    tests = LiveTests()
+    update = _update(kind="request-reply", peers=[requester, replier], points=[point])
+    asyncio.run(tests.post("t1", update))
+    s = _samples(tests)
+    assert _value(s, "maestro_peer_interval_response_time_seconds", peer="q1", quantile="0.5") == 0.0107
+    assert _value(s, "maestro_peer_interval_response_time_seconds", peer="q1", quantile="0.99") == 0.052
+    assert _value(s, "maestro_peer_replies_total", peer="q1") == 200
+    assert _value(s, "maestro_peer_requests_timed_out_total", peer="q1") == 4
+    assert not [n for n, labels in s if n == "maestro_peer_replies_total" and dict(labels)["peer"] == "p1"]
+    (drawn,) = tests.tests["t1"].view()["points"]
+    assert (drawn["response_p50_us"], drawn["response_p99_us"]) == (10_700.0, 52_000.0)
+
+
+@pytest.mark.parametrize(
+    ("cpu", "loop_ms", "bound"),
+    [(89.9, 99.9, False), (90.0, 0.0, True), (10.0, 100.0, True), (None, 500.0, False)],
+)
+def test_a_sender_at_its_limit_is_named_as_it_happens(cpu: float | None, loop_ms: float, bound: bool) -> None:
+    """The report's bounds (90 % of a core, the loop 100 ms late), on each second's figures; a
+    sender that has not reported its CPU yet is not judged."""
+    sender = {"name": "s1", "role": "sender", "host": "a", "state": "running", "sent": 5, "loop_lag_ms": loop_ms}
+    if cpu is not None:
+        sender["cpu_percent"] = cpu
+    tests = LiveTests()
+    asyncio.run(tests.post("t1", _update(peers=[sender])))
+    found = tests.tests["t1"].view()["generator_bound"]
+    if bound:
+        assert found == [
+            f"sender s1 at {cpu:.0f} % of a core (event loop {loop_ms:.0f} ms late) in its last second: the load "
+            "generator, not the SUT, is the limit now"
+        ]
+    else:
+        assert found == []
