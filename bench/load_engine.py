@@ -297,7 +297,8 @@ async def kafka_topic(kafka: str, prefix: str, partitions: int = 1) -> AsyncIter
 
 
 def raw_kafka_send(bootstrap: str, topic: str, n: int, body: bytes) -> float:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5})
+    # librdkafka's own linger (5 ms), as the worker's default since #40.
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1"})
     producer.list_topics(timeout=10)  # connected before the clock starts, as the worker is
     started = time.perf_counter()
     for _ in range(n):
@@ -699,7 +700,7 @@ async def send_part(s: Sizes, kafka: str) -> None:
 
     async def worker_kafka() -> float:
         async with kafka_topic(kafka, "bench") as topic:
-            return await in_fresh_process(worker_send_rate, f"{kafka}/{topic}?acks=1&linger_ms=5", kn, size)
+            return await in_fresh_process(worker_send_rate, f"{kafka}/{topic}?acks=1", kn, size)
 
     await measured_row(f"kafka acks=1 (tansu), {kn} messages", s.rounds, raw_kafka, worker_kafka)
     await delete(queues)
@@ -793,7 +794,7 @@ async def receive_part(s: Sizes, kafka: str) -> None:
     # whole topic again, in a group of its own.
     kn = KAFKA_TIMES * n
     async with kafka_topic(kafka, "bench-rx") as topic:
-        await worker_send(f"{kafka}/{topic}?acks=1&linger_ms=5", kn, size)
+        await worker_send(f"{kafka}/{topic}?acks=1", kn, size)
         await measured_row(
             f"kafka (tansu), {kn} messages",
             s.rounds,
@@ -898,11 +899,11 @@ async def lag_part(s: Sizes, kafka: str, smoke: bool = False) -> None:
     # The same at 80 % with a library whose network threads are C, not Python: paho's reads and
     # writes above are Python, on the sender's own loop.
     async with kafka_topic(kafka, "bench-lag") as topic:
-        url = f"{kafka}/{topic}?acks=1&linger_ms=5"
+        url = f"{kafka}/{topic}?acks=1"
         top = await worker_send_rate(url, int(probe * s.seconds * 10), s.size)
     print(f"  kafka acks=1 (tansu), unbounded: {top:,.0f}/s")
     async with kafka_topic(kafka, "bench-lag") as topic:
-        await lag_row(f"{kafka}/{topic}?acks=1&linger_ms=5", s, int(0.8 * top) // 100 * 100)
+        await lag_row(f"{kafka}/{topic}?acks=1", s, int(0.8 * top) // 100 * 100)
 
 
 async def processes_part(s: Sizes, kafka: str, smoke: bool = False) -> None:
@@ -938,7 +939,7 @@ async def processes_part(s: Sizes, kafka: str, smoke: bool = False) -> None:
             # partitions (a group's rebalancing would otherwise be timed) by a sender process.
             async with kafka_topic(kafka, "bench-px", partitions=4) as ktopic:
                 url = f"{kafka}/{ktopic}?partitions=4&group=g-{uuid.uuid4().hex[:6]}&fetch_wait_max_ms=5"
-                feed = f"{kafka}/{ktopic}?acks=1&linger_ms=5"
+                feed = f"{kafka}/{ktopic}?acks=1"
                 count, first_s, last_s = await worker_receive_span(
                     url, n, functools.partial(in_process, feed, n, s.size), parallel=4, processes=processes
                 )
@@ -961,7 +962,7 @@ async def raw_processes(s: Sizes, kafka: str, n: int) -> None:
 async def _raw_processes(s: Sizes, kafka: str, topic: str, n: int) -> None:
     body, bootstrap = bytes(s.size), kafka.removeprefix("kafka://")
     # A quarter of the messages on each partition: a client each.
-    await worker_send(f"{kafka}/{topic}?partitions=4&partitioner=client&acks=1&linger_ms=5", n, s.size, parallel=4)
+    await worker_send(f"{kafka}/{topic}?partitions=4&partitioner=client&acks=1", n, s.size, parallel=4)
     spawn = multiprocessing.get_context("spawn")
     to_wall = time.time() - time.perf_counter()  # perf_counter is the same clock in every process here
     rates: dict[int, tuple[float, float]] = {}
@@ -1107,7 +1108,7 @@ async def profile_part(s: Sizes, kafka: str) -> None:
         rabbit_stream("bench-prof") as stream,
         jetstream("bench-prof") as (js_stream, subject),
     ):
-        urls["kafka acks=1"] = f"{kafka}/{topic}?acks=1&linger_ms=5"
+        urls["kafka acks=1"] = f"{kafka}/{topic}?acks=1"
         urls["rabbitmq stream"] = stream_url(stream)
         urls["nats core"] = nats_url(f"bench.prof.{uuid.uuid4().hex[:6]}")
         urls["nats jetstream"] = nats_url(subject, f"?jetstream=true&stream={js_stream}")
@@ -1133,7 +1134,7 @@ async def profile_part(s: Sizes, kafka: str) -> None:
                 f"amqp10://guest:guest@127.0.0.1:5672//queue/{queues[1]}?settle=at-least-once",
                 n,
             ),
-            "kafka": (f"{kafka}/{topic}?acks=1&linger_ms=5", 10 * n),
+            "kafka": (f"{kafka}/{topic}?acks=1", 10 * n),
         }
         for name, (url, count) in backlogs.items():
             await worker_send(url, count, size)
