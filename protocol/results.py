@@ -356,6 +356,7 @@ _RUN = (
     "checks",
     "inspectors",
     "events",
+    "client_settings",
 )
 # The key of peer.json that holds the SHA-256 of the rest (`write_peer_json`).
 _SELF_CHECK = "record_sha256"
@@ -387,6 +388,8 @@ class PeerRecord:
     receiver: ReceiverAccount | None = None
     inspectors: Mapping[str, InspectorSummary] | None = None
     events: tuple[Mapping[str, Any], ...] | None = None
+    # A worker's client library and the settings it ran with, defaults named (worker.drivers)
+    client_settings: Mapping[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {name: _plain(getattr(self, name)) for name in _COMMON}
@@ -412,6 +415,7 @@ class PeerRecord:
         inspectors = data.get("inspectors")
         events = data.get("events")
         checks = data.get("checks")
+        settings = data.get("client_settings")
         return cls(
             name=str(data.get("name", "")),
             role=role,
@@ -434,6 +438,7 @@ class PeerRecord:
             if inspectors is None
             else {str(k): InspectorSummary(**{**v, "files": tuple(v.get("files", ()))}) for k, v in inspectors.items()},
             events=None if events is None else tuple(events),
+            client_settings=None if settings is None else {str(k): str(v) for k, v in settings.items()},
         )
 
 

@@ -28,7 +28,7 @@ from reports.page import ERRORS_JS, PLOTLY_JS, STYLE, SUMMARY_KEYS, cell, figure
 from reports.paths import result_dirs
 from reports.price import price_performance
 from reports.series_report import build_series_report
-from reports.summary import generator_bound, inspector_shortfalls, read_peers, read_test_json, summarize
+from reports.summary import Peers, generator_bound, inspector_shortfalls, read_peers, read_test_json, summarize
 from reports.time_series import inspector_tables, latency_series, report_series
 
 __all__ = ["SUMMARY_KEYS", "build_index", "build_report", "summary_json"]
@@ -211,6 +211,7 @@ Rates and latency leave the warm-up out; counts cover the whole test.</p>
 {_sut_counters_section(figures.accounting.sut_counters)}
 <h2>Peers</h2>
 {table(peer_rows, ["name", "role", "host", "clock offset ms"])}
+{_client_settings_section(peers)}
 </body></html>"""
     (out / "index.html").write_text(page)
     return out, summary
@@ -232,6 +233,23 @@ _LOSS_LEGEND = (
     "Accepted: what the SUT acknowledged (blank where the driver's settings acknowledge nothing: at most "
     "once). Received: distinct sequence numbers."
 )
+
+
+def _client_settings_section(peers: Peers) -> str:
+    """Each worker's client library and the settings it ran with, as it recorded them; one
+    table for workers that ran alike (a test's senders, say)."""
+    alike: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    for _, peer in peers:
+        if peer.client_settings:
+            alike.setdefault(tuple(peer.client_settings.items()), []).append(f"{peer.role} {peer.name}")
+    if not alike:
+        return ""
+    tables = "".join(
+        f"<h3>{html.escape(', '.join(names))}</h3>"
+        + table([{"setting": k, "value": v} for k, v in settings], ["setting", "value"])
+        for settings, names in alike.items()
+    )
+    return f'<h2>Client settings</h2><div class="client-settings">{tables}</div>'
 
 
 def _megabytes(figures: TestFigures, size: object) -> list[dict[str, Any]]:

@@ -336,8 +336,19 @@ class Worker(Peer):
             checks=checks,
             sender=account if isinstance(account, SenderAccount) else None,
             receiver=account if isinstance(account, ReceiverAccount) else None,
+            client_settings=self._client_settings(),
         )
         write_peer_json(directory, record)
+
+    def _client_settings(self) -> dict[str, str] | None:
+        """The library and settings of this worker's first client (the others differ in
+        their number and, round robin, their node)."""
+        sending = self.role != Role.RECEIVER
+        urls = self._urls("send_url" if sending else "receive_url")
+        if not urls:
+            return None
+        cls, endpoint = parse_endpoint(urls[0], "send_url" if sending else "receive_url")
+        return cls(endpoint, 0).settings(sending)
 
     def counters(self) -> dict[str, Any]:
         counters = super().counters()

@@ -94,6 +94,16 @@ def test_maestro_demo_needs_nothing_but_the_install(tmp_path: Path) -> None:
     test_dir = tmp_path / "results" / str(record["test_id"])
     assert (test_dir / "inspector" / "inspector-1-demo" / "host-host.csv").read_text().count("\n") >= 3
     assert (test_dir / "agent" / "demo-agent" / "agent-events.csv").exists()
+    # Each worker's client library and the settings it ran with, in peer.json and the report
+    # (#40): the demo asks for no linger (its reason is in coordinator/cli/demo.py), and the
+    # rest is librdkafka's own.
+    sender = json.loads(next(test_dir.glob("sender/*/peer.json")).read_text())["client_settings"]
+    assert re.fullmatch(r"confluent-kafka [\d.]+ \(librdkafka [\d.]+\)", sender["library"]), sender
+    assert (sender["url linger_ms"], sender["librdkafka linger.ms"], sender["librdkafka acks"]) == ("0", "0", "all")
+    assert sender["everything else"].startswith("librdkafka's defaults"), sender
+    receiver = json.loads(next(test_dir.glob("receiver/*/peer.json")).read_text())["client_settings"]
+    assert receiver["librdkafka fetch.wait.max.ms"] == "2" and "librdkafka acks" not in receiver, receiver
+    assert "<h2>Client settings</h2>" in page and "<td>librdkafka fetch.wait.max.ms</td><td>2</td>" in page
 
 
 @pytest.mark.rabbitmq

@@ -73,6 +73,7 @@ class AmqpDriver(Driver):
     SCHEMES: ClassVar[dict[str, tuple[bool, int]]] = schemes_of("worker.drivers.amqp:AmqpDriver")
     OPTIONS: ClassVar[dict[str, Callable[[Any], Any]]] = DRIVER_OPTIONS["worker.drivers.amqp:AmqpDriver"]
     DESCRIPTION = "AMQP 0-9-1 (aio-pika)"
+    LIBRARY = "aio-pika"
 
     def __init__(self, endpoint: Endpoint, client: int = 0) -> None:
         super().__init__(endpoint, client)

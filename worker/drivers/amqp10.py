@@ -66,6 +66,7 @@ class Amqp10Driver(Driver):
     SCHEMES: ClassVar[dict[str, tuple[bool, int]]] = schemes_of("worker.drivers.amqp10:Amqp10Driver")
     OPTIONS: ClassVar[dict[str, Callable[[Any], Any]]] = DRIVER_OPTIONS["worker.drivers.amqp10:Amqp10Driver"]
     DESCRIPTION = "AMQP 1.0 (python-qpid-proton)"
+    LIBRARY = "python-qpid-proton"
 
     def __init__(self, endpoint: Endpoint, client: int = 0) -> None:
         super().__init__(endpoint, client)

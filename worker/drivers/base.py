@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import importlib.metadata
 import socket
 import time
 from abc import ABC, abstractmethod
@@ -130,6 +131,13 @@ class GroupShare:
         return self.partitions is not None and not self.rebalancing and self.owned == frozenset(range(self.partitions))
 
 
+def library_version(distribution: str) -> str:
+    try:
+        return f"{distribution} {importlib.metadata.version(distribution)}"
+    except importlib.metadata.PackageNotFoundError:
+        return f"{distribution} (version unknown)"
+
+
 class DriverError(Exception):
     def __init__(self, message: str, *, retry: bool) -> None:
         super().__init__(message)
@@ -160,6 +168,7 @@ class Driver(ABC):
     SCHEMES: ClassVar[dict[str, tuple[bool, int]]]  # scheme -> (TLS, default port)
     OPTIONS: ClassVar[dict[str, Callable[[Any], Any]]]  # query option -> parser (protocol.sut_url)
     DESCRIPTION: ClassVar[str]
+    LIBRARY: ClassVar[str | None] = None  # the client library's distribution, for its version
     # Messages one client may have handed over and not yet settled, unless the test sets
     # `confirm_window`: each protocol's natural bound (README, SUT URLs).
     DEFAULT_WINDOW: ClassVar[int] = 1000
@@ -179,6 +188,14 @@ class Driver(ABC):
         # are lost like any other, and this says the broker skipped them.
         self.skipped_by_sut = 0
         self.on_settled: OnSettled = _unset
+
+    def settings(self, sending: bool) -> dict[str, str]:
+        """The client library and the settings this driver runs it with, for peer.json and the
+        report: the URL's options as given, and what is left to defaults said so. A driver that
+        hands the library settings of its own adds them (worker.drivers.kafka)."""
+        out = {"library": library_version(self.LIBRARY)} if self.LIBRARY else {}
+        out |= {f"url {key}": str(value) for key, value in sorted(self.endpoint.options.items())}
+        return out | {"everything else": "this driver's defaults (docs/sut-urls.md), then the library's"}
 
     def window(self) -> int:
         """The in-flight bound this driver's options give (the default unless an option sets it)."""

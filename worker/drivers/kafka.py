@@ -38,6 +38,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, cast
 
+import confluent_kafka
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -81,6 +82,7 @@ class KafkaDriver(Driver):
     SCHEMES: ClassVar[dict[str, tuple[bool, int]]] = schemes_of("worker.drivers.kafka:KafkaDriver")
     OPTIONS: ClassVar[dict[str, Callable[[Any], Any]]] = DRIVER_OPTIONS["worker.drivers.kafka:KafkaDriver"]
     DESCRIPTION = "Kafka (confluent-kafka / librdkafka)"
+    LIBRARY = "confluent-kafka"
     DEFAULT_WINDOW = 100_000  # librdkafka's default queue.buffering.max.messages
     TAKES_BURSTS = True  # produce_batch
 
@@ -179,6 +181,21 @@ class KafkaDriver(Driver):
         except TimeoutError as exc:  # a broker under load; the future's own error says nothing
             why = f"{self.endpoint}: no answer to creating the topic {topic} within {_CREATE_TOPIC_S:g} s"
             raise ConnectError(why, retry=True) from exc
+
+    def settings(self, sending: bool) -> dict[str, str]:
+        """The base's, and the librdkafka configuration this driver builds from the URL (the
+        producer's or the consumer's), the password left out; what it does not set is
+        librdkafka's own default (linger.ms among them: 5 ms)."""
+        base = super().settings(sending)
+        config = self._producer_config() if sending else self._consumer_config(self.endpoint.options.get("group", "?"))
+        shown = {
+            f"librdkafka {key}": str(value)
+            for key, value in sorted(config.items())
+            if not callable(value) and key not in ("sasl.password", "client.id")
+        }
+        library = f"{base.pop('library')} (librdkafka {confluent_kafka.libversion()[0]})"
+        rest = {"everything else": f"librdkafka's defaults; {base.pop('everything else')}"}
+        return {"library": library} | base | shown | rest
 
     def _producer_config(self) -> dict[str, Any]:
         o = self.endpoint.options

@@ -78,6 +78,7 @@ class MqttDriver(Driver):
     SCHEMES: ClassVar[dict[str, tuple[bool, int]]] = schemes_of("worker.drivers.mqtt:MqttDriver")
     OPTIONS: ClassVar[dict[str, Callable[[Any], Any]]] = DRIVER_OPTIONS["worker.drivers.mqtt:MqttDriver"]
     DESCRIPTION = "MQTT (paho-mqtt)"
+    LIBRARY = "paho-mqtt"
 
     def __init__(self, endpoint: Endpoint, client: int = 0) -> None:
         super().__init__(endpoint, client)

@@ -98,6 +98,7 @@ class NatsDriver(Driver):
     SCHEMES: ClassVar[dict[str, tuple[bool, int]]] = schemes_of("worker.drivers.nats:NatsDriver")
     OPTIONS: ClassVar[dict[str, Callable[[Any], Any]]] = DRIVER_OPTIONS["worker.drivers.nats:NatsDriver"]
     DESCRIPTION = "NATS (nats-py)"
+    LIBRARY = "nats-py"
     # publish_many puts a burst in the outbox in one call, and the writer hands it to nats-py's
     # buffer in one turn: the sender builds its bodies at once, with one sent stamp.
     TAKES_BURSTS = True

@@ -133,6 +133,7 @@ class RabbitStreamDriver(Driver):
         "worker.drivers.rabbit_stream:RabbitStreamDriver"
     ]
     DESCRIPTION = "RabbitMQ Streams (rstream)"
+    LIBRARY = "rstream"
     # publish_many puts a burst in the outbox in one call, and the writer hands it to rstream
     # whole: the sender builds its bodies at once, with one sent stamp.
     TAKES_BURSTS = True
