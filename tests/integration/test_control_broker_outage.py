@@ -10,6 +10,7 @@ one received once; the gap in test.json; a worker killed during the gap named as
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.request
 from datetime import datetime
@@ -103,8 +104,13 @@ def test_a_worker_that_dies_in_the_gap_is_named(
         daemons.kill_all()
     assert not result.passed
     assert result.reason is not None and result.reason.startswith("peer lost: r1@"), result.reason
-    # Its will went out as the broker went down, alive or not; its silence after the return named it.
-    assert result.reason.endswith("(last will, then no answer to a PING)"), result.reason
+    # Its silence after the return named it. What made it a suspect first is a race: its will,
+    # which the broker sends as it goes down if the coordinator is still there to take it, or
+    # the coordinator's own return, which makes every peer one (2 of 4 runs each, on main as of
+    # b4fb24a too); either way only no answer to a PING while connected makes it lost.
+    assert re.search(
+        r"\((last will|silent since the control broker came back), then no answer to a PING\)$", result.reason
+    ), result.reason
     record = _record(url, result.test_id)["test"]
     assert {p["name"]: p["lost"] for p in record["peers"]} == {"r1": True, "s1": False}
     # Named within 5 s of the broker's return (6 s in, 10 s down): not at the test's end.
