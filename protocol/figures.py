@@ -345,6 +345,8 @@ class PeerFigures:
     failure: str | None = None
     sent: int | None = None
     received: int | None = None
+    replies: int | None = None  # a requester's: replies in time, and requests without one
+    timed_out: int | None = None
     latency_correction_us: float | None = None
     latency_uncertainty_us: float | None = None
     clock_path: str | None = None  # udp: measured directly; mqtt: through the control broker
@@ -353,8 +355,7 @@ class PeerFigures:
 
     def to_json(self) -> dict[str, Any]:
         row: dict[str, Any] = {"name": self.name, "role": self.role, "host": self.host, "failure": self.failure}
-        optional = ("sent", "received", "latency_correction_us", "latency_uncertainty_us", "clock_path")
-        row |= {name: value for name in optional if (value := getattr(self, name)) is not None}
+        row |= {name: value for name in _PEER_OPTIONAL if (value := getattr(self, name)) is not None}
         if self.generator_bound:
             row["generator_bound"] = self.generator_bound
         if self.inspector_shortfall:
@@ -371,12 +372,18 @@ class PeerFigures:
             failure=data.get("failure"),
             sent=_int_or_none(data.get("sent")),
             received=_int_or_none(data.get("received")),
+            replies=_int_or_none(data.get("replies")),
+            timed_out=_int_or_none(data.get("timed_out")),
             latency_correction_us=None if correction is None else float(correction),
             latency_uncertainty_us=None if uncertainty is None else float(uncertainty),
             clock_path=data.get("clock_path"),
             generator_bound=data.get("generator_bound"),
             inspector_shortfall=tuple(data.get("inspector_shortfall", ())),
         )
+
+
+_PEER_OPTIONAL: tuple[str, ...] = ("sent", "received", "replies", "timed_out", "latency_correction_us")
+_PEER_OPTIONAL += ("latency_uncertainty_us", "clock_path")
 
 
 @dataclass(frozen=True)
@@ -464,6 +471,10 @@ class TestFigures:
         if "error" in data:
             return cls.missing(str(data["error"]))
         rr = data.get("request_reply")
+        latency = data.get("latency_us")
+        if data.get("latency_samples") and not isinstance(latency, Mapping) and not data.get("latency_untrusted"):
+            # Zeros in its place would read as a latency of 0 (a gate would pass it).
+            raise ValueError("not a test's figures: latency samples without their latency_us")
         try:
             return cls(
                 test_id=str(data.get("test_id", "")),

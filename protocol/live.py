@@ -24,18 +24,51 @@ BUSY_CPU_PERCENT = 90.0
 BUSY_LOOP_LAG_MS = 100.0
 
 
+# A count or a figure beyond these is no peer's: refused, where it had been taken and then made
+# /metrics fail for every test (a float cannot hold a 400-digit count).
+_MAX_COUNT = 2**63 - 1
+_MAX_FIGURE = 1e18
+MAX_PEERS = 20_000  # a live update's; the control-plane bench runs 1,000
+
+
 def _int_or_none(value: Any) -> int | None:
-    if isinstance(value, bool):
-        raise TypeError(f"a count, not {value!r}")
-    return None if value is None else int(value)
+    """A count: a whole number from 0, as JSON holds one (not true, 1.7, NaN or a string)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_COUNT:
+        raise ValueError(f"a count must be a whole number from 0 to {_MAX_COUNT}, not {value!r:.40}")
+    return value
 
 
 def _mapping_or_none(value: Any) -> dict[str, int] | None:
-    return None if value is None else {str(k): int(v) for k, v in value.items()}
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ValueError(f"counts by kind must be an object, not {type(value).__name__}")
+    return {str(k): count for k, v in value.items() if (count := _int_or_none(v)) is not None}
+
+
+def _list(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"a list was expected, not {type(value).__name__}")
+    return value
+
+
+def _text(value: Any, default: str) -> str:
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise ValueError(f"a text was expected, not {type(value).__name__}")
+    return value
 
 
 def _float_or_none(value: Any) -> float | None:
-    return None if value is None else float(value)
+    """A figure: a finite number (not true, NaN, Infinity or a string)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not -_MAX_FIGURE <= value <= _MAX_FIGURE:
+        raise ValueError(f"a figure must be a finite number within ±{_MAX_FIGURE:g}, not {value!r:.40}")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -109,7 +142,7 @@ class LiveCounters:
                 latency_p50_us=number("latency_p50_us"),
                 latency_p99_us=number("latency_p99_us"),
                 latency_max_us=number("latency_max_us"),
-                latency_le_us=None if le is None else tuple(int(n) for n in le),
+                latency_le_us=None if le is None else tuple(_int_or_none(n) or 0 for n in _list(le)),
                 latency_count=count("latency_count"),
                 latency_sum_us=count("latency_sum_us"),
                 processes=count("processes"),
@@ -158,9 +191,9 @@ class LivePeer:
             raise ValueError("a live peer must be an object with its name")
         return cls(
             name=data["name"],
-            role=str(data.get("role", "")),
-            host=str(data.get("host", "")),
-            state=str(data.get("state", "starting")),
+            role=_text(data.get("role"), ""),
+            host=_text(data.get("host"), ""),
+            state=_text(data.get("state"), "starting"),
             counters=LiveCounters.from_json(data),
             elapsed_s=_float_or_none(data.get("elapsed_s")),
         )
@@ -197,10 +230,15 @@ class LivePoint:
     def from_json(cls, data: Mapping[str, Any]) -> LivePoint:
         if not isinstance(data, Mapping):
             raise ValueError("a live point must be an object")
+        elapsed_s, send_rate, receive_rate = (
+            _float_or_none(data.get(k)) for k in ("elapsed_s", "send_rate", "receive_rate")
+        )
+        if elapsed_s is None or send_rate is None or receive_rate is None:
+            raise ValueError("a live point needs its elapsed_s, send_rate and receive_rate")
         return cls(
-            float(data["elapsed_s"]),
-            float(data["send_rate"]),
-            float(data["receive_rate"]),
+            elapsed_s,
+            send_rate,
+            receive_rate,
             _float_or_none(data.get("latency_p50_us")),
             _float_or_none(data.get("latency_p99_us")),
             _float_or_none(data.get("response_p50_us")),
@@ -232,7 +270,7 @@ class FinalCounts:
             received=_int_or_none(data.get("received")),
             lost=_int_or_none(data.get("lost")),
             duplicates=_int_or_none(data.get("duplicates")),
-            peers={str(name): {str(k): int(v) for k, v in c.items()} for name, c in data.get("peers", {}).items()},
+            peers={str(name): _mapping_or_none(c) or {} for name, c in data.get("peers", {}).items()},
         )
 
 
@@ -285,6 +323,11 @@ class LiveUpdate:
         peers, points = data.get("peers", []), data.get("points", [])
         if not isinstance(peers, list) or not isinstance(points, list):
             raise ValueError("peers and points must be lists")
+        if len(peers) > MAX_PEERS:
+            raise ValueError(f"{len(peers):,} peers: a live update holds at most {MAX_PEERS:,}")
+        names = [peer.get("name") if isinstance(peer, Mapping) else None for peer in peers]
+        if len(set(names)) < len(names):
+            raise ValueError("two peers of one name")
         summary = data.get("summary")
         try:
             return cls(
@@ -292,12 +335,12 @@ class LiveUpdate:
                 name=str(data.get("name") or ""),
                 kind=str(data.get("kind") or ""),
                 workload=str(data.get("workload") or ""),
-                target_rate=float(data.get("target_rate") or 0.0),
-                size_bytes=float(data.get("size_bytes") or 0.0),
-                started_s=float(data.get("started_s") or 0.0),
-                elapsed_s=float(data.get("elapsed_s") or 0.0),
+                target_rate=_float_or_none(data.get("target_rate")) or 0.0,
+                size_bytes=_float_or_none(data.get("size_bytes")) or 0.0,
+                started_s=_float_or_none(data.get("started_s")) or 0.0,
+                elapsed_s=_float_or_none(data.get("elapsed_s")) or 0.0,
                 expected_s=_float_or_none(data.get("expected_s")),
-                state=str(data.get("state") or "running"),
+                state=_text(data.get("state"), "running"),
                 peers=tuple(LivePeer.from_json(peer) for peer in peers),
                 points=tuple(LivePoint.from_json(point) for point in points),
                 outcome=None if data.get("outcome") is None else str(data["outcome"]),

@@ -11,6 +11,7 @@ protocol.testbed) is another series, not a change of the build.
 from __future__ import annotations
 
 import html
+import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -27,6 +28,8 @@ from reports.page import ERRORS_JS, STYLE, figure, table
 from reports.paths import result_dirs
 from reports.run_facts import sut_of, workload_hash
 from reports.summary import read_test_json
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "FIGURES",
@@ -114,8 +117,9 @@ def run_of(record: dict[str, Any]) -> Run | None:
         return None
     try:
         figures = TestFigures.from_json(summary)
-    except ValueError:
-        return None  # a record changed by hand into no figures
+    except ValueError as exc:
+        log.warning("run %s left out of the history: its test.json %s", record.get("test_id"), exc)
+        return None
     return Run(
         test_id=str(record.get("test_id")),
         started=str(record.get("started") or ""),

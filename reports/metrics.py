@@ -163,10 +163,10 @@ def _peer_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
             for quantile, value in (("0.5", c.response_p50_us), ("0.99", c.response_p99_us)):
                 if value is not None:
                     response.add_metric([*labels, quantile], value / 1e6)
-            if c.replies is not None:
-                replies.add_metric(labels, c.replies)
-            if c.timed_out is not None:
-                timed_out.add_metric(labels, c.timed_out)
+            if (count := final.get("replies", c.replies)) is not None:
+                replies.add_metric(labels, count)
+            if (count := final.get("timed_out", c.timed_out)) is not None:
+                timed_out.add_metric(labels, count)
             if buckets := _buckets(c):
                 histogram.add_metric(labels, buckets, _number(c.latency_sum_us) / 1e6)
             if c.cpu_percent is not None:

@@ -355,6 +355,7 @@ def _peer_rows(peers: Peers, corrections: dict[str, Correction]) -> list[PeerFig
     rows = []
     for _, info in peers:
         correction = corrections.get(info.name) if info.receiver is not None else None
+        closed = info.sender.request_reply if info.sender is not None else None
         rows.append(
             PeerFigures(
                 name=info.name,
@@ -363,6 +364,8 @@ def _peer_rows(peers: Peers, corrections: dict[str, Correction]) -> list[PeerFig
                 failure=info.failure,
                 sent=None if info.sender is None else info.sender.sent,
                 received=None if info.receiver is None else info.receiver.received,
+                replies=None if closed is None else closed.replies,
+                timed_out=None if closed is None else closed.timed_out,
                 latency_correction_us=None if correction is None else round(correction.shift_us, 1),
                 latency_uncertainty_us=None if correction is None else round(correction.uncertainty_us, 1),
                 clock_path=None if correction is None else correction.path,

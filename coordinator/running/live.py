@@ -185,7 +185,8 @@ def _worst(values: Iterable[float | None]) -> float | None:
 
 def _final_counts(summary: TestFigures) -> FinalCounts:
     peers = {
-        row.name: {k: v for k in ("sent", "received") if (v := getattr(row, k)) is not None} for row in summary.peers
+        row.name: {k: v for k in ("sent", "received", "replies", "timed_out") if (v := getattr(row, k)) is not None}
+        for row in summary.peers
     }
     if summary.error is not None:
         return FinalCounts(peers=peers)

@@ -240,10 +240,17 @@ def test_a_post_that_is_no_live_update_is_refused_and_metrics_stay_up(data_serve
     url, _ = data_server
     good = {"test_id": "t-live", "name": "n", "peers": [{"name": "s1", "role": "sender", "sent": 5}], "points": []}
     assert _post(f"{url}/api/live/t-live", json.dumps(good).encode())[0] == 200
-    for peers, why in (([1], "with its name"), ([{"name": "s1", "sent": "many"}], "invalid literal")):
+    for peers, why in (([1], "with its name"), ([{"name": "s1", "sent": "many"}], "a count must be a whole number")):
         status, text = _post(f"{url}/api/live/t-live", json.dumps(good | {"peers": peers}).encode())
         assert (status, why in text) == (400, True), text
     assert _post(f"{url}/api/live/t-other", json.dumps(good).encode())[0] == 400  # another test's update
+    # A count no float holds (it made every scrape fail), NaN, and a body nested past the parser.
+    huge = json.dumps(good).replace('"sent": 5', '"sent": ' + "9" * 400).encode()
+    assert _post(f"{url}/api/live/t-live", huge)[0] == 400
+    status, text = _post(f"{url}/api/live/t-live", json.dumps(good).replace('"sent": 5', '"sent": NaN').encode())
+    assert (status, "NaN is not a JSON number" in text) == (400, True), text
+    status, text = _post(f"{url}/api/live/t-live", b"[" * 100_000 + b"]" * 100_000)
+    assert (status, "nested too deeply" in text) == (400, True), text
     # The good one stands: /metrics answers with its count.
     (sample,) = [v for labels, v in _metrics(url)["maestro_test_messages_sent_total"] if labels["test_id"] == "t-live"]
     assert sample == 5

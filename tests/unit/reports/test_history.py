@@ -152,3 +152,19 @@ def test_a_name_with_no_runs_is_a_clear_error(tmp_path: Path, capsys: pytest.Cap
     assert "no finished run of a test named 'nothing here'" in capsys.readouterr().err
     assert reports_main(["history", NAME, "--results", str(tmp_path / "absent")]) == 2
     assert "no results folder" in capsys.readouterr().err
+
+
+def test_a_damaged_record_is_left_out_saying_so_and_a_missing_latency_is_no_zero(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A hostile pass found a summary without latency_us read as p50 0 (a gate passed it) and
+    damaged records dropped without a word."""
+    base = {"sent": 10, "received": 10, "lost": 0, "receive_rate": {"mean": 5.0}, "latency_samples": 10}
+    for summary in (base, base | {"latency_us": None}, base | {"receive_rate": "fast"}):
+        with caplog.at_level("WARNING"):
+            assert run_of({"test_id": "t-bad", "name": NAME, "summary": summary}) is None
+        assert "run t-bad left out of the history: its test.json not a test's figures" in caplog.text
+        caplog.clear()
+    untrusted = base | {"latency_us": None, "latency_untrusted": "clamped"}  # summary.json's way: no figure
+    run = run_of({"test_id": "t-ok", "name": NAME, "summary": untrusted})
+    assert run is not None and run.figures["latency_p50_us"] is None and run.figures["receive_rate"] == 5.0

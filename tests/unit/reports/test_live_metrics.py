@@ -176,6 +176,13 @@ def test_a_closed_system_shows_its_response_time_replies_and_timeouts() -> None:
     assert not [n for n, labels in s if n == "maestro_peer_replies_total" and dict(labels)["peer"] == "p1"]
     (drawn,) = tests.tests["t1"].view()["points"]
     assert (drawn["response_p50_us"], drawn["response_p99_us"]) == (10_700.0, 52_000.0)
+    # Ended, the requester's counters are the summary's, as sent and received are.
+    final = {"sent": 230, "received": 230, "lost": 0, "duplicates": 0,
+             "peers": {"q1": {"sent": 230, "replies": 226, "timed_out": 4}, "p1": {"received": 230}}}  # fmt: skip
+    asyncio.run(tests.post("t1", _update("finished", kind="request-reply", peers=[requester, replier], summary=final)))
+    s = _samples(tests)
+    assert _value(s, "maestro_peer_replies_total", peer="q1") == 226
+    assert _value(s, "maestro_peer_messages_sent_total", peer="q1") == 230
 
 
 @pytest.mark.parametrize(
