@@ -291,6 +291,29 @@ _SUT_COUNTERS = {
         "what it acknowledged; a first reading taken late, or a broker that numbers batches rather than records, "
         "shows fewer, and is shown, never cited.",
     ),
+    "router": (
+        [
+            "source",
+            "address",
+            "at",
+            "took",
+            "accepted",
+            "released",
+            "modified",
+            "unsettled",
+            "delivered",
+            "links_out",
+            "consumers_accepted",
+            "dropped",
+            "caught_up",
+        ],
+        "A Qpid Dispatch Router's counts of the address as the inspector read its links (a link's counters live as "
+        "long as the link): took = what came in from the senders, accepted, released and modified = what it "
+        "answered them (unsettled: no answer yet at the link's last reading), delivered = what went out to its "
+        "links_out consumer links, consumers_accepted = what they accepted, dropped = what it acknowledged beyond "
+        "that. Caught up: the router took at least what it acknowledged and delivered at least what our receivers "
+        "got; a reading from before is shown, never cited.",
+    ),
 }
 
 

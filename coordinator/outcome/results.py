@@ -13,6 +13,7 @@ from coordinator.registry import PeerInfo
 from protocol.clock_correction import untrusted_latency
 from protocol.figures import Accounting, AccountingRow, TestFigures
 from protocol.options import megabytes_per_s
+from protocol.sut_url import SutUrlError, parse_sut_url
 
 __all__ = [
     "TestResult",
@@ -336,6 +337,8 @@ def _sut_agrees(row: AccountingRow, rows: Sequence[AccountingRow], counters: Seq
     """The SUT's own counters of the sender's queue or topic where they show drops and had
     caught up with ours when read (reports.accounting): a witness. A topic witnesses where it
     deleted some of what it took and no longer holds as many as its senders' receivers missed."""
+    if (router := _address_counters(row.sut, counters)) is not None:
+        return _router_says(router, rows)
     if (topic := _topic_counters(row.topic, counters)) is not None:
         ours = [r for r in rows if r.topic == topic["topic"] and r.accepted is not None]
         missed = sum((r.accepted or 0) - r.received for r in ours)
@@ -354,6 +357,46 @@ def _sut_agrees(row: AccountingRow, rows: Sequence[AccountingRow], counters: Seq
         f"; its own counters agree: queue {c['queue']} took {c['published']:,}, delivered {c['delivered']:,},"
         f" held {c['left']:,} and dropped {c['dropped']:,}"
         for c in seen[:1]
+    )
+
+
+def _address_counters(sut: str | None, counters: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """A router's counters of the address an AMQP 1.0 sender sent to, where they had caught up
+    with ours when read."""
+    address = _address_of(sut)
+    return next((c for c in counters if c["source"] == "router" and c["address"] == address and c["caught_up"]), None)
+
+
+def _address_of(url: str | None) -> str | None:
+    """The address of an AMQP 1.0 SUT URL, as reports.accounting names a router's counters."""
+    try:
+        endpoint = parse_sut_url(url) if url is not None else None
+    except SutUrlError:
+        return None
+    return endpoint.destination if endpoint is not None and endpoint.scheme in ("amqp10", "amqp10s") else None
+
+
+def _router_says(router: Mapping[str, Any], rows: Sequence[AccountingRow]) -> str:
+    """What a router's counters of the sender's address say of what the receivers missed, as a
+    queue's do (_sut_agrees). A router keeps nothing: it acknowledges a delivery when a consumer
+    accepts it, so its acknowledging more than its consumers accepted is its drop, and a witness.
+    Where they accepted more than the test's receivers got, it passed the missing ones on, to a
+    consumer outside the test (seen with Qpid Dispatch Router 1.19.0: a second consumer on the
+    address took 109 of 1,000) or to receivers that lost them: that is said too."""
+    address, took = router["address"], router["took"]
+    if router["dropped"]:
+        return (
+            f"; its own counters agree: address {address} took {took:,}, delivered {router['delivered']:,},"
+            f" released {router['released']:,}, modified {router['modified']:,} and acknowledged"
+            f" {router['dropped']:,} that no consumer accepted"
+        )
+    got = sum(r.received for r in rows if _address_of(r.sut) == address)
+    if router["consumers_accepted"] <= got:
+        return ""
+    return (
+        f"; the router's own counters say it passed them on: address {address} took {took:,} and its"
+        f" {router['links_out']} consumer links accepted {router['consumers_accepted']:,},"
+        f" {router['consumers_accepted'] - got:,} more than the test's receivers got"
     )
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+from support.router_runs import cut_before, run_accounting
 
 from coordinator import Fail, FixedRateTest
 from coordinator.outcome.results import accounting_verdict, judge
@@ -211,3 +214,64 @@ def test_every_message_arriving_again_is_a_run_that_measured_copies() -> None:
     assert judge(TestFigures.from_json(summary), FixedRateTest(send_url=_SUT, rate=100)).invalid == ()
     summary["duplicates"] = 900
     assert len(judge(TestFigures.from_json(summary), FixedRateTest(send_url=_SUT, rate=100)).invalid) == 1
+
+
+# Qpid Dispatch Router 1.19.0, in real runs of the tool through it (tests/support/qdrouter_runs/README.md).
+_THIEF = "amqp10://127.0.0.1:5673/maestro.thief?settle=at-least-once"
+_THIEF_DROPPED = (
+    f"sender s1/0: the SUT ({_THIEF}) accepted 995 messages and delivered 886: it dropped at least 109 it had "
+    "acknowledged"
+)
+
+
+def test_a_routers_counters_say_it_passed_on_what_a_second_consumer_took() -> None:
+    # A consumer outside the test accepted 109 of the 995 the router acknowledged: the router's
+    # links show two consumers that accepted all 995, 109 more than the receiver got.
+    failure, invalid = accounting_verdict(run_accounting("second-consumer"), 0.0)
+    assert failure == (
+        f"{_THIEF_DROPPED}; the router's own counters say it passed them on: address maestro.thief took 1,000 and "
+        "its 2 consumer links accepted 995, 109 more than the test's receivers got"
+    )
+    assert invalid == []
+    # 109 of 995 (10.95 %) is within an 11 % bound.
+    assert accounting_verdict(run_accounting("second-consumer"), 0.11) == (None, [])
+
+
+def test_a_routers_reading_from_before_the_last_deliveries_is_not_cited(tmp_path: Path) -> None:
+    # Read no later than 08:37:28.6, the router had taken 994 (the address's count) of the 995 it
+    # acknowledged: not caught up, so the reason is the tool's counts alone.
+    folder = cut_before("second-consumer", "2026-11-28T08:37:29", tmp_path)
+    accounting = run_accounting("second-consumer", folder)
+    assert [(c["took"], c["caught_up"]) for c in accounting.sut_counters] == [(994, False)]
+    assert accounting_verdict(accounting, 0.0) == (_THIEF_DROPPED, [])
+
+
+def test_a_router_that_gave_back_what_it_could_not_deliver_broke_no_promise() -> None:
+    # Released and modified deliveries were never accepted: the sender knew (875 accepted, 875
+    # received). The loss is the loss bound's to judge.
+    assert accounting_verdict(run_accounting("consumer-left"), 0.0) == (None, [])
+    assert accounting_verdict(run_accounting("clean"), 0.0) == (None, [])
+
+
+def _address(caught_up: bool = True, **counts: int) -> dict[str, Any]:
+    base = {"took": 1000, "delivered": 900, "released": 0, "modified": 0, "links_out": 1}
+    return {"source": "router", "address": "a", "caught_up": caught_up} | base | counts
+
+
+def test_a_router_that_acknowledged_what_no_consumer_accepted_is_a_witness() -> None:
+    # Not seen in the runs above (Qpid Dispatch Router acknowledges a delivery when its consumer
+    # accepts it): counts made by hand, as a router that settled for its consumers would show.
+    row = _row("s1/0", 1000, 1000, 900, sut="amqp10://router:5672/a", queue=None)
+    dropped = _address(accepted=1000, consumers_accepted=900, dropped=100)
+    failure, _ = accounting_verdict(_accounting(row, counters=(dropped,)), 0.0)
+    assert failure == (
+        "sender s1/0: the SUT (amqp10://router:5672/a) accepted 1,000 messages and delivered 900: it dropped 100 it "
+        "had acknowledged; its own counters agree: address a took 1,000, delivered 900, released 0, modified 0 and "
+        "acknowledged 100 that no consumer accepted"
+    )
+    plain = failure.split(";")[0]
+    # Not caught up, another address, or consumers that accepted no more than the receivers got: no witness.
+    assert accounting_verdict(_accounting(row, counters=(dropped | {"caught_up": False},)), 0.0)[0] == plain
+    assert accounting_verdict(_accounting(row, counters=(dropped | {"address": "b"},)), 0.0)[0] == plain
+    quiet = _address(accepted=1000, consumers_accepted=900, dropped=0)
+    assert accounting_verdict(_accounting(row, counters=(quiet,)), 0.0)[0] == plain

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import csv
+import shutil
 from pathlib import Path
 from typing import Any
 
+from support.router_runs import RUNS, run_accounting, senders
 from support.synthetic import KEY, edit_peer_json, one_loss_one_duplicate
 
 from protocol.figures import AccountingRow, SenderFigures
-from reports.accounting import accounting
+from reports.accounting import accounting, sut_counters
 from reports.report import _sut_counters_section
 from reports.summary import summarize
 
@@ -217,3 +219,163 @@ def test_the_loss_tables_sut_counters_show_each_kind_with_its_own_columns() -> N
     assert queue_row in page and topic_row in page
     assert "<th>took</th><th>kept</th><th>deleted</th>" in page and page.index(queue_row) < page.index(topic_row)
     assert _sut_counters_section([]) == ""
+
+
+# Qpid Dispatch Router 1.19.0, in real runs of the tool through it (tests/support/qdrouter_runs/README.md).
+def _router(address: str, read: tuple[str, str], **counts: Any) -> dict[str, Any]:
+    """A router's counters of `address`, read from the first to the last of `read`."""
+    first, last = read
+    fixed = {"links_in": 1, "rejected": 0, "dropped": 0}  # one sender, and nothing rejected or dropped
+    return {"source": "router", "address": address, "from": first, "at": last} | fixed | counts
+
+
+def test_a_routers_address_in_a_clean_run_took_and_delivered_every_message() -> None:
+    [sender] = senders("clean")
+    assert sut_counters(RUNS / "clean", [sender.sut]) == [
+        _router(
+            "maestro.clean1",
+            ("2026-11-28T08:34:06.999Z", "2026-11-28T08:34:14.884Z"),
+            links_out=1,
+            # The address counted all 1,000. The sender's link was read last with 993 of them,
+            # 992 accepted and 1 awaiting its outcome, 31 ms before it detached with all 1,000
+            # accepted (the router's log): the answers to the senders lag by up to an interval.
+            took=1000,
+            accepted=992,
+            released=0,
+            modified=0,
+            unsettled=1,
+            delivered=1000,
+            consumers_accepted=1000,
+        )
+    ]
+    [counters] = run_accounting("clean").sut_counters
+    assert counters["caught_up"]  # took 1,000 >= 1,000 accepted, delivered 1,000 >= 1,000 received
+
+
+def test_without_the_address_the_senders_vanished_link_leaves_the_router_behind(tmp_path: Path) -> None:
+    # The links alone: the sender's link detached before its last 7 were read, so the router's
+    # reading had not caught up with what it acknowledged, and is shown, never cited.
+    shutil.copytree(RUNS / "clean", tmp_path / "clean")
+    (tmp_path / "clean" / "inspector" / "i1" / "amqp-management-addresses.csv").unlink()
+    [counters] = run_accounting("clean", tmp_path / "clean").sut_counters
+    assert (counters["took"], counters["delivered"], counters["caught_up"]) == (993, 1000, False)
+
+
+def test_a_consumer_that_left_holding_deliveries_shows_as_released_and_modified() -> None:
+    # A second consumer took 50 and left without settling them, with 75 more queued for it: the
+    # router gave them back to the sender (modified, released), which had 875 accepted; the
+    # receiver got 875.
+    [counters] = run_accounting("consumer-left").sut_counters
+    assert counters == _router(
+        "maestro.release",
+        ("2026-11-28T08:39:27.625Z", "2026-11-28T08:39:39.526Z"),
+        links_out=2,
+        took=1000,
+        # Read 0.6 s before the sender's link detached with 875 accepted, 75 released, 50 modified.
+        accepted=807,
+        released=75,
+        modified=50,
+        unsettled=68,
+        delivered=925,  # 875 to the receiver, 50 to the consumer that left
+        consumers_accepted=875,
+        caught_up=True,
+    )
+
+
+def test_a_second_consumer_on_the_address_shows_as_a_second_link_that_accepted_them() -> None:
+    [counters] = run_accounting("second-consumer").sut_counters
+    assert counters == _router(
+        "maestro.thief",
+        ("2026-11-28T08:37:22.839Z", "2026-11-28T08:37:30.507Z"),
+        links_out=2,
+        took=1000,
+        accepted=995,
+        released=0,
+        modified=0,
+        unsettled=5,  # queued for the second consumer, which gave no more credit
+        delivered=995,
+        consumers_accepted=995,  # 886 by the receiver, 109 by the second consumer
+        caught_up=True,
+    )
+
+
+_LINK_COLUMNS = ["timestamp", "name", "link_dir", "link_type", "address", "oper_status", "identity"]
+_LINK_COLUMNS += ["delivery_count", "undelivered_count", "presettled_count", "unsettled_count", "released_count"]
+_LINK_COLUMNS += ["modified_count", "accepted_count", "rejected_count", "capacity"]
+
+
+def _router_files(
+    folder: Path, links: list[tuple[str, str, str, str, str, int, int]], ingress: list[tuple[str, int]]
+) -> None:
+    """The inspector's links (timestamp, identity, direction, type, address, delivered,
+    accepted) and its address M0a's deliveries_ingress readings (timestamp, count)."""
+    folder.mkdir(parents=True)
+    with (folder / "amqp-management-links.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, _LINK_COLUMNS, restval=0)
+        writer.writeheader()
+        for at, identity, direction, kind, address, delivered, accepted in links:
+            writer.writerow(
+                {"timestamp": at, "name": f"link-{identity}", "link_dir": direction, "link_type": kind}
+                | {"address": address, "oper_status": "up", "identity": identity, "capacity": 250}
+                | {"delivery_count": delivered, "accepted_count": accepted}
+            )
+    with (folder / "amqp-management-addresses.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, ["timestamp", "name", "deliveries_ingress", "deliveries_egress"])
+        writer.writeheader()
+        writer.writerows(
+            {"timestamp": at, "name": "M0a", "deliveries_ingress": n, "deliveries_egress": n} for at, n in ingress
+        )
+
+
+def test_a_router_counts_each_link_from_the_tests_first_reading_and_each_address_life_on(tmp_path: Path) -> None:
+    url = "amqp10://router:5672/a"
+    _router_files(
+        tmp_path / "inspector" / "i1",
+        [
+            # The first reading: a sender link there before the test with 500 already, an
+            # inter-router link and another address's link, which are not the test's.
+            (_T0, "1", "in", "endpoint", "M0a", 500, 500),
+            (_T0, "2", "in", "inter-router", "M0a", 70, 70),
+            (_T0, "3", "out", "endpoint", "M0b", 9, 9),
+            (_T1, "1", "in", "endpoint", "M0a", 520, 520),
+            (_T1, "4", "out", "endpoint", "M0a", 20, 20),  # attached in the test: from 0
+            (_T2, "1", "in", "endpoint", "M0a", 530, 529),
+            (_T2, "4", "out", "endpoint", "M0a", 30, 29),
+        ],
+        # The address had 600 before the test, then was deleted and made anew: 10 + 12.
+        [(_T0, 600), (_T1, 610), (_T2, 12)],
+    )
+    [counters] = sut_counters(tmp_path, [url, "amqp://rabbit/q"])
+    assert (counters["address"], counters["took"], counters["accepted"], counters["delivered"]) == ("a", 30, 29, 30)
+    assert (counters["links_in"], counters["links_out"], counters["consumers_accepted"]) == (1, 1, 29)
+    assert (counters["from"], counters["at"]) == (_T0, _T2)
+    # A second inspector, on a second router the address spans: its counts add up.
+    _router_files(
+        tmp_path / "inspector" / "i2",
+        [(_T0, "9", "out", "endpoint", "M0a", 0, 0), (_T2, "9", "out", "endpoint", "M0a", 5, 5)],
+        [],
+    )
+    [both] = sut_counters(tmp_path, [url])
+    assert (both["took"], both["delivered"], both["links_out"], both["consumers_accepted"]) == (30, 35, 2, 34)
+    assert sut_counters(tmp_path, ["amqp10://router:5672/elsewhere"]) == []
+
+
+def test_a_folders_summary_carries_the_routers_counters(tmp_path: Path) -> None:
+    test = one_loss_one_duplicate(tmp_path)
+    [sender] = senders("second-consumer")
+    edit_peer_json(test / "sender" / "s1" / "peer.json", _sent_to(str(sender.sut), 40, 40))
+    shutil.copytree(RUNS / "second-consumer" / "inspector", test / "inspector")
+    [counters] = summarize(test).accounting.sut_counters
+    assert (counters["source"], counters["address"], counters["took"], counters["caught_up"]) == (
+        "router",
+        "maestro.thief",
+        1000,
+        True,
+    )
+
+
+def test_the_loss_tables_sut_counters_show_a_routers_address_with_its_columns() -> None:
+    page = _sut_counters_section(run_accounting("consumer-left").sut_counters)
+    assert "<th>took</th><th>accepted</th><th>released</th><th>modified</th><th>unsettled</th>" in page
+    row = "<td>router</td><td>maestro.release</td><td>2026-11-28T08:39:39.526Z</td><td>1,000</td><td>807</td>"
+    assert row + "<td>75</td><td>50</td><td>68</td><td>925</td><td>2</td><td>875</td><td>0</td><td>True</td>" in page
