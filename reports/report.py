@@ -24,7 +24,18 @@ from reports.baseline import Thresholds, compare
 from reports.clocks import clock_corrections
 from reports.faults import fault_effects, peer_events, spark_gather, windows_from_events
 from reports.inspector_panels import inspector_panels
-from reports.page import ERRORS_JS, PLOTLY_JS, STYLE, SUMMARY_KEYS, cell, figure, judged, summary_json, table
+from reports.page import (
+    ERRORS_JS,
+    PLOTLY_JS,
+    STYLE,
+    SUMMARY_KEYS,
+    cell,
+    figure,
+    judged,
+    percentile_chart,
+    summary_json,
+    table,
+)
 from reports.paths import result_dirs
 from reports.price import price_performance
 from reports.series_report import build_series_report
@@ -112,13 +123,8 @@ def _distribution_chart(figures: TestFigures) -> str:
     """From the summary's own histogram: the same warm-up cut as its percentiles."""
     if not figures.latency_samples:
         return ""
-    points = figures.latency_distribution_us
-    # HDR-style axis: 1 / (1 - percentile), so the tail gets the room it deserves.
-    xs = [1 / (1 - min(p, 99.9999) / 100) for p, _ in points]
-    ys = [value / 1000 for _, value in points]
-    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines+markers", text=[f"p{p:g}" for p, _ in points]))
-    fig.update_xaxes(type="log", tickvals=xs, ticktext=[f"{p:g}%" for p, _ in points], title="percentile")
-    return figure(fig, "Latency by percentile (whole test after warm-up, corrected)", "milliseconds")
+    curve = ("latency", figures.latency_distribution_us)
+    return percentile_chart([curve], "Latency by percentile (whole test after warm-up, corrected)")
 
 
 def build_report(
