@@ -22,6 +22,8 @@ from protocol.options import megabytes_per_s
 from reports.accounting import destination_of
 from reports.baseline import Thresholds, compare
 from reports.clocks import clock_corrections
+from reports.compare_page import PICKED_JS, index_cell, previous_link
+from reports.comparison import previous_runs
 from reports.faults import fault_effects, peer_events, spark_gather, windows_from_events
 from reports.inspector_panels import inspector_panels
 from reports.page import (
@@ -205,6 +207,7 @@ def build_report(
 {reason}<p>{html.escape(str(record.get("name") or ""))} {html.escape(str(record.get("kind") or ""))}
 started {html.escape(str(record.get("started") or ""))}; {rows:,} rate records read.
 Rates and latency leave the warm-up out; counts cover the whole test.</p>
+{previous_link(test_dir.name, record)}
 <p class="load-model">Load model: {_LOAD_MODELS[figures.load_model]}</p>
 {table(key_figures, ["figure", "value"])}
 {_request_reply_section(figures.request_reply)}
@@ -415,9 +418,12 @@ def build_index(root: Path) -> Path:
     name links to its history (the data server's /history/NAME). A figure a test does not have
     (an untrusted latency) is an empty cell, never 0."""
     rows = []
-    for test_dir in sorted(result_dirs(root), reverse=True):
+    folders = sorted(result_dirs(root), reverse=True)
+    records = {test_dir.name: read_test_json(test_dir) for test_dir in folders}
+    previous = previous_runs(records.values())
+    for test_dir in folders:
         summary_path = test_dir / "report" / "summary.json"
-        record = read_test_json(test_dir)
+        record = records[test_dir.name]
         s: dict[str, Any] = json.loads(summary_path.read_text()) if summary_path.exists() else {}
         s = s or record.get("summary") or {}
         own = html.escape(test_dir.name)
@@ -434,6 +440,7 @@ def build_index(root: Path) -> Path:
         rows.append(
             "<tr>"
             + f'<td><a href="{target}">{own}</a></td><td>{history}</td>'
+            + f"<td>{index_cell(test_dir.name, previous.get(test_dir.name))}</td>"
             + "".join(f"<td>{html.escape(cell(v))}</td>" for v in (record.get("kind"), record.get("started")))
             + f'<td title="{reason}">{outcome}</td>'
             + "".join(
@@ -450,11 +457,23 @@ def build_index(root: Path) -> Path:
     head = "".join(
         f"<th onclick='sortBy({i})'>{h}</th>"
         for i, h in enumerate(
-            ["test", "name (history)", "kind", "started", "outcome", "sent", "lost", "receive msg/s", "p99 ms"]
+            [
+                "test",
+                "name (history)",
+                "compare",
+                "kind",
+                "started",
+                "outcome",
+                "sent",
+                "lost",
+                "receive msg/s",
+                "p99 ms",
+            ]
         )
     )
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Maestro results</title>
 {ERRORS_JS}<style>{STYLE}</style></head><body><h1>Maestro results</h1>
+{PICKED_JS}
 <table id="tests"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>
 <script>
 function sortBy(col) {{
