@@ -38,9 +38,9 @@ def compare_page(
     first = runs[0]
     title = html.escape("Runs side by side: " + ", ".join(r.test_id for r in runs))
     history = (
-        f'<a href="{history_url}/{urllib.parse.quote(first.name, safe="")}">{html.escape(first.name)}</a>'
+        f'runs named <a href="{history_url}/{urllib.parse.quote(first.name, safe="")}">{html.escape(first.name)}</a>'
         if first.name
-        else "no name"
+        else "runs of the first run's name (it has none: the noise is unknown)"
     )
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
@@ -49,7 +49,7 @@ def compare_page(
 {_runs_table(runs, results_url)}
 <h2>Key figures against {html.escape(first.test_id)}</h2>
 <p>Each change is against the first run. The noise band is ±3 robust standard deviations of the figure over the
-runs named {history} with the first run's workload and testbed (those since its last change point, where there are
+{history} with the first run's workload and testbed (those since its last change point, where there are
 five or more); a change beyond it is marked, one within it is noise. Latency in µs; loss and duplicates as a share of
 sent, their changes in percentage points. An empty cell: the run has no such figure (a latency that is no figure).</p>
 {_delta_table(runs, delta_table(runs, noise))}
