@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import plotly.graph_objects as go
 
@@ -320,8 +321,11 @@ def history_table(history: History) -> str:
     return "\n".join(lines)
 
 
-def history_page(history: History, plotly_src: str, results_url: str = "/results") -> str:
-    """The history as an HTML page: one chart per figure, change points marked."""
+def history_page(
+    history: History, plotly_src: str, results_url: str = "/results", compare_url: str = "/compare"
+) -> str:
+    """The history as an HTML page: one chart per figure, change points marked, and a link to
+    the newest run side by side with the one before (the data server's `compare_url`)."""
     charts = [_chart(history, fig, results_url) for fig in FIGURES]
     rows = [
         {
@@ -361,11 +365,23 @@ def history_page(history: History, plotly_src: str, results_url: str = "/results
 <p>{len(history.runs)} runs. Change points by E-divisive means with a permutation test at p &le; {history.max_p};
 failed and generator-bound runs, and runs of another workload or testbed than the newest (marked &times;), are
 left out of the detection. A point opens its run's report.</p>
+{_compare_link(history, compare_url)}
 <h2>Change points</h2>{found}
 {"".join(charts)}{_POINTS_LINK_JS}
 <h2>Runs</h2>{table(rows, columns, raw=frozenset({"test"}))}
 </body></html>
 """
+
+
+def _compare_link(history: History, compare_url: str) -> str:
+    if len(history.runs) < 2:
+        return ""
+    before, newest = (r.test_id for r in history.runs[-2:])
+    ids = ",".join(quote(t, safe="") for t in (before, newest))
+    return (
+        f'<p><a id="compare-newest" href="{html.escape(compare_url)}?ids={html.escape(ids)}">'
+        f"The newest run ({html.escape(newest)}) side by side with the one before ({html.escape(before)})</a></p>"
+    )
 
 
 def _chart(history: History, fig: Figure, results_url: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,18 @@ from protocol.clock_correction import untrusted_latency
 from protocol.fail import FailConditions
 from protocol.figures import SUMMARY_KEYS, TestFigures
 
-__all__ = ["ERRORS_JS", "PLOTLY_JS", "STYLE", "SUMMARY_KEYS", "cell", "figure", "judged", "summary_json", "table"]
+__all__ = [
+    "ERRORS_JS",
+    "PLOTLY_JS",
+    "STYLE",
+    "SUMMARY_KEYS",
+    "cell",
+    "figure",
+    "judged",
+    "percentile_chart",
+    "summary_json",
+    "table",
+]
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 
@@ -37,6 +49,20 @@ def figure(fig: go.Figure, title: str, y: str) -> str:
         title=title, yaxis_title=y, height=380, margin={"l": 60, "r": 20, "t": 50, "b": 40}, template="plotly_white"
     )
     return str(fig.to_html(full_html=False, include_plotlyjs=False))
+
+
+def percentile_chart(curves: Sequence[tuple[str, Sequence[tuple[float, float]]]], title: str) -> str:
+    """Latency by percentile, one curve per (name, ((percentile, µs), ...)), in ms on an
+    HDR-style axis: x = 1 / (1 - percentile), so the tail gets the room it deserves."""
+    fig = go.Figure()
+    ticks: dict[float, str] = {}
+    for name, points in curves:
+        xs = [1 / (1 - min(p, 99.9999) / 100) for p, _ in points]
+        ys = [value / 1000 for _, value in points]
+        fig.add_scatter(x=xs, y=ys, mode="lines+markers", name=name, text=[f"p{p:g}" for p, _ in points])
+        ticks |= {x: f"{p:g}%" for x, (p, _) in zip(xs, points, strict=True)}
+    fig.update_xaxes(type="log", tickvals=list(ticks), ticktext=list(ticks.values()), title="percentile")
+    return figure(fig, title, "milliseconds")
 
 
 def table(rows: list[dict[str, Any]], columns: list[str], raw: frozenset[str] = frozenset()) -> str:

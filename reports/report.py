@@ -22,9 +22,22 @@ from protocol.options import megabytes_per_s
 from reports.accounting import destination_of
 from reports.baseline import Thresholds, compare
 from reports.clocks import clock_corrections
+from reports.compare_page import PICKED_JS, index_cell, previous_link
+from reports.comparison import previous_runs
 from reports.faults import fault_effects, peer_events, spark_gather, windows_from_events
 from reports.inspector_panels import inspector_panels
-from reports.page import ERRORS_JS, PLOTLY_JS, STYLE, SUMMARY_KEYS, cell, figure, judged, summary_json, table
+from reports.page import (
+    ERRORS_JS,
+    PLOTLY_JS,
+    STYLE,
+    SUMMARY_KEYS,
+    cell,
+    figure,
+    judged,
+    percentile_chart,
+    summary_json,
+    table,
+)
 from reports.paths import result_dirs
 from reports.price import price_performance
 from reports.series_report import build_series_report
@@ -112,13 +125,8 @@ def _distribution_chart(figures: TestFigures) -> str:
     """From the summary's own histogram: the same warm-up cut as its percentiles."""
     if not figures.latency_samples:
         return ""
-    points = figures.latency_distribution_us
-    # HDR-style axis: 1 / (1 - percentile), so the tail gets the room it deserves.
-    xs = [1 / (1 - min(p, 99.9999) / 100) for p, _ in points]
-    ys = [value / 1000 for _, value in points]
-    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines+markers", text=[f"p{p:g}" for p, _ in points]))
-    fig.update_xaxes(type="log", tickvals=xs, ticktext=[f"{p:g}%" for p, _ in points], title="percentile")
-    return figure(fig, "Latency by percentile (whole test after warm-up, corrected)", "milliseconds")
+    curve = ("latency", figures.latency_distribution_us)
+    return percentile_chart([curve], "Latency by percentile (whole test after warm-up, corrected)")
 
 
 def build_report(
@@ -199,6 +207,7 @@ def build_report(
 {reason}<p>{html.escape(str(record.get("name") or ""))} {html.escape(str(record.get("kind") or ""))}
 started {html.escape(str(record.get("started") or ""))}; {rows:,} rate records read.
 Rates and latency leave the warm-up out; counts cover the whole test.</p>
+{previous_link(test_dir.name, record)}
 <p class="load-model">Load model: {_LOAD_MODELS[figures.load_model]}</p>
 {table(key_figures, ["figure", "value"])}
 {_request_reply_section(figures.request_reply)}
@@ -432,9 +441,12 @@ def build_index(root: Path) -> Path:
     name links to its history (the data server's /history/NAME). A figure a test does not have
     (an untrusted latency) is an empty cell, never 0."""
     rows = []
-    for test_dir in sorted(result_dirs(root), reverse=True):
+    folders = sorted(result_dirs(root), reverse=True)
+    records = {test_dir.name: read_test_json(test_dir) for test_dir in folders}
+    previous = previous_runs(records.values())
+    for test_dir in folders:
         summary_path = test_dir / "report" / "summary.json"
-        record = read_test_json(test_dir)
+        record = records[test_dir.name]
         s: dict[str, Any] = json.loads(summary_path.read_text()) if summary_path.exists() else {}
         s = s or record.get("summary") or {}
         own = html.escape(test_dir.name)
@@ -451,6 +463,7 @@ def build_index(root: Path) -> Path:
         rows.append(
             "<tr>"
             + f'<td><a href="{target}">{own}</a></td><td>{history}</td>'
+            + f"<td>{index_cell(test_dir.name, previous.get(test_dir.name))}</td>"
             + "".join(f"<td>{html.escape(cell(v))}</td>" for v in (record.get("kind"), record.get("started")))
             + f'<td title="{reason}">{outcome}</td>'
             + "".join(
@@ -467,11 +480,23 @@ def build_index(root: Path) -> Path:
     head = "".join(
         f"<th onclick='sortBy({i})'>{h}</th>"
         for i, h in enumerate(
-            ["test", "name (history)", "kind", "started", "outcome", "sent", "lost", "receive msg/s", "p99 ms"]
+            [
+                "test",
+                "name (history)",
+                "compare",
+                "kind",
+                "started",
+                "outcome",
+                "sent",
+                "lost",
+                "receive msg/s",
+                "p99 ms",
+            ]
         )
     )
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Maestro results</title>
 {ERRORS_JS}<style>{STYLE}</style></head><body><h1>Maestro results</h1>
+{PICKED_JS}
 <table id="tests"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>
 <script>
 function sortBy(col) {{

@@ -16,6 +16,11 @@ download them.
                                                change points (reports.history)
     GET  /history/{name}                       the same as a page, one chart per figure
                                                (both read the results index, reports.results_index)
+    GET  /compare?ids=A,B[,...]                2 to 8 runs side by side: throughput, latency
+                                               percentiles and a delta table with the noise band
+                                               (reports.compare_page); /api/compare the table
+    GET  /compare/previous/{test_id}           redirected to the comparison with the run of the
+                                               same name before it (the reports link here)
     GET  /                                     the results index of `maestro report`, with the
                                                tests running now above it
     GET  /metrics                              the running tests for Prometheus (reports/metrics.py)
@@ -43,6 +48,7 @@ import mimetypes
 import os
 import secrets
 import stat
+import urllib.parse
 from collections.abc import AsyncIterator
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -54,11 +60,20 @@ from starlette.background import BackgroundTask
 
 from protocol.upload import CHECKSUM_HEADER, MISMATCH_STATUS, REPLACE_HEADER
 from reports.auth import carries_token, check_token
-from reports.history import History, analyse, history_page
+from reports.compare_page import compare_page
+from reports.comparison import (
+    ComparedRun,
+    NoiseBand,
+    comparison_json,
+    delta_table,
+    noise_bands,
+    previous_in,
+)
+from reports.history import History, Run, analyse, history_page
 from reports.json_body import json_body
 from reports.live import LiveTests, live_router
 from reports.metrics import live_registry
-from reports.page import PLOTLY_JS
+from reports.page import PLOTLY_JS, judged
 from reports.paths import (
     UnsafePathError,
     check_test_id,
@@ -70,7 +85,7 @@ from reports.paths import (
 )
 from reports.report_queue import BuildState, ReportQueue
 from reports.results_index import ResultsIndex, ResultsIndexError
-from reports.summary import read_test_json, summarize
+from reports.summary import read_peers, read_test_json, receive_seconds, summarize
 
 __all__ = ["create_app"]
 
@@ -78,6 +93,7 @@ log = logging.getLogger(__name__)
 
 MAX_FILE_BYTES = 4 << 30
 MAX_RECORD_BYTES = 16 << 20
+COMPARED_RUNS = (2, 8)  # the fewest and most runs a comparison takes
 
 
 def create_app(root: Path, token: bytes | None = None, db: str | None = None) -> FastAPI:
@@ -308,15 +324,80 @@ async def history(name: str, request: Request) -> HTMLResponse:
 
 
 def _history(request: Request, name: str) -> History:
-    index: ResultsIndex = request.app.state.index
-    try:
-        index.sync()  # what the coordinator stored since the last read
-        runs = index.runs(name)
-    except ResultsIndexError as exc:
-        raise HTTPException(503, str(exc)) from exc
+    runs = _runs_named(request, name)
     if not runs:
         raise HTTPException(404, f"no finished run of a test named {name!r}")
     return analyse(name, runs)
+
+
+@router.get("/compare", response_class=HTMLResponse)
+async def compare(request: Request, ids: str = "") -> HTMLResponse:
+    runs, noise = await asyncio.to_thread(_compared, request, ids)
+    return HTMLResponse(compare_page(runs, noise, "/assets/plotly.min.js"))
+
+
+@router.get("/api/compare")
+async def compare_json(request: Request, ids: str = "") -> dict[str, Any]:
+    runs, noise = await asyncio.to_thread(_compared, request, ids)
+    return comparison_json(runs, delta_table(runs, noise))
+
+
+@router.get("/compare/previous/{test_id}")
+def compare_with_previous(test_id: str, request: Request) -> RedirectResponse:
+    """The comparison of a run with the one of its name that started before it: a report is
+    written once, and links here rather than to a run that was the previous one then."""
+    directory = inside(request, test_id)
+    if not directory.is_dir():
+        raise HTTPException(404, f"no test {test_id}")
+    record = read_test_json(directory)
+    if not record.get("name"):
+        raise HTTPException(404, f"test {test_id} has no name, so no previous run")
+    previous = previous_in(_runs_named(request, str(record["name"])), test_id, str(record.get("started") or ""))
+    if previous is None:
+        raise HTTPException(404, f"no run named {record['name']!r} started before {test_id}")
+    ids = ",".join(urllib.parse.quote(t, safe="") for t in (previous, test_id))
+    return RedirectResponse(f"/compare?ids={ids}")
+
+
+def _compared(request: Request, ids: str) -> tuple[list[ComparedRun], dict[str, NoiseBand]]:
+    """The runs `ids` names (comma-separated), each read from its folder, and the noise of each
+    figure over the runs of the first one's name; HTTP 400 for a wrong list, 404 naming a test
+    that is not there."""
+    test_ids = [t.strip() for t in ids.split(",")] if ids.strip() else []
+    fewest, most = COMPARED_RUNS
+    if not fewest <= len(test_ids) <= most:
+        raise HTTPException(400, f"ids: give {fewest} to {most} test ids, comma-separated, not {len(test_ids)}")
+    if len(set(test_ids)) < len(test_ids):
+        raise HTTPException(400, "ids: a test is named twice")
+    folders = [inside(request, t) for t in test_ids]  # every id checked before any folder is read
+    runs = [_compared_run(directory) for directory in folders]
+    first = runs[0]
+    history = _runs_named(request, first.name) if first.name else []
+    return runs, noise_bands(history, first.workload, first.testbed)
+
+
+def _compared_run(directory: Path) -> ComparedRun:
+    if not directory.is_dir():
+        raise HTTPException(404, f"no test {directory.name}")
+    record = read_test_json(directory)
+    if record.get("steps"):
+        raise HTTPException(400, f"test {directory.name} is a series of phases: compare its phases")
+    try:
+        peers = read_peers(directory)
+        figures = judged(summarize(directory, peers, record), record)
+        seconds = receive_seconds(peers)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise HTTPException(422, f"cannot read the files of {directory.name}: {exc}") from exc
+    return ComparedRun(directory.name, figures, seconds.per_second, record)
+
+
+def _runs_named(request: Request, name: str) -> list[Run]:
+    index: ResultsIndex = request.app.state.index
+    try:
+        index.sync()  # what the coordinator stored since the last read
+        return index.runs(name)
+    except ResultsIndexError as exc:
+        raise HTTPException(503, str(exc)) from exc
 
 
 @router.get("/assets/plotly.min.js")

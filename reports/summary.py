@@ -44,6 +44,7 @@ __all__ = [
     "rate_of",
     "read_peers",
     "read_test_json",
+    "receive_seconds",
     "summarize",
 ]
 
@@ -133,11 +134,10 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any]
     bitsets: dict[str, list[bytes]] = {}
     deliveries: Counter[str] = Counter()
     out_of_order: Counter[str] = Counter()  # as each receiver saw its share of the sender's stream
-    receives = RateSeconds()
     latency, clamped = _latency(receivers, corrections, warm_up_end_us)
     foreign: Counter[str] = Counter()
     skipped = 0
-    for directory, peer, got in receivers:
+    for directory, _, got in receivers:
         foreign.update(got.foreign)
         skipped += got.skipped_by_sut
         for key, counts in got.per_sender.items():
@@ -147,7 +147,7 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any]
         if sequences.exists():
             for key, text in json.loads(sequences.read_text()).items():
                 bitsets.setdefault(key, []).append(load_bitset(text))
-        _add(receives, directory, peer.files, whole_second_at_or_after(warm_up_end_us))
+    receives = receive_seconds(peers, whole_second_at_or_after(warm_up_end_us))
 
     received = lost = duplicates = 0
     per_sender = []
@@ -312,6 +312,15 @@ def _times(histogram: Any) -> TimeFigures:
         max=float(histogram.get_max_value()),
         samples=histogram.get_total_count(),
     )
+
+
+def receive_seconds(peers: Peers, since_us: int = 0) -> RateSeconds:
+    """The receivers' arrivals by second, merged over them, of the messages intended at or after
+    `since_us` (a whole second: summarize cuts the warm-up there; 0 keeps every message)."""
+    receives = RateSeconds()
+    for directory, peer, _ in _receivers(peers):
+        _add(receives, directory, peer.files, since_us)
+    return receives
 
 
 def _add(total: RateSeconds, directory: Path, names: Sequence[str], since_us: int) -> None:
