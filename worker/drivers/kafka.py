@@ -187,7 +187,7 @@ class KafkaDriver(Driver):
         producer's or the consumer's), the password left out; what it does not set is
         librdkafka's own default (linger.ms among them: 5 ms)."""
         base = super().settings(sending)
-        config = self._producer_config() if sending else self._consumer_config(self.endpoint.options.get("group", "?"))
+        config = self._producer_config() if sending else self._consumer_config(self._group())
         shown = {
             f"librdkafka {key}": str(value)
             for key, value in sorted(config.items())
@@ -309,7 +309,10 @@ class KafkaDriver(Driver):
         self._processing_delay_s = processing_delay_s
         # One group per topic by default: the receivers of a test share the topic's partitions
         # as competing consumers (a queue's semantics), so each message is received once.
-        await self._subscribe(self.endpoint.options.get("group", f"maestro-{self.destination}"))
+        await self._subscribe(self._group())
+
+    def _group(self) -> str:
+        return str(self.endpoint.options.get("group", f"maestro-{self.destination}"))
 
     async def _subscribe(self, group: str) -> None:
         consumer = Consumer(self._consumer_config(group))

@@ -29,6 +29,8 @@ def test_a_kafka_receiver_records_its_consumer_settings() -> None:
     consumer = _settings("kafka://127.0.0.1:9092/t?group=g1&fetch_wait_max_ms=2", sending=False)
     assert (consumer["librdkafka group.id"], consumer["librdkafka fetch.wait.max.ms"]) == ("g1", "2")
     assert "librdkafka acks" not in consumer and "librdkafka on_delivery" not in consumer
+    # Without group=, the group its consumers join: the topic's (it read "?" at first).
+    assert _settings("kafka://127.0.0.1:9092/t", sending=False)["librdkafka group.id"] == "maestro-t"
 
 
 def test_other_drivers_record_their_library_and_the_urls_options() -> None:
