@@ -6,6 +6,8 @@ readers must agree, so both take them from here.
 
 from __future__ import annotations
 
+import operator
+import sys
 from array import array
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ __all__ = [
     "HIGHEST_US",
     "LOWEST_US",
     "bucket_indexes",
+    "clear",
     "counts_at_or_below",
     "histogram_of",
     "new_histogram",
@@ -27,6 +30,7 @@ __all__ = [
     "read_total",
     "record_samples",
     "record_values",
+    "sum_of",
 ]
 
 LOWEST_US = 1
@@ -39,6 +43,36 @@ def new_histogram() -> HdrHistogram:
 
 
 _SHAPE = new_histogram()  # the bucket arithmetic's constants, for indexes computed without a histogram
+
+# Each counts index's value as hdrh's mean reads it: the middle of the index's range.
+_MIDDLES = np.array(
+    [_SHAPE._hdr_median_equiv_value(_SHAPE.get_value_from_index(i)) for i in range(_SHAPE.counts_len)],
+    dtype=np.int64,
+)
+
+
+def sum_of(histogram: HdrHistogram) -> int:
+    """The sum of the recorded values, as `get_mean_value() * get_total_count()` gives it.
+
+    hdrh's mean walks the recorded values in pure Python: on a receiver's whole-run histogram,
+    once a second for /metrics, it took 40 ms of every second and held the event loop for up to
+    64 ms, which made a quiet test's p99 latency 25-45 ms where it was 1-4 (py-spy, 2026-11-28).
+    """
+    counts = np.ctypeslib.as_array(histogram.counts)
+    recorded = np.flatnonzero(counts)
+    # Python ints: a long run's sum may pass what an int64 product holds.
+    return sum(map(operator.mul, counts[recorded].tolist(), _MIDDLES[recorded].tolist()))
+
+
+def clear(histogram: HdrHistogram) -> None:
+    """`histogram.reset()` without its pure-Python loop over every count (3-4 ms a second for a
+    receiver's two interval histograms)."""
+    np.ctypeslib.as_array(histogram.counts)[:] = 0
+    histogram.total_count = 0
+    histogram.min_value = sys.maxsize
+    histogram.max_value = 0
+    histogram.start_time_stamp_msec = sys.maxsize
+    histogram.end_time_stamp_msec = 0
 
 
 def record_values(histogram: HdrHistogram, values: np.ndarray) -> None:

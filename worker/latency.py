@@ -25,7 +25,7 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogWriter
 
-from protocol.hdr import new_histogram, record_samples
+from protocol.hdr import clear, new_histogram, record_samples
 
 __all__ = ["RECEIVER_LOGS", "IntervalLatency", "LatencyRecorder"]
 
@@ -44,8 +44,8 @@ class IntervalLatency:
 
     def reset(self, start_s: float) -> IntervalLatency:
         self.start_s = start_s
-        self.corrected.reset()
-        self.service.reset()
+        clear(self.corrected)
+        clear(self.service)
         return self
 
 

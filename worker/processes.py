@@ -26,7 +26,7 @@ from typing import Any
 from hdrh.histogram import HdrHistogram
 
 from protocol.failures import describe
-from protocol.hdr import new_histogram
+from protocol.hdr import clear, new_histogram
 from protocol.live import LiveCounters
 from protocol.ratefile import RateFileWriter
 from protocol.results import ReceiverAccount, SendCounts, SenderDeliveries
@@ -191,7 +191,7 @@ class MultiProcessSender(ScheduledSending):
     def interval_report(self) -> LiveCounters:
         self._drain_reports()
         report = replace(interval_report(self.stats, self._live_lag), processes=len(self.parts))
-        self._live_lag.reset()
+        clear(self._live_lag)
         return report
 
     def files(self) -> list[str]:

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from protocol.fail import FailConditions
-from protocol.hdr import counts_at_or_below
+from protocol.hdr import counts_at_or_below, sum_of
 from protocol.live import LiveCounters
 from protocol.options import Delay
 from protocol.precise_timer import PreciseTimer
@@ -476,5 +476,5 @@ class ReceiverRun:
             # of protocol.hdr.BUCKET_BOUNDS_US, how many, and their sum.
             latency_le_us=tuple(counts_at_or_below(total)),
             latency_count=total.get_total_count(),
-            latency_sum_us=round(total.get_mean_value() * total.get_total_count()),
+            latency_sum_us=sum_of(total),
         )

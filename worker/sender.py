@@ -29,7 +29,7 @@ from hdrh.histogram import HdrHistogram
 
 from protocol.concurrency import wait_event
 from protocol.fail import FailConditions
-from protocol.hdr import new_histogram, record_samples
+from protocol.hdr import clear, new_histogram, record_samples
 from protocol.live import LiveCounters
 from protocol.options import Duration, MessageSize, ProfileStep
 from protocol.precise_timer import PreciseTimer
@@ -207,7 +207,7 @@ class SenderStats:
         interval = self.interval_lag_us
         if interval.get_total_count():
             self._total_lag_us.add(interval)
-            interval.reset()
+            clear(interval)
 
     @property
     def lag_us(self) -> HdrHistogram:

@@ -13,11 +13,13 @@ from protocol.hdr import (
     HIGHEST_US,
     LOWEST_US,
     bucket_indexes,
+    clear,
     histogram_of,
     new_histogram,
     read_intervals,
     read_total,
     record_values,
+    sum_of,
 )
 
 
@@ -40,6 +42,44 @@ def test_vectorised_recording_matches_record_value_bucket_for_bucket(n: int) -> 
         assert at_once.get_value_at_percentile(percentile) == one_by_one.get_value_at_percentile(percentile)
     # And it encodes to the same bytes (what the interval log holds).
     assert at_once.encode() == one_by_one.encode()
+
+
+def test_the_sum_is_the_values_below_2048_exactly_and_hdrh_means_above() -> None:
+    small = new_histogram()
+    record_values(small, np.array([1, 1000, 1000, 1500, 2047], dtype=np.int64))
+    assert sum_of(small) == 1 + 1000 + 1000 + 1500 + 2047  # one value per bucket below 2048
+    assert sum_of(new_histogram()) == 0
+    rng = np.random.default_rng(7)
+    wide = new_histogram()
+    record_values(wide, np.clip((10 ** rng.uniform(0, 9.5, 20_000)).astype(np.int64), LOWEST_US, HIGHEST_US))
+    assert sum_of(wide) == pytest.approx(wide.get_mean_value() * wide.get_total_count(), rel=1e-12)
+
+
+def test_a_sum_past_what_an_int64_holds_is_exact() -> None:
+    histogram = new_histogram()
+    index = int(bucket_indexes(np.array([HIGHEST_US], dtype=np.int64))[0])
+    np.ctypeslib.as_array(histogram.counts)[index] = 10**10  # ten billion samples of an hour
+    histogram.total_count = 10**10
+    assert sum_of(histogram) > 2**63
+    assert sum_of(histogram) == 10**10 * histogram._hdr_median_equiv_value(HIGHEST_US)
+
+
+def test_clear_leaves_what_hdrh_reset_leaves() -> None:
+    histogram, twin = new_histogram(), new_histogram()
+    for h in (histogram, twin):
+        record_values(h, np.array([5, 50_000, HIGHEST_US], dtype=np.int64))
+        h.set_start_time_stamp(1000)
+        h.set_end_time_stamp(2000)
+    clear(histogram)
+    twin.reset()
+    assert histogram.encode() == twin.encode() == new_histogram().encode()
+    assert vars(histogram).keys() == vars(twin).keys()
+    for name, value in vars(twin).items():
+        if name not in ("counts", "encoder"):
+            assert getattr(histogram, name) == value, name
+    assert not any(histogram.counts)
+    record_values(histogram, np.array([7], dtype=np.int64))
+    assert (histogram.get_min_value(), histogram.get_max_value()) == (7, 7)
 
 
 def test_recording_nothing_changes_nothing() -> None:
