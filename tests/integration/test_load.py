@@ -99,11 +99,19 @@ def assert_checked(info: dict[str, Any], rows: int) -> None:
     assert sum(c["rows"] for name, c in checks.items() if name.endswith(".csv.gz")) == rows
 
 
-def check_latency_size(daemons: Daemons, test_id: str) -> None:
+# tansu's own floor at 200 msg/s, one partition, acks=1, no linger: a raw confluent-kafka producer
+# and consumer pair (no maestro between them) measured a p50 of 3.6-3.8 ms with a 2 ms fetch wait
+# and 4.5-5.6 ms with 5 ms (tansu answers a waiting fetch only when its wait ends). The tool's own
+# runs were 2.6-3.9 ms; 5 ms more still fails the bound.
+TANSU_P50_BOUND_US = 6_000
+
+
+def check_latency_size(daemons: Daemons, test_id: str, bound_us: int = 4_000) -> None:
     """The latency's size, not only its consistency with the rows: a time added to every message
     alike keeps the log and the rows in step, and only a bound on the figure sees it. The median
     of every message's latency (its row's arrival less its intended time) through a broker on
-    loopback at 200 msg/s is under 4 ms (0.6-1.4 ms measured here); 5 ms more fails it."""
+    loopback at 200 msg/s is under 4 ms (0.6-1.4 ms measured here for RabbitMQ and Mosquitto;
+    tansu's floor is higher: TANSU_P50_BOUND_US); 5 ms more fails it."""
     latencies = []
     for name in ("r1", "r2"):
         directory = peer_dir(daemons, test_id, "receiver", name)
@@ -111,12 +119,14 @@ def check_latency_size(daemons: Daemons, test_id: str) -> None:
         files = [f for f in info["files"] if f.endswith(".csv.gz")]
         latencies += [ata - eta for f in files for eta, ata in read_rate_file(directory / f)]
     p50 = sorted(latencies)[len(latencies) // 2]
-    assert 100 <= p50 < 4_000, f"latency p50 {p50} µs, bound 4,000 µs"
+    assert 100 <= p50 < bound_us, f"latency p50 {p50} µs, bound {bound_us:,} µs"
 
 
-def check_results(daemons: Daemons, maestro: Maestro, test_id: str, idle_receivers: int = 0) -> None:
+def check_results(
+    daemons: Daemons, maestro: Maestro, test_id: str, idle_receivers: int = 0, p50_bound_us: int = 4_000
+) -> None:
     """`idle_receivers`: how many receivers are expected to get nothing (a one-partition topic
-    gives all to one consumer of the group)."""
+    gives all to one consumer of the group); `p50_bound_us`: check_latency_size's bound."""
     idle = 0
     sent_total = 0
     sent_by_key: dict[str, int] = {}
@@ -165,7 +175,7 @@ def check_results(daemons: Daemons, maestro: Maestro, test_id: str, idle_receive
         assert check_latency_log(directory) == info["received"]
         idle += info["received"] == 0
     assert idle == idle_receivers
-    check_latency_size(daemons, test_id)
+    check_latency_size(daemons, test_id, p50_bound_us)
     # Every message sent arrived exactly once, spread over the two receivers, but for any the
     # broker's own numbering shows it passed over: tansu can skip one when two producers write a
     # partition at once (worker.drivers.kafka), and the receivers count those. Elsewhere: none.
@@ -227,7 +237,7 @@ def test_kafka_fixed_rate(daemons: Daemons, maestro: Maestro, tansu: str) -> Non
     # No producer linger (librdkafka's 5 ms would be most of the p50): the tool's own path is measured.
     url = f"{tansu}/{topic}?partitions=4&acks=all&linger_ms=0&group=maestro-{topic}&auto_offset_reset=earliest"
     test_id = run_fixed_rate(daemons, maestro, url, f"{url}&fetch_wait_max_ms=2")
-    check_results(daemons, maestro, test_id)
+    check_results(daemons, maestro, test_id, p50_bound_us=TANSU_P50_BOUND_US)
 
 
 @pytest.mark.rabbitmq
@@ -255,9 +265,10 @@ def test_kafka_receivers_subscribed_before_the_topic_exists_miss_nothing(
     # receiver the group gave the partition to.
     topic = f"maestro-new-{uuid.uuid4().hex[:8]}"
     # No producer linger: librdkafka's 5 ms made the p50 8.6 ms at this rate, against the bound.
-    url = f"{tansu}/{topic}?acks=1&linger_ms=0&fetch_wait_max_ms=5"
+    # A 2 ms fetch wait, as test_kafka_fixed_rate's: with 5 ms the p50 was 4.0-4.5 ms, at tansu's floor.
+    url = f"{tansu}/{topic}?acks=1&linger_ms=0&fetch_wait_max_ms=2"
     test_id = run_fixed_rate(daemons, maestro, url, url)
-    check_results(daemons, maestro, test_id, idle_receivers=1)
+    check_results(daemons, maestro, test_id, idle_receivers=1, p50_bound_us=TANSU_P50_BOUND_US)
 
 
 @pytest.mark.mosquitto
