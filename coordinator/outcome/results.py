@@ -64,6 +64,12 @@ class TestResult:
     def __str__(self) -> str:
         s = self.summary
         text = f"test {self.test_id}: {self.outcome}" + (f" ({self.reason})" if self.reason else "")
+        # A sender that was its own limit is said beside the outcome, as the report and the history
+        # say it: within the shortfall bound (or with no target rate) the run is no failure, but
+        # its rates are the generator's, and a bare "success" read as the SUT's.
+        for why in (p.generator_bound for p in s.peers if p.generator_bound):
+            if why not in (self.reason or ""):
+                text += f"\n  generator-bound: {why}"
         rr = s.request_reply
         if rr:  # a closed system leads with its response time; its legs are in it, not a "latency"
             response, law = rr.response_time_us, rr.littles_law

@@ -35,6 +35,23 @@ def test_without_a_size_the_rates_are_msg_per_s_only() -> None:
     assert lines[2] == "  send rate 10,000.0 msg/s  receive rate 9,500.0 msg/s"
 
 
+def test_a_generator_bound_success_says_so_under_its_outcome() -> None:
+    busy = "sender s1 used 97 % of a core on average (...): these figures show the generator's limit, not the SUT's"
+    peers = [
+        {"name": "s1", "role": "sender", "generator_bound": busy},
+        {"name": "s2", "role": "sender"},
+        {"name": "r1", "role": "receiver"},
+    ]
+    lines = str(TestResult("t-3", "success", None, _summary(peers=peers), {}, "")).splitlines()
+    assert lines[:2] == ["test t-3: success", f"  generator-bound: {busy}"]
+    assert sum("generator-bound" in line for line in lines) == 1  # s2 was not
+    # Where the verdict already names it (invalid for its shortfall), it is not said twice.
+    why = f"the load generator was the limit: ...: {busy}"
+    invalid = TestResult("t-4", "invalid", why, _summary(peers=peers), {}, "")
+    assert not [line for line in str(invalid).splitlines()[1:] if "generator-bound" in line]
+    assert "generator-bound" not in str(TestResult("t-5", "success", None, _summary(), {}, ""))
+
+
 def test_a_closed_system_leads_with_its_response_time_and_has_no_latency_line() -> None:
     rr = {
         "requests": 1_000,
