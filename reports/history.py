@@ -58,8 +58,15 @@ class Figure:
 
 
 def _latency(key: str) -> Callable[[TestFigures], float | None]:
-    # A latency that is no figure (`latency_untrusted`) is not one in a history either.
-    return lambda figures: None if figures.latency_untrusted else _number(getattr(figures.latency_us, key))
+    def read(figures: TestFigures) -> float | None:
+        # A closed system's latency is its response time, timed on the requester's one clock: its
+        # `latency_us` is the request leg alone, which a history of it once gated on.
+        if figures.request_reply is not None:
+            return _number(getattr(figures.request_reply.response_time_us, key))
+        # A latency that is no figure (`latency_untrusted`) is not one in a history either.
+        return None if figures.latency_untrusted else _number(getattr(figures.latency_us, key))
+
+    return read
 
 
 def _per_sent(key: str) -> Callable[[TestFigures], float | None]:

@@ -89,7 +89,7 @@ def _ms(step: dict[str, Any], key: str) -> float | None:
 def _statistics(statistics: dict[str, Any]) -> str:
     rows = []
     for name, s in statistics.items():
-        scale, unit = (1000, "ms") if name.endswith("_us") else (1, "msg/s")
+        scale, unit = (1000, "ms") if name.endswith("_us") else (1, "requests/s" if name == "throughput" else "msg/s")
         label = name.removesuffix("_us").replace("_", " ")
         low, high = (v / scale for v in s["ci95"])
         rows.append(

@@ -99,12 +99,23 @@ class TestResult:
                 f" (received {best['receive_rate'] or 0:,.1f} msg/s; {best['test_id']})"
             )
         for name, e in self.record.get("statistics", {}).items():
-            text += f"\n  {name}: mean {e['mean']:,.1f}, 95% CI [{e['ci95'][0]:,.1f}, {e['ci95'][1]:,.1f}] (n={e['n']})"
+            text += f"\n  {_estimate_line(name, e)}"
         for row in self.record.get("comparison", []):
             point = ", ".join(f"{k}={v}" for k, v in row["point"].items())
             p99 = (row["latency_us"] or {}).get("p99", 0) / 1000
             text += f"\n  {point}: {row['outcome']}, {row['receive_rate'] or 0:,.1f} msg/s, p99 {p99:.3f} ms"
         return text
+
+
+def _estimate_line(name: str, e: dict[str, Any]) -> str:
+    """A repeated test's figure as its mean and 95 % interval: times in ms, rates per second."""
+    (low, high), label = e["ci95"], name.removesuffix("_us").replace("_", " ")
+    if name.endswith("_us"):
+        return (
+            f"{label}: mean {e['mean'] / 1000:,.3f} ms, 95% CI [{low / 1000:,.3f}, {high / 1000:,.3f}] ms (n={e['n']})"
+        )
+    unit = "requests/s" if name == "throughput" else "msg/s"
+    return f"{label}: mean {e['mean']:,.1f} {unit}, 95% CI [{low:,.1f}, {high:,.1f}] {unit} (n={e['n']})"
 
 
 def _rate(per_s: float, size: object) -> str:

@@ -116,21 +116,32 @@ def _repeated(runner: _Runner, test: RepeatedTest) -> tuple[TestResult | None, d
         if runner.cast_lost:
             break
     passed = [r for r in runner.phases if r.passed]
-    metrics: dict[str, Callable[[TestResult], float]] = {
-        "receive_rate": lambda r: r.summary.receive_rate.mean,
-        "send_rate": lambda r: r.summary.send_rate.mean,
-        "latency_p50_us": lambda r: r.summary.latency_us.p50,
-        "latency_p99_us": lambda r: r.summary.latency_us.p99,
-        "latency_max_us": lambda r: r.summary.latency_us.max,
-    }
     if not passed:
         return None, {"statistics": {}}
+    metrics = _CLOSED_METRICS if all(r.summary.request_reply for r in passed) else _OPEN_METRICS
     estimates = {name: estimate([get(r) for r in passed]) for name, get in metrics.items()}
     statistics = {name: e.as_dict() for name, e in estimates.items()}
-    mean_rate = estimates["receive_rate"].mean
-    # The repetition nearest the mean receive rate stands for the set in a one-line summary.
-    middle = min(passed, key=lambda r: abs(r.summary.receive_rate.mean - mean_rate))
+    # The repetition nearest the mean rate (the first metric) stands for the set in a one-line summary.
+    rate, get_rate = next(iter(metrics.items()))
+    middle = min(passed, key=lambda r: abs(get_rate(r) - estimates[rate].mean))
     return (middle if len(passed) == test.times else None), {"statistics": statistics}
+
+
+_OPEN_METRICS: dict[str, Callable[[TestResult], float]] = {
+    "receive_rate": lambda r: r.summary.receive_rate.mean,
+    "send_rate": lambda r: r.summary.send_rate.mean,
+    "latency_p50_us": lambda r: r.summary.latency_us.p50,
+    "latency_p99_us": lambda r: r.summary.latency_us.p99,
+    "latency_max_us": lambda r: r.summary.latency_us.max,
+}
+# A closed system's figures are its throughput and response time: its `latency_us` is the
+# request leg alone, which a repeated request/reply test once gave its intervals for.
+_CLOSED_METRICS: dict[str, Callable[[TestResult], float]] = {
+    "throughput": lambda r: r.summary.request_reply.throughput_per_s if r.summary.request_reply else 0.0,
+    "response_time_p50_us": lambda r: r.summary.request_reply.response_time_us.p50 if r.summary.request_reply else 0.0,
+    "response_time_p99_us": lambda r: r.summary.request_reply.response_time_us.p99 if r.summary.request_reply else 0.0,
+    "response_time_max_us": lambda r: r.summary.request_reply.response_time_us.max if r.summary.request_reply else 0.0,
+}
 
 
 def _sweep(runner: _Runner, test: SweepTest) -> tuple[TestResult | None, dict[str, Any]]:

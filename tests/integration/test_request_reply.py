@@ -5,6 +5,7 @@ correction here (the skewed-clock test covers that for one-way figures)."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -21,7 +22,7 @@ from support.processes import Daemons
 from support.runs import run_with
 
 from coordinator import Maestro, RequestReplyTest
-from coordinator.definitions import DefinitionError, SweepTest
+from coordinator.definitions import DefinitionError, RepeatedTest, SweepTest
 from coordinator.running.local import LocalCluster
 
 pytestmark = [pytest.mark.mosquitto, pytest.mark.rabbitmq, pytest.mark.usefixtures("rabbitmq")]
@@ -252,6 +253,34 @@ def test_a_reply_url_on_another_broker_is_refused() -> None:
         RequestReplyTest(request_url=requests_url(), reply_url="amqp://elsewhere:5672/replies")
     with pytest.raises(DefinitionError, match="not a time"):
         RequestReplyTest(request_url=requests_url(), think_time="soon")
+
+
+@pytest.mark.timeout(240)
+def test_repetitions_of_a_closed_system_estimate_its_throughput_and_response_time(
+    daemons: Daemons, data_server: tuple[str, Path]
+) -> None:
+    """A repeated request/reply test's intervals are of what a closed system measures, each
+    from its runs' own figures; its `latency_us` is the request leg alone, and gave them once."""
+    url, _ = data_server
+    start(daemons)
+    base = RequestReplyTest(request_url=requests_url() + "-{test_id}", clients=2, service_time="5ms", duration="3s")
+    result = run_with(daemons, url, RepeatedTest(base, times=3), peers=2)
+    assert result.passed, result.reason
+    statistics, steps = result.record["statistics"], result.record["steps"]
+    assert list(statistics) == ["throughput", "response_time_p50_us", "response_time_p99_us", "response_time_max_us"]
+    for name, figure in (
+        ("throughput", lambda s: s["throughput_per_s"]),
+        ("response_time_p50_us", lambda s: s["response_time_us"]["p50"]),
+    ):
+        values = [figure(step) for step in steps]
+        mean = sum(values) / 3
+        half = 4.303 * math.sqrt(sum((x - mean) ** 2 for x in values) / 2) / math.sqrt(3)  # t(0.975, 2)
+        assert statistics[name]["mean"] == pytest.approx(mean), (name, values)
+        assert statistics[name]["ci95"] == [pytest.approx(mean - half), pytest.approx(mean + half)], (name, values)
+    # Each response took the 5 ms service time and more, and is not the request leg's figure.
+    assert statistics["response_time_p50_us"]["mean"] >= 5000
+    assert statistics["response_time_p50_us"]["mean"] > max(step["latency_us"]["p50"] for step in steps) + 4000
+    assert "throughput: mean" in str(result) and " requests/s" in str(result)
 
 
 @pytest.mark.quiet

@@ -52,6 +52,20 @@ def test_a_generator_bound_success_says_so_under_its_outcome() -> None:
     assert "generator-bound" not in str(TestResult("t-5", "success", None, _summary(), {}, ""))
 
 
+def test_a_repeated_tests_estimates_read_in_ms_and_per_second() -> None:
+    statistics = {
+        "throughput": {"mean": 186.94, "ci95": [180.0, 193.88], "n": 3},
+        "response_time_p99_us": {"mean": 15_250.0, "ci95": [14_000.0, 16_500.0], "n": 3},
+        "receive_rate": {"mean": 50.0, "ci95": [50.0, 50.0], "n": 2},
+    }
+    lines = str(TestResult("t-6", "success", None, _summary(), {"statistics": statistics}, "")).splitlines()
+    assert lines[-3:] == [
+        "  throughput: mean 186.9 requests/s, 95% CI [180.0, 193.9] requests/s (n=3)",
+        "  response time p99: mean 15.250 ms, 95% CI [14.000, 16.500] ms (n=3)",
+        "  receive rate: mean 50.0 msg/s, 95% CI [50.0, 50.0] msg/s (n=2)",
+    ]
+
+
 def test_a_closed_system_leads_with_its_response_time_and_has_no_latency_line() -> None:
     rr = {
         "requests": 1_000,

@@ -168,3 +168,20 @@ def test_a_damaged_record_is_left_out_saying_so_and_a_missing_latency_is_no_zero
     untrusted = base | {"latency_us": None, "latency_untrusted": "clamped"}  # summary.json's way: no figure
     run = run_of({"test_id": "t-ok", "name": NAME, "summary": untrusted})
     assert run is not None and run.figures["latency_p50_us"] is None and run.figures["receive_rate"] == 5.0
+
+
+def test_a_closed_systems_latency_in_the_history_is_its_response_time() -> None:
+    """Its latency_us is the request leg (2.4 ms here), and a gate on it missed a slower replier."""
+    closed = {
+        "sent": 10,
+        "received": 10,
+        "lost": 0,
+        "receive_rate": {"mean": 5.0},
+        "latency_samples": 10,
+        "latency_us": {"p50": 2_400.0, "p99": 3_000.0, "p999": 3_100.0},
+        "latency_untrusted": "the request leg crossed hosts",  # the response time is on one clock
+        "request_reply": {"response_time_us": {"p50": 10_700.0, "p99": 15_000.0, "p999": 16_000.0}},
+    }
+    run = run_of({"test_id": "t-rr", "name": NAME, "summary": closed})
+    assert run is not None
+    assert [run.figures[k] for k in ("latency_p50_us", "latency_p99_us", "latency_p999_us")] == [10_700, 15_000, 16_000]
