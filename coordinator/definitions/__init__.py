@@ -62,8 +62,29 @@ def workload(test: TestDefinition) -> str:
     else:
         load = f"{base.rate:g} msg/s per client, {base.target_rate():g} in all" if base.rate else "as fast as it goes"
         clients = f"{base.parallel} client(s) in each of {base.senders} sender(s) and {base.receivers} receiver(s)"
+    load, clients = _series_load(test, load, clients)
     length = f"{base.count:,} messages per sender" if base.count is not None else span_text(base.duration)
     urls = base.send_url if isinstance(base.send_url, str) else ", ".join(base.send_url)
     size = str(base.size).strip()
     size = f"{size} B" if size.lstrip("~").replace("-", "").isdigit() else size  # "1MiB" says its unit
     return redact_text(f"{kind}: {load}; {clients}; {size}; {length}, warm-up {span_text(base.warm_up)}; {urls}")
+
+
+def _series_load(test: TestDefinition, load: str, clients: str) -> tuple[str, str]:
+    """A series' load and clients as its steps run them, not as its base test states them (an
+    incremental test from 10 msg/s per client once read "100 msg/s per client", its base's)."""
+    if isinstance(test, IncrementalTest):
+        load = f"{test.initial_rate:g} to {test.ceiling_rate:g} msg/s per client in steps of {test.rate_step:g}"
+        if test.ceiling_parallel > test.initial_parallel:
+            load += f", at {test.initial_parallel} to {test.ceiling_parallel} clients in steps of {test.parallel_step}"
+            clients = clients.replace(f"{test.base.parallel} client(s)", "the step's client(s)", 1)
+        else:
+            clients = clients.replace(f"{test.base.parallel} client(s)", f"{test.initial_parallel} client(s)", 1)
+    elif isinstance(test, SearchTest):
+        load = f"searched between {test.low_rate:g} and {test.high_rate:g} msg/s per client to {test.resolution:.0%}"
+    elif isinstance(test, RepeatedTest):
+        load += f", {test.times} times"
+    elif isinstance(test, SweepTest):
+        grid = " x ".join(f"{key} {', '.join(str(v) for v in values)}" for key, values in test.grid.items())
+        load += f", each point of {grid}"
+    return load, clients

@@ -9,7 +9,7 @@ import pytest
 from coordinator import Fail, FixedRateTest, Flow, IncrementalTest, RequestReplyTest, UnboundedTest
 from coordinator.cli.commands import test_from_args as definition_from_args
 from coordinator.cli.main import build_parser
-from coordinator.definitions import DefinitionError, RepeatedTest, SweepTest, workload
+from coordinator.definitions import DefinitionError, RepeatedTest, SearchTest, SweepTest, workload
 from coordinator.definitions.declared import load_test_file
 from coordinator.outcome.junit import junit_xml
 from coordinator.outcome.results import TestResult, Verdict, judge, loss_verdict
@@ -288,7 +288,21 @@ def test_the_test_as_it_will_run_is_said_in_one_line() -> None:
         "fixed-rate: 50 msg/s per client, 200 in all; 2 client(s) in each of 2 sender(s) and 1 receiver(s); "
         "256 B; 30s, warm-up 5s; amqp://u:***@h/q"
     )
-    assert workload(RepeatedTest(base=test, times=3)).startswith("repeated: 50 msg/s per client")
+    assert workload(RepeatedTest(base=test, times=3)).startswith("repeated: 50 msg/s per client, 200 in all, 3 times;")
+    # A series states its steps' load, not its base test's rate.
+    assert workload(IncrementalTest(base=test, initial_rate=10, ceiling_rate=40, rate_step=10)).startswith(
+        "incremental: 10 to 40 msg/s per client in steps of 10; 1 client(s) in each of 2 sender(s)"
+    )
+    widening = IncrementalTest(base=test, initial_rate=10, ceiling_rate=20, rate_step=10, ceiling_parallel=4)
+    assert workload(widening).startswith(
+        "incremental: 10 to 20 msg/s per client in steps of 10, at 1 to 4 clients in steps of 1; the step's client(s)"
+    )
+    assert workload(SearchTest(base=test, low_rate=5, high_rate=80)).startswith(
+        "search: searched between 5 and 80 msg/s per client to 5%;"
+    )
+    assert workload(SweepTest(base=test, grid={"rate": [10, 40], "option.confirm_window": [1, 8]})).startswith(
+        "sweep: 50 msg/s per client, 200 in all, each point of rate 10, 40 x option.confirm_window 1, 8;"
+    )
     # As test.json names the kind; a size keeps its own unit; seconds given as a number say so.
     odd = FixedRateTest(send_url="amqp://h/q", rate=0, size="~1kb", duration=30, warm_up=0.0)
     assert workload(odd) == (
