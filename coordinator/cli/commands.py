@@ -50,8 +50,9 @@ def _add_test(commands: Any) -> None:
         "test",
         help="run a common test without a script",
         description="Run a fixed-rate, unbounded, request-reply or incremental test (or a search, repeated or "
-        "sweep series). With --file, the test is read from a TOML file (see docs/scripts.md); flags then "
-        "override nothing.",
+        "sweep series). With --file, the test is read from a TOML file (see docs/scripts.md), and each flag "
+        "given overrides the file's value (options, labels and fail conditions key by key); the first line "
+        "printed is the test as it will run.",
     )
     p.add_argument("kind", nargs="?", choices=KINDS, help="the test kind (default: fixed-rate, or the file's)")
     p.add_argument("--file", type=Path, help="a test declared in TOML")
