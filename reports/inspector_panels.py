@@ -92,7 +92,8 @@ def inspector_figures(
     for name, rows in tables.items():
         if not rows:
             continue
-        numeric = [c for c in rows[0] if c != "timestamp" and _is_number(rows[0][c])]
+        # By a column's first value written: an inspector leaves a figure it does not know empty.
+        numeric = [c for c in rows[0] if c != "timestamp" and _is_number(next((r[c] for r in rows if r[c]), ""))]
         keys = [c for c in rows[0] if c not in numeric and c != "timestamp"]
         groups: dict[str, list[dict[str, str]]] = {}
         for row in rows:

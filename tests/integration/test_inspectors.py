@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import dataclasses
 import json
+import threading
 import time
 import uuid
 from pathlib import Path
 
+import aio_pika
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -112,6 +115,48 @@ def test_rabbitmq_source_reads_the_real_api() -> None:
     assert sample["nodes"][0]["fd_total"] > 0
     with pytest.raises(SourceError, match="HTTP 401"):
         RabbitMqSource("http://guest:wrong@127.0.0.1:15672").sample()
+
+
+def test_a_new_queues_rate_at_a_1_s_interval_is_never_0_while_messages_go_through() -> None:
+    """RabbitMQ refreshes its statistics every 5 s and gives a new queue's first refresh a rate
+    of 0: sampled each second, a test's own queue read 0 msg/s for 5-10 s at 200 msg/s (#40)."""
+    queue = f"maestro-rate-{uuid.uuid4().hex[:8]}"
+    stop = threading.Event()
+
+    async def publish() -> None:
+        connection = await aio_pika.connect("amqp://guest:guest@127.0.0.1:5672/")
+        async with connection:
+            channel = await connection.channel()
+            await channel.declare_queue(queue, auto_delete=False)
+            start = time.monotonic()
+            sent = 0
+            while not stop.is_set():  # 200 msg/s on a schedule
+                await channel.default_exchange.publish(aio_pika.Message(b"x" * 64), routing_key=queue)
+                sent += 1
+                await asyncio.sleep(max(0.0, start + sent / 200 - time.monotonic()))
+            await channel.queue_delete(queue)
+
+    publisher = threading.Thread(target=asyncio.run, args=(publish(),))
+    publisher.start()
+    source = RabbitMqSource(MANAGEMENT)
+    samples = []
+    try:
+        for _ in range(16):
+            rows = [q for q in source.sample()["queues"] if q["queue"] == queue]
+            samples += [(q["published"], q["publish_rate"]) for q in rows]
+            time.sleep(1.0)
+    finally:
+        stop.set()
+        publisher.join(10)
+    moving = [rate for published, rate in samples if published > 0]
+    assert len(moving) >= 8, samples  # the counter moved within the first refresh or two
+    assert 0.0 not in moving, samples
+    # Until a second refresh, no rate is known (the first rise may include messages from before
+    # the first sample): an empty cell, for one refresh at most.
+    unknown = moving.index(next(rate for rate in moving if rate is not None))
+    assert moving[unknown:].count(None) == 0 and unknown <= 6, samples
+    # Then RabbitMQ's own rate or a refresh's rise over its time: 200 msg/s, ± a sample's second in 5.
+    assert all(140 <= rate <= 260 for rate in moving[unknown:]), samples
 
 
 def test_host_values_move_when_the_machine_works(tmp_path: Path) -> None:

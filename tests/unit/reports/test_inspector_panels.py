@@ -109,3 +109,18 @@ def test_a_busy_broker_s_queues_past_the_cap_are_said_to_be_left_out() -> None:
     )
     # The byte axis reads in the unit of what is drawn at first, the test's queue (300,000 B here).
     assert by_title["bytes"][1] == "KiB"
+
+
+def test_a_rate_not_yet_known_is_a_gap_in_its_line_not_a_key_or_a_zero() -> None:
+    """The RabbitMQ inspector leaves a new queue's rate empty until two refreshes have counted
+    it (inspector.sources.RefreshedRates): the column is still a figure, drawn with a gap."""
+    rates = ["", "", "200.0", "200.2"]
+    rows = [
+        {"timestamp": f"2026-11-28T11:00:0{s}Z", "vhost": "/", "queue": "q", "publish_rate": rate}
+        for s, rate in enumerate(rates)
+    ]
+    ((title, axis, fig),) = inspector_figures({"i1/rabbitmq-queues": rows})
+    assert (title, axis) == ("Inspector i1/rabbitmq-queues (msg/s)", "messages per second")
+    (trace,) = fig.data
+    assert trace.name == "publish_rate" and list(trace.y) == [200.0, 200.2]
+    assert list(trace.x) == ["2026-11-28T11:00:02Z", "2026-11-28T11:00:03Z"]
