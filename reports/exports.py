@@ -85,7 +85,12 @@ def github_benchmark(history: History, bigger_is_better: bool) -> str:
     `customSmallerIsBetter` (latencies, loss, duplicates) JSON for the newest run."""
     run = _newest_measured(history)
     benches = [
-        {"name": f"{history.name}: {fig.title}", "unit": fig.unit, "value": value, "extra": f"test id {run.test_id}"}
+        {
+            "name": f"{history.name}: {fig.title}",
+            "unit": fig.unit,
+            "value": fig.shown(value),  # its chart is read by people: ms, as the history page's
+            "extra": f"test id {run.test_id}",
+        }
         for fig in FIGURES
         if fig.higher_is_better == bigger_is_better and (value := run.figures.get(fig.key)) is not None
     ]

@@ -52,9 +52,13 @@ __all__ = [
 class Figure:
     key: str
     title: str
-    unit: str
+    unit: str  # as people read it: the key keeps the unit it is stored in (`_us`)
     higher_is_better: bool
     read: Callable[[TestFigures], float | None]
+    per_unit: float = 1.0  # stored values per unit read: 1,000 µs a ms
+
+    def shown(self, value: float) -> float:
+        return value / self.per_unit
 
 
 def _latency(key: str) -> Callable[[TestFigures], float | None]:
@@ -79,9 +83,9 @@ def _per_sent(key: str) -> Callable[[TestFigures], float | None]:
 
 FIGURES = (
     Figure("receive_rate", "Receive rate", "msg/s", True, lambda figures: _number(figures.receive_rate.mean)),
-    Figure("latency_p50_us", "Latency p50", "µs", False, _latency("p50")),
-    Figure("latency_p99_us", "Latency p99", "µs", False, _latency("p99")),
-    Figure("latency_p999_us", "Latency p99.9", "µs", False, _latency("p999")),
+    Figure("latency_p50_us", "Latency p50", "ms", False, _latency("p50"), 1000.0),
+    Figure("latency_p99_us", "Latency p99", "ms", False, _latency("p99"), 1000.0),
+    Figure("latency_p999_us", "Latency p99.9", "ms", False, _latency("p999"), 1000.0),
     Figure("loss_ratio", "Loss (lost / sent)", "ratio", False, _per_sent("lost")),
     Figure("duplicate_ratio", "Duplicates (duplicates / sent)", "ratio", False, _per_sent("duplicates")),
 )
@@ -299,12 +303,19 @@ def gate(history: History, thresholds: Thresholds | dict[str, float]) -> list[st
 def _value(fig: Figure, value: float | None) -> str:
     if value is None:
         return "-"
-    return f"{value:.6f}" if fig.key in COUNTED else f"{value:,.1f}"
+    if fig.key in COUNTED:
+        return f"{value:.6f}"
+    return f"{fig.shown(value):,.3f}" if fig.unit == "ms" else f"{fig.shown(value):,.1f}"
+
+
+def _column(fig: Figure) -> str:
+    """A figure's key with the unit its column reads in: latency_p99_ms."""
+    return fig.key.removesuffix("_us") + "_ms" if fig.unit == "ms" else fig.key
 
 
 def history_table(history: History) -> str:
     """The runs as a text table, with each figure's change points after it."""
-    head = ["run", "test", "started", "outcome", *[f"{f.key}" for f in FIGURES], "marks"]
+    head = ["run", "test", "started", "outcome", *[_column(f) for f in FIGURES], "marks"]
     changes = {(key, s.run) for key, shifts in history.shifts.items() for s in shifts}
     rows = []
     for i, run in enumerate(history.runs, start=1):
@@ -404,7 +415,7 @@ def _chart(history: History, fig: Figure, results_url: str) -> str:
             chart.add_trace(
                 go.Scatter(
                     x=[i for i, _ in runs],
-                    y=[r.figures[fig.key] for _, r in runs],
+                    y=[fig.shown(r.figures[fig.key] or 0.0) for _, r in runs],
                     mode=mode,
                     name=name,
                     marker=marker,

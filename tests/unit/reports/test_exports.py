@@ -71,9 +71,9 @@ def test_github_action_benchmark_gets_each_figure_by_its_direction() -> None:
     ]
     smaller = json.loads(github_benchmark(history, bigger_is_better=False))
     assert [(b["name"].split(": ")[1], b["unit"], b["value"]) for b in smaller] == [
-        ("Latency p50", "µs", 250.0),
-        ("Latency p99", "µs", 1200.0),
-        ("Latency p99.9", "µs", 3000.5),
+        ("Latency p50", "ms", 0.25),
+        ("Latency p99", "ms", 1.2),
+        ("Latency p99.9", "ms", 3.0005),
         ("Loss (lost / sent)", "ratio", 0.0),
         ("Duplicates (duplicates / sent)", "ratio", 0.0),
     ]

@@ -9,7 +9,7 @@ from support.synthetic import history_run as _write_run
 
 from reports.baseline import Thresholds
 from reports.cli import main as reports_main
-from reports.history import FIGURES, analyse, gate, history_page, read_runs, run_of, runs_from_dicts
+from reports.history import FIGURES, analyse, gate, history_page, history_table, read_runs, run_of, runs_from_dicts
 
 NAME = "nightly rabbitmq"
 
@@ -185,3 +185,17 @@ def test_a_closed_systems_latency_in_the_history_is_its_response_time() -> None:
     run = run_of({"test_id": "t-rr", "name": NAME, "summary": closed})
     assert run is not None
     assert [run.figures[k] for k in ("latency_p50_us", "latency_p99_us", "latency_p999_us")] == [10_700, 15_000, 16_000]
+
+
+def test_people_read_latency_in_ms_in_the_table_and_the_page(tmp_path: Path) -> None:
+    """#40: the history read "2,150.0 µs"; its keys keep µs (`latency_p99_us` in JSON)."""
+    for night in range(3):
+        _write_run(tmp_path, NAME, night, 10_000.0, p99_us=2_150.0 + night)
+    history = analyse(NAME, read_runs(tmp_path, NAME))
+    stored = history.runs[0].figures["latency_p99_us"]
+    assert stored is not None and stored > 1000  # µs, as test.json has it
+    head, first = history_table(history).splitlines()[:2]
+    columns = dict(zip(head.split(), first.split(), strict=False))
+    assert columns["latency_p99_ms"] == f"{stored / 1000:,.3f}", (head, first)
+    page = history_page(history, "/assets/plotly.min.js")
+    assert '"title":{"text":"ms"}' in page.replace(" ", "") and "µs" not in page
