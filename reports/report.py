@@ -55,8 +55,13 @@ def _when(second: int) -> datetime:
 
 
 def _rate_chart(
-    rates: dict[tuple[str, str], dict[int, int]], events: list[dict[str, Any]], outages: list[dict[str, Any]]
+    rates: dict[tuple[str, str], dict[int, int]],
+    events: list[dict[str, Any]],
+    outages: list[dict[str, Any]],
+    closed: bool = False,
 ) -> str:
+    """Each sender's and receiver's messages per second and their totals; a closed system's
+    senders are its requesters and its receivers the repliers, and the lines say so."""
     fig = go.Figure()
     # The coordinator's control-broker outages: the load went on, the coordinator did not see it.
     for outage in outages:
@@ -72,20 +77,27 @@ def _rate_chart(
         fig.add_shape(type="line", x0=when, x1=when, yref="paper", y0=0, y1=1, line={"dash": "dot", "color": "#b00020"})
         label = f"{event['action']} {event.get('target', '')} {event['phase']}"
         fig.add_annotation(x=when, yref="paper", y=1.02, text=label, showarrow=False, font={"size": 10})
-    for role in ("sender", "receiver"):
+    names = (
+        {"sender": ("requester", "requests sent, total"), "receiver": ("replier", "requests served, total")}
+        if closed
+        else {"sender": ("sender", "sent, total"), "receiver": ("receiver", "received, total")}
+    )
+    for role, (label, total_name) in names.items():
         totals: dict[int, int] = {}
         for (r, peer), series in sorted(rates.items()):
             if r != role:
                 continue
             seconds = sorted(series)
-            fig.add_scatter(x=[_when(s) for s in seconds], y=[series[s] for s in seconds], name=f"{peer} ({role})")
+            fig.add_scatter(x=[_when(s) for s in seconds], y=[series[s] for s in seconds], name=f"{peer} ({label})")
             for second, count in series.items():
                 totals[second] = totals.get(second, 0) + count
         if totals:
             seconds = sorted(totals)
-            name = "sent, total" if role == "sender" else "received, total"
-            fig.add_scatter(x=[_when(s) for s in seconds], y=[totals[s] for s in seconds], name=name, line={"width": 3})
-    return figure(fig, "Throughput", "messages per second")
+            fig.add_scatter(
+                x=[_when(s) for s in seconds], y=[totals[s] for s in seconds], name=total_name, line={"width": 3}
+            )
+    unit = "requests per second" if closed else "messages per second"
+    return figure(fig, "Requests" if closed else "Throughput", unit)
 
 
 def _latency_chart(latency: dict[int, dict[str, float]], title: str, uncertainty_ms: float = 0.0) -> str:
@@ -154,6 +166,7 @@ def build_report(
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     outcome = record.get("outcome") or "unknown"
     untrusted = figures.latency_untrusted
+    leg = "request leg" if figures.request_reply is not None else "latency"  # a closed system's is one leg
     key_figures = [
         {"figure": "sent", "value": figures.sent},
         {"figure": "received", "value": figures.received},
@@ -163,9 +176,9 @@ def build_report(
         {"figure": "receive rate, mean msg/s", "value": figures.receive_rate.mean},
         *_megabytes(figures, (record.get("definition") or {}).get("size")),
         *(
-            [{"figure": "latency", "value": f"no figure: {untrusted}"}]
+            [{"figure": leg, "value": f"no figure: {untrusted}"}]
             if untrusted
-            else ({"figure": f"latency {k}, ms", "value": v / 1000} for k, v in figures.latency_us.to_json().items())
+            else ({"figure": f"{leg} {k}, ms", "value": v / 1000} for k, v in figures.latency_us.to_json().items())
         ),
         {"figure": "duration, s", "value": figures.duration_s},
         *price_performance(figures.receive_rate.mean, record.get("labels") or {}),
@@ -176,7 +189,8 @@ def build_report(
     faults = fault_effects(windows, spark_gather(spark, peers), peer_events(peers)) if windows else []
     if faults:
         (out / "faults.json").write_text(json.dumps(faults, indent=2))
-    charts = [_rate_chart(rates, record.get("events", []), record.get("control_outages", []))]
+    closed = figures.request_reply is not None
+    charts = [_rate_chart(rates, record.get("events", []), record.get("control_outages", []), closed)]
     corrected = [p for p in figures.peers if p.latency_correction_us is not None]
     uncertainty_ms = max((p.latency_uncertainty_us or 0.0 for p in corrected), default=0.0) / 1000
     charts += _latency_charts(latency, figures, untrusted, uncertainty_ms)

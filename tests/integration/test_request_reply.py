@@ -114,6 +114,11 @@ def test_a_named_reply_queue_per_client_and_its_report(daemons: Daemons, data_se
     page = (root / result.test_id / "report" / "index.html").read_text()
     assert "Load model: closed (request/reply" in page and "<h2>Request/reply</h2>" in page
     assert "Little&#x27;s law" in page or "Little's law" in page
+    # Its throughput chart's lines are requests, sent and served; its summary's latency rows are
+    # named for the one leg they measure.
+    assert '"name":"requests sent, total"' in page and '"name":"requests served, total"' in page
+    assert "(replier)" in page and "sent, total&quot;" not in page and '"name":"received, total"' not in page
+    assert "<td>request leg p50, ms</td>" in page and "<td>latency p50, ms</td>" not in page
 
 
 @pytest.mark.kafka
