@@ -33,6 +33,12 @@ def sut_of(peer: PeerRecord, client: int) -> str | None:
     return str(urls[client % len(urls)]) if urls else None
 
 
+def client_of(sender: str) -> int:
+    """The client number in a loss-table row's sender, `peer/client` (reports.summary)."""
+    number = sender.rpartition("/")[2]
+    return int(number) if number.isdigit() else 0
+
+
 def accounting(per_sender: Iterable[SenderFigures], sut: list[dict[str, Any]]) -> Accounting:
     """The three counts per sender (the loss table's rows: `expected` is what it sent) and in
     total. A total is null where one sender's count is: a sum of some is no figure."""
@@ -40,8 +46,8 @@ def accounting(per_sender: Iterable[SenderFigures], sut: list[dict[str, Any]]) -
         AccountingRow(
             sender=row.sender,
             sut=row.sut,
-            queue=None if (queue := _queue_of(row.sut)) is None else queue[1],
-            topic=_topic_of(row.sut),
+            queue=None if (queue := _queue_of(row.sut, client_of(row.sender))) is None else queue[1],
+            topic=_topic_of(row.sut, client_of(row.sender)),
             # At most once: nothing acknowledged, so nothing promised; the SUT may drop.
             guarantee="at-most-once" if row.accepted is None else "at-least-once",
             intended=row.intended,
@@ -72,7 +78,7 @@ def _caught_up(counters: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str
         # A router took at least what it acknowledged, and its consumer links carried at least
         # what our receivers got; a reading from before they had (its links vanish as they detach,
         # up to an interval after their last reading) is shown, never cited.
-        ours = [row for row in rows if _address_of(row["sut"]) == counters["address"]]
+        ours = [row for row in rows if _address_of(row["sut"], client_of(row["sender"])) == counters["address"]]
         took = sum(row["sent"] if row["accepted"] is None else row["accepted"] for row in ours)
         received = sum(row["received"] for row in ours)
         return counters | {"caught_up": counters["took"] >= took and counters["delivered"] >= received}
@@ -112,41 +118,48 @@ def destination_of(url: str | None) -> str | None:
     return endpoint.destination if endpoint is not None and endpoint.destination else None
 
 
-def _queue_of(url: str | None) -> tuple[str, str] | None:
+# Where a sender's client sent: its SUT URL and its client number, which picks the destination
+# where the URL numbers them (`orders-%d` with `destinations=1-8`: client 2 sent to orders-3).
+Client = tuple[str | None, int]
+
+
+def _queue_of(url: str | None, client: int = 0) -> tuple[str, str] | None:
     """(vhost, queue) of an AMQP 0-9-1 SUT that a sender publishes to the queue of (no
     exchange of its own): the queue whose counters are the SUT's for that sender."""
     endpoint = _endpoint(url)
     if endpoint is None or endpoint.scheme not in ("amqp", "amqps") or endpoint.options.get("exchange"):
         return None
-    return str(endpoint.options.get("vhost", "/")), endpoint.destination
+    return str(endpoint.options.get("vhost", "/")), endpoint.destination_for(client)
 
 
-def _topic_of(url: str | None) -> str | None:
+def _topic_of(url: str | None, client: int = 0) -> str | None:
     """The Kafka topic a sender produces to: the topic whose offsets are the SUT's count for it."""
     endpoint = _endpoint(url)
-    return endpoint.destination if endpoint is not None and endpoint.scheme in ("kafka", "kafkas") else None
+    return endpoint.destination_for(client) if endpoint is not None and endpoint.scheme in ("kafka", "kafkas") else None
 
 
-def _address_of(url: str | None) -> str | None:
+def _address_of(url: str | None, client: int = 0) -> str | None:
     """The address an AMQP 1.0 sender sends to: the address whose counters a router keeps for it."""
     endpoint = _endpoint(url)
-    return endpoint.destination if endpoint is not None and endpoint.scheme in ("amqp10", "amqp10s") else None
+    if endpoint is None or endpoint.scheme not in ("amqp10", "amqp10s"):
+        return None
+    return endpoint.destination_for(client)
 
 
-def sut_counters(test_dir: Path, suts: Iterable[str | None]) -> list[dict[str, Any]]:
-    """The SUT's own counts of where the senders sent: RabbitMQ's queues, then Kafka's topics,
-    then a router's addresses."""
-    urls = list(suts)
-    return _rabbitmq_counters(test_dir, urls) + _kafka_counters(test_dir, urls) + _router_counters(test_dir, urls)
+def sut_counters(test_dir: Path, clients: Iterable[Client]) -> list[dict[str, Any]]:
+    """The SUT's own counts of where the senders' clients sent: RabbitMQ's queues, then Kafka's
+    topics, then a router's addresses."""
+    sent = list(clients)
+    return _rabbitmq_counters(test_dir, sent) + _kafka_counters(test_dir, sent) + _router_counters(test_dir, sent)
 
 
-def _rabbitmq_counters(test_dir: Path, suts: Iterable[str | None]) -> list[dict[str, Any]]:
+def _rabbitmq_counters(test_dir: Path, suts: Iterable[Client]) -> list[dict[str, Any]]:
     """The last figures a RabbitMQ inspector read of each queue the senders sent to: what the
     queue took (`published`), handed out for the first time (`delivered`) and still held
     (`left`), and what it therefore dropped without delivering (`dropped`: a full queue's
     drop-head, an expired message). RabbitMQ refreshes these every 5 s by default, so they are
     as of `at`, not of the test's end."""
-    wanted = {where for url in suts if (where := _queue_of(url)) is not None}
+    wanted = {where for url, client in suts if (where := _queue_of(url, client)) is not None}
     last: dict[tuple[str, str], dict[str, str]] = {}
     for path in sorted(test_dir.glob("inspector/*/rabbitmq-queues.csv")):
         with path.open(newline="") as f:
@@ -173,14 +186,14 @@ def _rabbitmq_counters(test_dir: Path, suts: Iterable[str | None]) -> list[dict[
     return found
 
 
-def _kafka_counters(test_dir: Path, suts: Iterable[str | None]) -> list[dict[str, Any]]:
+def _kafka_counters(test_dir: Path, suts: Iterable[Client]) -> list[dict[str, Any]]:
     """Each topic the senders sent to as a Kafka inspector read its watermarks (its
     `kafka-partitions.csv`), from its first reading (before the senders start) to its last:
     what the topic took meanwhile (`took`: the high watermark's advance), of that what it still
     holds (`kept`) and what it deleted (`deleted`: its low watermark moved past them, by
     retention or a DeleteRecords), in total and per partition. The broker does not know what
     was read, so `deleted` counts read and unread alike."""
-    wanted = {topic for url in suts if (topic := _topic_of(url)) is not None}
+    wanted = {topic for url, client in suts if (topic := _topic_of(url, client)) is not None}
     found: dict[str, dict[str, Any]] = {}
     for path in sorted(test_dir.glob("inspector/*/kafka-partitions.csv")):
         with path.open(newline="") as f:
@@ -244,7 +257,7 @@ def _partition_counts(partition: int, high_before: int, row: dict[str, str]) -> 
 _MOBILE = "M0"
 
 
-def _router_counters(test_dir: Path, suts: Iterable[str | None]) -> list[dict[str, Any]]:
+def _router_counters(test_dir: Path, suts: Iterable[Client]) -> list[dict[str, Any]]:
     """Each address the AMQP 1.0 senders sent to, as amqp-management inspectors read a Qpid
     Dispatch Router's endpoint links (`amqp-management-links.csv`) and addresses: what the router
     took on its in-links (`took`), and what it answered the senders (`accepted`, `released`,
@@ -259,7 +272,7 @@ def _router_counters(test_dir: Path, suts: Iterable[str | None]) -> list[dict[st
     the receivers keep, had counted all 1,000: `took` is the larger of the two counts, the later
     reading. A delivery the router settled itself for a consumer that asked for them presettled
     counts as that consumer's acceptance (so its source reads: router_node.c, 1.19.0)."""
-    wanted = {address for url in suts if (address := _address_of(url)) is not None}
+    wanted = {address for url, client in suts if (address := _address_of(url, client)) is not None}
     if not wanted:
         return []
     found: dict[str, dict[str, Any]] = {}

@@ -123,12 +123,14 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any]
     peer_of_key: dict[str, str] = {}
     streams: dict[str, ClientSent] = {}
     sut_of_key: dict[str, str | None] = {}
+    clients: list[tuple[str | None, int]] = []  # each sending client's SUT URL and number
     sends = RateSeconds()
     for directory, peer, account in senders:
         sent_by_key |= {key: client.sent for key, client in account.senders.items()}
         peer_of_key |= {key: f"{peer.name}/{client.client}" for key, client in account.senders.items()}
         streams |= account.senders
         sut_of_key |= {key: sut_of(peer, client.client) for key, client in account.senders.items()}
+        clients += [(sut_of(peer, client.client), client.client) for client in account.senders.values()]
         _add(sends, directory, peer.files, whole_second_at_or_after(warm_up_end_us))
 
     bitsets: dict[str, list[bytes]] = {}
@@ -191,7 +193,7 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any]
         latency_samples=latency.get_total_count(),
         latency_distribution_us=tuple((p, float(latency.get_value_at_percentile(p))) for p in DISTRIBUTION),
         per_sender=tuple(per_sender),
-        accounting=accounting(per_sender, sut_counters(test_dir, sut_of_key.values())),
+        accounting=accounting(per_sender, sut_counters(test_dir, clients)),
         peers=tuple(_peer_rows(peers, corrections)),
         latency_clamped_by_correction=clamped,
         hints=tuple(_nagle_hints({"latency": latency})),

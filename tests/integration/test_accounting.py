@@ -49,8 +49,11 @@ def _queue_counters(queue: str) -> dict[str, Any]:
         before = now
 
 
-def _run(daemons: Daemons, server: str, queue: str, arguments: str) -> tuple[TestResult, dict[str, Any]]:
-    """The test's result, and RabbitMQ's own counters of its queue after it."""
+def _run(
+    daemons: Daemons, server: str, queue: str, arguments: str, sent_to: str | None = None
+) -> tuple[TestResult, dict[str, Any]]:
+    """The test's result, and RabbitMQ's own counters of its queue after it (`sent_to`, where the
+    URL's queue is numbered per client)."""
     daemons.start("maestro-worker", "r1", "--role", "receiver")
     daemons.start("maestro-worker", "s1", "--role", "sender")
     daemons.start("maestro-inspector", "i1")
@@ -64,9 +67,9 @@ def _run(daemons: Daemons, server: str, queue: str, arguments: str) -> tuple[Tes
     )
     try:
         result = run_with(daemons, server, test, peers=3)
-        return result, _queue_counters(queue)
+        return result, _queue_counters(sent_to or queue)
     finally:
-        delete_queue(queue)
+        delete_queue(sent_to or queue)
 
 
 def test_a_full_drop_head_queue_drops_what_it_confirmed_and_is_named(
@@ -101,6 +104,27 @@ def test_a_full_drop_head_queue_drops_what_it_confirmed_and_is_named(
     if sut["caught_up"]:
         assert sut["dropped"] == dropped and sut["delivered"] == received
     assert result.summary.lost == dropped
+
+
+def test_a_numbered_queue_that_drops_is_named_by_its_own_counters(
+    daemons: Daemons, data_server: tuple[str, Path]
+) -> None:
+    """`%d` with `destinations=5-6`: the one client sends to ...-5, and RabbitMQ's counters of
+    that queue are the SUT's witness (before, the pattern matched no queue: no witness at all)."""
+    server, _ = data_server
+    queue = f"maestro-drop-{uuid.uuid4().hex[:8]}"
+    result, rabbit = _run(
+        daemons, server, f"{queue}-%d", "&destinations=5-6&max_length=10&overflow=drop-head", sent_to=f"{queue}-5"
+    )
+    counts = result.summary.accounting.to_json()
+    [row] = counts["per_sender"]
+    assert row["queue"] == f"{queue}-5" and row["accepted"] == _COUNT
+    assert rabbit["message_stats"]["publish"] == _COUNT and row["received"] < _COUNT - 200
+    assert result.outcome == "failure" and "it dropped" in (result.reason or "")
+    [sut] = counts["sut_counters"]
+    assert sut["queue"] == f"{queue}-5" and sut["published"] <= _COUNT  # as far as RabbitMQ had refreshed
+    if sut["caught_up"]:
+        assert sut["dropped"] == _COUNT - row["received"]
 
 
 def test_the_same_run_without_the_bound_has_three_equal_counts(daemons: Daemons, data_server: tuple[str, Path]) -> None:

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from protocol.figures import Accounting, SenderFigures
-from reports.accounting import accounting, sut_counters
+from reports.accounting import accounting, client_of, sut_counters
 
 RUNS = Path(__file__).with_name("qdrouter_runs")
 FILES = ("amqp-management-links.csv", "amqp-management-addresses.csv")
@@ -37,7 +37,7 @@ def run_accounting(run: str, folder: Path | None = None) -> Accounting:
     """The run's three counts, with the router's counters read from `folder` (the run's own by
     default: a test may give a changed copy)."""
     figures = senders(run)
-    return accounting(figures, sut_counters(folder or RUNS / run, [s.sut for s in figures]))
+    return accounting(figures, sut_counters(folder or RUNS / run, [(s.sut, client_of(s.sender)) for s in figures]))
 
 
 def cut_before(run: str, moment: str, folder: Path) -> Path:

@@ -135,6 +135,24 @@ def test_the_rabbitmq_queues_last_counters_show_what_it_dropped(tmp_path: Path) 
     )
 
 
+def test_a_numbered_destination_is_each_clients_own_queue(tmp_path: Path) -> None:
+    """`orders-%d` with `destinations=3-8`: client 0 sent to orders-3, whose counters are the
+    SUT's for it; orders-4 was no client's here. Before, the pattern matched no queue at all."""
+    url = "amqp://guest:***@127.0.0.1:5672/orders-%d?destinations=3-8"
+    test = one_loss_one_duplicate(tmp_path)
+    edit_peer_json(test / "sender" / "s1" / "peer.json", _sent_to(url, 40, 40))
+    row = {"timestamp": "T2", "vhost": "/", "messages": 0, "delivered": 39, "redelivered": 0}
+    _queue_rows(
+        test / "inspector" / "i1" / "rabbitmq-queues.csv",
+        [row | {"queue": "orders-3", "published": 40}, row | {"queue": "orders-4", "published": 7}],
+    )
+    counts = summarize(test).accounting
+    assert [(r.sender, r.queue) for r in counts.per_sender] == [("s1/0", "orders-3")]
+    assert [(c["queue"], c["published"], c["dropped"], c["caught_up"]) for c in counts.sut_counters] == [
+        ("orders-3", 40, 1, True)
+    ]
+
+
 _KAFKA = "kafka://127.0.0.1:9092/t1?acks=all"
 # Readings a second apart, as the inspector stamps them.
 _T0, _T0_1MS, _T1, _T2 = (f"2027-01-15T08:00:0{s}Z" for s in ("0.000", "0.001", "1.000", "2.000"))
@@ -231,7 +249,7 @@ def _router(address: str, read: tuple[str, str], **counts: Any) -> dict[str, Any
 
 def test_a_routers_address_in_a_clean_run_took_and_delivered_every_message() -> None:
     [sender] = senders("clean")
-    assert sut_counters(RUNS / "clean", [sender.sut]) == [
+    assert sut_counters(RUNS / "clean", [(sender.sut, 0)]) == [
         _router(
             "maestro.clean1",
             ("2026-11-28T08:34:06.999Z", "2026-11-28T08:34:14.884Z"),
@@ -345,7 +363,7 @@ def test_a_router_counts_each_link_from_the_tests_first_reading_and_each_address
         # The address had 600 before the test, then was deleted and made anew: 10 + 12.
         [(_T0, 600), (_T1, 610), (_T2, 12)],
     )
-    [counters] = sut_counters(tmp_path, [url, "amqp://rabbit/q"])
+    [counters] = sut_counters(tmp_path, [(url, 0), ("amqp://rabbit/q", 0)])
     assert (counters["address"], counters["took"], counters["accepted"], counters["delivered"]) == ("a", 30, 29, 30)
     assert (counters["links_in"], counters["links_out"], counters["consumers_accepted"]) == (1, 1, 29)
     assert (counters["from"], counters["at"]) == (_T0, _T2)
@@ -355,9 +373,9 @@ def test_a_router_counts_each_link_from_the_tests_first_reading_and_each_address
         [(_T0, "9", "out", "endpoint", "M0a", 0, 0), (_T2, "9", "out", "endpoint", "M0a", 5, 5)],
         [],
     )
-    [both] = sut_counters(tmp_path, [url])
+    [both] = sut_counters(tmp_path, [(url, 0)])
     assert (both["took"], both["delivered"], both["links_out"], both["consumers_accepted"]) == (30, 35, 2, 34)
-    assert sut_counters(tmp_path, ["amqp10://router:5672/elsewhere"]) == []
+    assert sut_counters(tmp_path, [("amqp10://router:5672/elsewhere", 0)]) == []
 
 
 def test_a_folders_summary_carries_the_routers_counters(tmp_path: Path) -> None:
