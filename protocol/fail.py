@@ -15,6 +15,7 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
+from protocol.hdr import value_at_percentile
 from protocol.parsing import OptionError, choice, number, parse_seconds
 
 __all__ = ["DEFAULT_STALL_S", "FailConditions"]
@@ -90,7 +91,7 @@ class FailConditions:
         if self.latency_policy == "hard":
             value_us, label = interval.get_max_value(), "max"
         else:
-            value_us, label = interval.get_value_at_percentile(self.latency_percentile), f"p{self.latency_percentile:g}"
+            value_us, label = value_at_percentile(interval, self.latency_percentile), f"p{self.latency_percentile:g}"
         if value_us > self.latency_ms * 1000:
             return f"latency {label} {value_us / 1000:.3f} ms > bound {self.latency_ms:g} ms ({self.latency_policy})"
         return None

@@ -31,6 +31,7 @@ __all__ = [
     "record_samples",
     "record_values",
     "sum_of",
+    "value_at_percentile",
 ]
 
 LOWEST_US = 1
@@ -62,6 +63,20 @@ def sum_of(histogram: HdrHistogram) -> int:
     recorded = np.flatnonzero(counts)
     # Python ints: a long run's sum may pass what an int64 product holds.
     return sum(map(operator.mul, counts[recorded].tolist(), _MIDDLES[recorded].tolist()))
+
+
+def value_at_percentile(histogram: HdrHistogram, percentile: float) -> int:
+    """`histogram.get_value_at_percentile(percentile)`, with numpy: hdrh's walks the counts in
+    Python, 2.1 ms a call at a 2.5 s latency (0.4 ms at 1.5 ms), twice a second per receiver."""
+    target = max(int(min(percentile, 100.0) * histogram.total_count / 100 + 0.5), 1)
+    running = np.cumsum(np.ctypeslib.as_array(histogram.counts))
+    index = int(np.searchsorted(running, target, side="left"))
+    if index >= len(running):
+        return 0
+    value = histogram.get_value_from_index(index)
+    return int(
+        histogram.get_highest_equivalent_value(value) if percentile else histogram.get_lowest_equivalent_value(value)
+    )
 
 
 def clear(histogram: HdrHistogram) -> None:

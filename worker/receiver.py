@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from protocol.fail import FailConditions
-from protocol.hdr import counts_at_or_below, sum_of
+from protocol.hdr import counts_at_or_below, sum_of, value_at_percentile
 from protocol.live import LiveCounters
 from protocol.options import Delay
 from protocol.precise_timer import PreciseTimer
@@ -469,8 +469,8 @@ class ReceiverRun:
             # each sender. Exact when one receiver takes a sender's whole stream; the merged
             # count at the end is the test's figure.
             missing=sum(t.counts().missing() for t in self.trackers.values()),
-            latency_p50_us=corrected.get_value_at_percentile(50) if arrived else None,
-            latency_p99_us=corrected.get_value_at_percentile(99) if arrived else None,
+            latency_p50_us=value_at_percentile(corrected, 50) if arrived else None,
+            latency_p99_us=value_at_percentile(corrected, 99) if arrived else None,
             latency_max_us=corrected.get_max_value() if arrived else None,
             # Since the run began, for /metrics' histogram (reports/metrics.py): at or below each
             # of protocol.hdr.BUCKET_BOUNDS_US, how many, and their sum.

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from protocol.concurrency import wait_event
+from protocol.hdr import value_at_percentile
 from protocol.live import LiveCounters
 from protocol.options import Delay, Duration, MessageSize
 from protocol.precise_timer import PreciseTimer
@@ -293,8 +294,8 @@ class RequesterRun(SendingRun[RequesterPlan, RequesterStats]):
             errors=dict(s.errors),
             replies=s.replies,
             timed_out=s.timed_out,
-            response_p50_us=response.get_value_at_percentile(50) if answered else None,
-            response_p99_us=response.get_value_at_percentile(99) if answered else None,
+            response_p50_us=value_at_percentile(response, 50) if answered else None,
+            response_p99_us=value_at_percentile(response, 99) if answered else None,
         )
 
     def account(self) -> SenderAccount:

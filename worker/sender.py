@@ -29,7 +29,7 @@ from hdrh.histogram import HdrHistogram
 
 from protocol.concurrency import wait_event
 from protocol.fail import FailConditions
-from protocol.hdr import clear, new_histogram, record_samples
+from protocol.hdr import clear, new_histogram, record_samples, value_at_percentile
 from protocol.live import LiveCounters
 from protocol.options import Duration, MessageSize, ProfileStep
 from protocol.precise_timer import PreciseTimer
@@ -98,8 +98,8 @@ def interval_report(stats: SenderStats, lag: HdrHistogram) -> LiveCounters:
     return LiveCounters(
         sent=stats.sent,
         errors=dict(stats.errors),
-        lag_p50_us=lag.get_value_at_percentile(50),
-        lag_p99_us=lag.get_value_at_percentile(99),
+        lag_p50_us=value_at_percentile(lag, 50),
+        lag_p99_us=value_at_percentile(lag, 99),
         lag_max_us=lag.get_max_value(),
     )
 

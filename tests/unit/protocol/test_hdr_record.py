@@ -20,6 +20,7 @@ from protocol.hdr import (
     read_total,
     record_values,
     sum_of,
+    value_at_percentile,
 )
 
 
@@ -122,3 +123,13 @@ def test_a_logs_total_leaves_out_the_intervals_begun_before_the_warm_up_ended(tm
     assert read_total(path).get_total_count() == 7  # from 0: all of them
     assert read_total(path, 1000).get_total_count() == 6  # one starting at the cut is in
     assert read_total(path, 1001).get_min_value() == 40
+
+
+@pytest.mark.parametrize("n", [0, 1, 17, 5000])
+def test_value_at_percentile_is_hdrhs_to_the_microsecond(n: int) -> None:
+    rng = np.random.default_rng(n)
+    histogram = new_histogram()
+    values = np.clip((10 ** rng.uniform(0, 9.5, n)).astype(np.int64), LOWEST_US, HIGHEST_US)
+    record_values(histogram, values)
+    for percentile in (0, 0.1, 25, 50, 90, 99, 99.9, 99.99, 100, 120):
+        assert value_at_percentile(histogram, percentile) == histogram.get_value_at_percentile(percentile), percentile
