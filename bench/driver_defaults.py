@@ -16,6 +16,7 @@ Prints figures; asserts nothing (these machines are shared and noisy). Each pair
 `--rounds` times, alternating, so a noisy moment does not fall on one side only.
 
     python bench/driver_defaults.py [--rounds 3] [--messages 50000] [--seconds 3] [--only mqtt]
+    python bench/driver_defaults.py --smoke    # one short round: that it still runs
 """
 
 from __future__ import annotations
@@ -167,5 +168,8 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--latency-ms", type=float, default=5.0, help="the proxied MQTT case's delay each way")
     parser.add_argument("--only", default="", help="the cases whose name holds this")
+    parser.add_argument("--smoke", action="store_true", help="one short round: that it still runs")
     args = parser.parse_args()
+    if args.smoke:
+        args.rounds, args.messages, args.seconds = 1, 2000, 0.5
     asyncio.run(main(args.rounds, args.messages, args.seconds, args.latency_ms, args.only))
