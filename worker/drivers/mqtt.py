@@ -12,12 +12,13 @@ TLS) connect of `connect` and `reconnect`, run in a thread.
 QoS 1 and 2 messages are settled when the broker acknowledged them (PUBACK / PUBCOMP), the
 acknowledgements of one read at once; QoS 0 ones once paho has written them to the socket, read
 from their `MQTTMessageInfo`s after each write (paho's `on_publish` would build a `ReasonCode` and
-a `Properties` for each QoS 0 write: 9.5 µs). `max_inflight` (paho's own bound for QoS 1/2,
-default 1000) is also the worker's window, for QoS 0 too: a QoS 0 message handed to paho waits in
-its memory until written, and an unbounded sender handed them over faster than they were written
-(335,071 waiting and 768 MB of RSS after 8 s), its rate counting messages that had not left the
-process. A burst's QoS 0 packets go to a plain socket in one `send()` (`mqtt_joined_write`),
-where paho would make a system call of each.
+a `Properties` for each QoS 0 write: 9.5 µs). `max_inflight` (paho's own bound for QoS 1/2;
+1,000 unless the URL sets it, where paho keeps 20: measured in `_make_client`) is also the
+worker's window, for QoS 0 too: a QoS 0 message handed to paho waits in its memory until written,
+and an unbounded sender handed them over faster than they were written (335,071 waiting and 768 MB
+of RSS after 8 s), its rate counting messages that had not left the process. A burst's QoS 0
+packets go to a plain socket in one `send()` (`mqtt_joined_write`), where paho would make a system
+call of each.
 
 `?version=5` speaks MQTT 5, which request/reply needs: a request carries a response topic and
 correlation data, and the replier publishes its answer to that topic with the same data. Each
