@@ -52,12 +52,16 @@ from worker.drivers.base import (
     OnRequests,
     SendError,
     connect_cause,
+    library_defaults,
 )
 
 __all__ = ["DIRECT_REPLY_TO", "AmqpDriver"]
 
 DIRECT_REPLY_TO = "amq.rabbitmq.reply-to"
 
+# aio-pika waits for a connection without end by default: a broker that takes the TCP connection
+# and never answers (a fault proxy's paused upstream) would hang the connect, not fail it.
+_CONNECT_TIMEOUT_S = 15
 _SWEEP_S = 0.25  # how often overdue confirms are looked for: a timeout fires this late at most
 
 _DISCONNECTS = (
@@ -67,6 +71,16 @@ _DISCONNECTS = (
     aiormq.exceptions.ConnectionClosed,
     ConnectionError,
 )
+
+
+def _aiormq_heartbeat_s() -> int:
+    """aiormq's heartbeat, asked in connection.tune-ok, for a URL that sets none (as ours): read
+    from an aiormq connection made and never opened, on a loop of its own (it takes one)."""
+    loop = asyncio.new_event_loop()
+    try:
+        return int(aiormq.Connection("amqp://localhost/", loop=loop).heartbeat_timeout)
+    finally:
+        loop.close()
 
 
 class AmqpDriver(Driver):
@@ -120,6 +134,41 @@ class AmqpDriver(Driver):
             arguments["x-queue-mode"] = "lazy"
         return arguments
 
+    def _prefetch(self) -> int:
+        """basic.qos's prefetch_count. Without one (aio-pika sets none: RabbitMQ's default is no
+        bound) a consumer with manual acks holds every message the queue has, so a slow one
+        (processing_delay_s) or a paused one takes the backlog out of the broker; 100 keeps it
+        there. It costs no rate: one consumer drained 40,000 messages at 4,261-6,816 msg/s
+        without a bound and 3,950-7,899 with 100 (bench/driver_defaults.py, 3 rounds, 2026-11-28)."""
+        return int(self.endpoint.options.get("prefetch", 100))
+
+    def _durable(self) -> bool:
+        o = self.endpoint.options
+        return bool(o.get("durable", False) or o.get("queue_type") in ("quorum", "stream"))
+
+    def library_settings(self, sending: bool) -> dict[str, Any]:
+        """What connect() hands aio-pika, and the defaults it leaves to aio-pika and aiormq,
+        read from them: the robust connection's parameters, and aiormq's own for the URL."""
+        robust = {p.name: p.parse(p.default) for p in aio_pika.RobustConnection.PARAMETERS if p.default is not None}
+        heartbeat = _aiormq_heartbeat_s()
+        mandatory = library_defaults(aio_pika.Exchange.publish, "mandatory")["mandatory"] if self.confirms else False
+        o = self.endpoint.options
+        return {
+            "aio-pika connection_class": "RobustConnection",
+            "aio-pika timeout (connect, s)": _CONNECT_TIMEOUT_S,
+            "aio-pika reconnect_interval": robust["reconnect_interval"],
+            "aio-pika fail_fast": robust["fail_fast"],
+            "aiormq heartbeat": heartbeat,
+            "aio-pika publisher_confirms": self.confirms,
+            "aio-pika mandatory": mandatory,
+            "aio-pika delivery_mode": self.delivery_mode.name,
+            "aio-pika prefetch_count": self._prefetch(),
+            "aio-pika no_ack": not self.manual_ack,
+            "aio-pika queue durable": self._durable(),
+            "aio-pika queue arguments": self._queue_arguments() or "none",
+            "aio-pika exchange": o.get("exchange", "") or "(the default exchange)",
+        }
+
     async def connect(self) -> None:
         e = self.endpoint
         try:
@@ -131,16 +180,14 @@ class AmqpDriver(Driver):
                 virtualhost=e.options.get("vhost", "/"),
                 ssl=e.tls,
                 ssl_context=e.ssl_context(),
-                timeout=15,
+                timeout=_CONNECT_TIMEOUT_S,
                 client_properties={"connection_name": f"maestro-{self.destination}-{self.client}"},
             )
             self._connection.reconnect_callbacks.add(self._reconnected)
             self._channel = await self._connection.channel(publisher_confirms=self.confirms)
-            await self._channel.set_qos(prefetch_count=e.options.get("prefetch", 100))
+            await self._channel.set_qos(prefetch_count=self._prefetch())
             self._queue = await self._channel.declare_queue(
-                self.destination,
-                durable=e.options.get("durable", False) or e.options.get("queue_type") in ("quorum", "stream"),
-                arguments=self._queue_arguments(),
+                self.destination, durable=self._durable(), arguments=self._queue_arguments()
             )
             exchange_name = e.options.get("exchange", "")
             if exchange_name.startswith("amq."):
@@ -214,6 +261,8 @@ class AmqpDriver(Driver):
             while outbox:
                 exchange, message, routing_key = outbox[0]
                 try:  # a cancel (close) leaves this one in the outbox, settled there with the rest
+                    # Not mandatory, where aio-pika's default is: without confirms nothing waits
+                    # for a Basic.Return, and aio-pika would log each one returned.
                     await exchange.publish(message, routing_key=routing_key, mandatory=False)
                 except Exception as exc:
                     outbox.popleft()

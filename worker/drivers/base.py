@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import errno
 import importlib.metadata
+import inspect
 import socket
 import time
 from abc import ABC, abstractmethod
@@ -46,8 +47,11 @@ __all__ = [
     "backoff_s",
     "connect_cause",
     "connect_within",
+    "library_defaults",
+    "library_version",
     "probe",
     "retry_within",
+    "shown",
 ]
 
 # Called on the event loop with a burst of messages as the library handed them over: each body
@@ -131,6 +135,24 @@ class GroupShare:
         return self.partitions is not None and not self.rebalancing and self.owned == frozenset(range(self.partitions))
 
 
+def library_defaults(fn: Callable[..., Any], *names: str) -> dict[str, Any]:
+    """The defaults `fn` (a library's function or class) declares for the parameters `names`:
+    read from the library, so a new version's defaults show as they are."""
+    parameters = inspect.signature(fn).parameters
+    return {name: parameters[name].default for name in names}
+
+
+def shown(value: Any) -> str:
+    """A setting's value as the report shows it: true/false, none, a number or a name."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "none"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(getattr(value, "value", value))  # an enum's value
+
+
 def library_version(distribution: str) -> str:
     try:
         return f"{distribution} {importlib.metadata.version(distribution)}"
@@ -191,11 +213,18 @@ class Driver(ABC):
 
     def settings(self, sending: bool) -> dict[str, str]:
         """The client library and the settings this driver runs it with, for peer.json and the
-        report: the URL's options as given, and what is left to defaults said so. A driver that
-        hands the library settings of its own adds them (worker.drivers.kafka)."""
+        report: the URL's options as given, then the library's settings in effect as the library
+        names them, its defaults included (`library_settings`), and what is left unlisted said so."""
         out = {"library": library_version(self.LIBRARY)} if self.LIBRARY else {}
         out |= {f"url {key}": str(value) for key, value in sorted(self.endpoint.options.items())}
+        out |= {key: shown(value) for key, value in self.library_settings(sending).items()}
         return out | {"everything else": "this driver's defaults (docs/sut-urls.md), then the library's"}
+
+    def library_settings(self, sending: bool) -> dict[str, Any]:
+        """The settings a sender's (`sending`) or a receiver's client runs with, each named as
+        its library names it and prefixed with the library's name, read from what the driver
+        hands the library and from the library's own defaults, never copied; no secret."""
+        return {}
 
     def window(self) -> int:
         """The in-flight bound this driver's options give (the default unless an option sets it)."""

@@ -12,12 +12,13 @@ TLS) connect of `connect` and `reconnect`, run in a thread.
 QoS 1 and 2 messages are settled when the broker acknowledged them (PUBACK / PUBCOMP), the
 acknowledgements of one read at once; QoS 0 ones once paho has written them to the socket, read
 from their `MQTTMessageInfo`s after each write (paho's `on_publish` would build a `ReasonCode` and
-a `Properties` for each QoS 0 write: 9.5 µs). `max_inflight` (paho's own bound for QoS 1/2,
-default 1000) is also the worker's window, for QoS 0 too: a QoS 0 message handed to paho waits in
-its memory until written, and an unbounded sender handed them over faster than they were written
-(335,071 waiting and 768 MB of RSS after 8 s), its rate counting messages that had not left the
-process. A burst's QoS 0 packets go to a plain socket in one `send()` (`mqtt_joined_write`),
-where paho would make a system call of each.
+a `Properties` for each QoS 0 write: 9.5 µs). `max_inflight` (paho's own bound for QoS 1/2;
+1,000 unless the URL sets it, where paho keeps 20: measured in `_make_client`) is also the
+worker's window, for QoS 0 too: a QoS 0 message handed to paho waits in its memory until written,
+and an unbounded sender handed them over faster than they were written (335,071 waiting and 768 MB
+of RSS after 8 s), its rate counting messages that had not left the process. A burst's QoS 0
+packets go to a plain socket in one `send()` (`mqtt_joined_write`), where paho would make a system
+call of each.
 
 `?version=5` speaks MQTT 5, which request/reply needs: a request carries a response topic and
 correlation data, and the replier publishes its answer to that topic with the same data. Each
@@ -58,6 +59,7 @@ from worker.drivers.base import (
     OnRequests,
     SendError,
     connect_cause,
+    library_defaults,
     probe,
 )
 from worker.drivers.mqtt_joined_write import joins_writes, write_joined
@@ -72,6 +74,7 @@ _MISC_S = 1.0  # loop_misc: keepalive pings and their timeout, as paho's own thr
 # try failed the test as stalled (CI: nothing sent for 30 s after a 3 s broker stop).
 _RECONNECT_FIRST_S, _RECONNECT_MOST_S = 0.5, 2.0
 _CLOSE_S = 2.0  # how long close() lets the DISCONNECT go out before the socket is dropped
+_CLEAN_STARTS = {mqtt.MQTT_CLEAN_START_FIRST_ONLY: "first connect only", True: "true", False: "false"}
 
 
 class MqttDriver(Driver):
@@ -83,6 +86,8 @@ class MqttDriver(Driver):
     def __init__(self, endpoint: Endpoint, client: int = 0) -> None:
         super().__init__(endpoint, client)
         self._was_connected = False
+        # QoS 1 unless asked, where paho's publish defaults to 0: the broker then acknowledges
+        # each message, so a sender's accepted count is the broker's word (QoS 0 gives none).
         self.qos: int = endpoint.options.get("qos", 1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
@@ -130,8 +135,13 @@ class MqttDriver(Driver):
             clean_session=None if self.v5 else e.options.get("clean_session", True),
             protocol=mqtt.MQTTv5 if self.v5 else mqtt.MQTTv311,
         )
-        client.max_inflight_messages_set(self.window())
-        client.max_queued_messages_set(0)
+        # paho's own max_inflight_messages is 20; the driver's window (1,000) is its bound
+        # instead. One QoS 1 client through a proxy delaying 5 ms each way confirmed 743-1,031
+        # msg/s with 20 and 4,798-7,646 with 1,000; on loopback both were CPU-bound, 8,316-16,274
+        # (bench/driver_defaults.py, 3 rounds of 4 s, 2026-11-28).
+        client.max_inflight_messages = self.window()
+        if "keepalive_s" in e.options:  # else paho's own, 60 s
+            client.keepalive = e.options["keepalive_s"]
         if e.username:
             client.username_pw_set(e.username, e.password)
         if e.tls:
@@ -149,6 +159,29 @@ class MqttDriver(Driver):
 
     def window(self) -> int:
         return int(self.endpoint.options.get("max_inflight", self.DEFAULT_WINDOW))
+
+    def library_settings(self, sending: bool) -> dict[str, Any]:
+        """Read back from the paho client this driver made (its connect arguments are its
+        properties, or paho's defaults), and what the driver does in paho's stead."""
+        client = self._client
+        session = (
+            {"paho clean_start": _CLEAN_STARTS.get(self._clean_start(), self._clean_start())}
+            if self.v5
+            else {"paho clean_session": client._clean_session}
+        )
+        return {
+            "paho protocol": client.protocol.name,
+            "paho transport": client.transport,
+            **session,
+            "paho keepalive": client.keepalive,
+            "paho connect_timeout": client.connect_timeout,
+            "paho qos": self.qos,
+            "paho max_inflight_messages": client.max_inflight_messages,
+            "paho max_queued_messages": client.max_queued_messages,
+            # paho's reconnect_delay_set (1 s to 120 s) is not used: the driver reconnects.
+            "reconnect delay_s (the driver's)": f"{_RECONNECT_FIRST_S:g} doubling to {_RECONNECT_MOST_S:g}",
+            "socket TCP_NODELAY (the driver's)": True,
+        }
 
     def acknowledges(self) -> bool:
         return self.qos >= 1
@@ -176,13 +209,19 @@ class MqttDriver(Driver):
     def _open(self) -> None:
         """In a thread: the blocking TCP (and TLS) connect and the CONNECT packet; CONNACK is
         read on the loop."""
-        keepalive = self.endpoint.options.get("keepalive_s", 30)
+        keepalive = self._client.keepalive
         if self.v5:
-            clean = self.endpoint.options.get("clean_session", True)
-            start = mqtt.MQTT_CLEAN_START_FIRST_ONLY if clean else False
+            start = self._clean_start()
             self._client.connect(self.endpoint.host, self.endpoint.port, keepalive, clean_start=start)
         else:
             self._client.connect(self.endpoint.host, self.endpoint.port, keepalive)
+
+    def _clean_start(self) -> Any:
+        """MQTT 5's clean_start: paho's default (a clean start on the first connect only), or
+        never with clean_session=false."""
+        if not self.endpoint.options.get("clean_session", True):
+            return False
+        return library_defaults(mqtt.Client.connect, "clean_start")["clean_start"]
 
     def publish(self, body: bytes, token: int) -> None:
         self._publish(self.destination, body, token)

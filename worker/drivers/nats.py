@@ -35,8 +35,8 @@ own, or `<reply_to>.<random>`), and a replier publishes its answer there. NATS h
 correlation field; the request's number travels in its body, as the worker's header. Repliers
 share the requests as the queue group `maestro-repliers`, so each request is answered once.
 
-nats-py reconnects by itself (every 0.5 s here, its default 2 s); while it is away `publish`
-says so (DisconnectedError), and subscriptions come back with the connection.
+nats-py reconnects by itself (every 0.5 s here, its default 2 s: `_RECONNECT_WAIT_S` says why);
+while it is away `publish` says so (DisconnectedError), and subscriptions come back with the connection.
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ from worker.drivers.base import (
     OnRequests,
     SendError,
     connect_cause,
+    library_defaults,
     probe,
 )
 from worker.drivers.outbox import Outbox
@@ -82,7 +83,25 @@ __all__ = ["NatsDriver", "subject_matches"]
 
 log = logging.getLogger(__name__)
 
+# Between reconnect tries, where nats-py waits 2 s: the wait is part of what a fault test
+# measures (the time back to the old rate), and up to 2 s of it would be nats-py's, not the SUT's.
 _RECONNECT_WAIT_S = 0.5
+# From the first connect on nats-py reconnects by itself, for as long as it takes (nats-py's own:
+# 60 tries): the worker's reconnect budget bounds an outage.
+_AFTER_FIRST_CONNECT: dict[str, Any] = {"allow_reconnect": True, "max_reconnect_attempts": -1}
+# nats-py's defaults that matter to a test's load or its faults, listed in settings().
+_CONNECT_DEFAULTS_SHOWN = (
+    "ping_interval",
+    "max_outstanding_pings",
+    "pending_size",
+    "flusher_queue_size",
+    "flush_timeout",
+    "drain_timeout",
+    "no_echo",
+    "pedantic",
+    "verbose",
+    "dont_randomize",
+)
 _PULL_EXPIRES_S = 5.0  # a pull request that found nothing ends after this, and another is made
 _REPLIERS = "maestro-repliers"
 # What nats-py raises when the server is away or the request timed out.
@@ -151,16 +170,10 @@ class NatsDriver(Driver):
                 password=e.password,
                 tls=e.ssl_context(),
                 name=f"maestro-{self.destination}-{self.client}",
-                connect_timeout=int(FIRST_CONNECT_S),
-                # The first connect is tried once: a refusal is named now, not retried for ever.
-                allow_reconnect=False,
-                reconnect_time_wait=_RECONNECT_WAIT_S,  # type: ignore[arg-type]  # seconds: asyncio.sleep's
-                # The subjects are checked once, above: nats-py's check of each publish's took 0.45
-                # µs of its publish's 5.7 under cProfile (bench/HISTORY.md).
-                skip_subject_validation=True,
                 error_cb=self._error,
                 disconnected_cb=self._disconnected,
                 reconnected_cb=self._reconnected,
+                **self.connect_options(),
             )
         except _GONE as exc:
             # nats-py leaves the socket of a refused first connect open (a refused password).
@@ -170,13 +183,50 @@ class NatsDriver(Driver):
             raise ConnectError(
                 f"{e}: {why} ({type(exc).__name__}: {exc})", retry=why != "authentication failed"
             ) from exc
-        # From now on nats-py reconnects by itself, for as long as it takes: the worker's
-        # reconnect budget bounds an outage.
-        nc.options["allow_reconnect"] = True
-        nc.options["max_reconnect_attempts"] = -1
+        nc.options.update(_AFTER_FIRST_CONNECT)
         self._nc = nc
         if self.jetstream:
             await self._ensure_stream()
+
+    def connect_options(self) -> dict[str, Any]:
+        """What `connect` hands nats-py besides the server, the credentials, the name and the
+        callbacks: the first connect's (`_AFTER_FIRST_CONNECT` changes two after it)."""
+        return {
+            # Each client tries its first connection for FIRST_CONNECT_S (nats-py's own: 2 s).
+            "connect_timeout": int(FIRST_CONNECT_S),
+            # The first connect is tried once: a refusal is named now, not retried for ever.
+            "allow_reconnect": False,
+            "reconnect_time_wait": _RECONNECT_WAIT_S,
+            # The subjects are checked once, above: nats-py's check of each publish's took 0.45
+            # µs of its publish's 5.7 under cProfile (bench/HISTORY.md).
+            "skip_subject_validation": True,
+        }
+
+    def library_settings(self, sending: bool) -> dict[str, Any]:
+        """nats-py's connect arguments in effect after the first connect (the driver's, then
+        nats-py's defaults, read from its signature), a subscription's pending limits, and
+        JetStream's publish acknowledgement or pull consumer."""
+        given = self.connect_options() | _AFTER_FIRST_CONNECT
+        connect = library_defaults(NatsClient.connect, *_CONNECT_DEFAULTS_SHOWN) | given
+        out = {f"nats-py {name}": value for name, value in connect.items()}
+        out["nats-py allow_reconnect"] = "false for the first connect, true after it"
+        if not sending:
+            pending = library_defaults(NatsClient.subscribe, "pending_msgs_limit", "pending_bytes_limit")
+            out |= {f"nats-py subscribe {name}": value for name, value in pending.items()}
+        if not self.jetstream:
+            return out
+        if sending:
+            out["jetstream publish"] = "with a reply subject: the stream's acknowledgement of each message"
+        else:
+            out["jetstream pull batch"] = self._batch
+            out["jetstream pull expires (s)"] = _PULL_EXPIRES_S
+            out["jetstream pull again at"] = "half the batch come"
+            out["jetstream consumer made"] = (
+                f"durable, ack_policy {AckPolicy.EXPLICIT.value},"
+                f" deliver_policy {self.endpoint.options.get('deliver', 'new')},"
+                " ack_wait and max_ack_pending the server's"
+            )
+        return out
 
     @property
     def nc(self) -> NatsClient:

@@ -85,6 +85,7 @@ from worker.drivers.base import (
     SendError,
     backoff_s,
     connect_cause,
+    library_defaults,
     probe,
 )
 from worker.drivers.outbox import Outbox
@@ -96,8 +97,10 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 _Entity = TypeVar("_Entity", Producer, Consumer)
 
-# rstream's default and RabbitMQ's: a Publish frame carries at most this many bytes.
-_FRAME_MAX = 1024 * 1024
+# rstream's default (RabbitMQ's too): a Publish frame carries at most this many bytes.
+_FRAME_MAX: int = library_defaults(Producer, "frame_max")["frame_max"]
+# Chunks a consumer may be sent before it gives credit back: rstream's default unless `credit`.
+_CREDIT: int = library_defaults(Consumer.subscribe, "initial_credit")["initial_credit"]
 # A Publish frame's own bytes, and each message's (its publishing id and its length).
 _FRAME_OVERHEAD, _MESSAGE_OVERHEAD = 13, 12
 _OFFSET_TYPES = {
@@ -175,13 +178,40 @@ class RabbitStreamDriver(Driver):
             "password": e.password or "guest",
             "vhost": e.options.get("vhost", "/"),
             "ssl_context": e.ssl_context(),
-            "frame_max": _FRAME_MAX,
+            "frame_max": _FRAME_MAX,  # rstream's default, given: the frames are cut to it (_frames)
         }
 
     def _made(self, entity: _Entity) -> _Entity:
-        """A Producer or Consumer whose connections all close (`_Pool`)."""
-        entity._pool = _Pool(**self._connection(), heartbeat=60, load_balancer_mode=self._balanced, max_retries=20)
+        """A Producer or Consumer whose connections all close (`_Pool`), with the settings
+        rstream gave its own pool (its defaults: heartbeat, max_retries)."""
+        made = entity._pool
+        entity._pool = _Pool(
+            **self._connection(),
+            heartbeat=made._heartbeat,
+            load_balancer_mode=made.load_balancer_mode,
+            max_retries=made.max_retries,
+        )
         return entity
+
+    def library_settings(self, sending: bool) -> dict[str, Any]:
+        """Read back from the Producer (sending) or Consumer rstream makes with this driver's
+        options: its connections' pool, and what the driver does with it."""
+        options = self._options()
+        pool = self._made(Producer(**options))._pool if sending else self._made(Consumer(**options))._pool
+        out: dict[str, Any] = {
+            "rstream frame_max": pool._frame_max,
+            "rstream heartbeat": pool._heartbeat,
+            "rstream max_retries": pool.max_retries,
+            "rstream load_balancer_mode": pool.load_balancer_mode,
+            "rstream recovery_strategy": "off: the driver reconnects (0.05 s growing to 1 s)",
+        }
+        if sending:
+            out["rstream publish"] = "send_batch, a frame's worth at a time (no batching timer), each confirmed"
+        else:
+            kind, value = self.endpoint.options.get("offset", ("next", 0))
+            out["rstream offset_specification"] = f"{kind} {value}" if kind in ("offset", "timestamp") else kind
+            out["rstream initial_credit"] = self.endpoint.options.get("credit", _CREDIT)
+        return out
 
     def _options(self) -> dict[str, Any]:
         """A Producer's or Consumer's: its connections' and this driver's."""
@@ -363,7 +393,7 @@ class RabbitStreamDriver(Driver):
                 self.destination,
                 take,
                 offset_specification=self._offset(),
-                initial_credit=self.endpoint.options.get("credit", 10),
+                initial_credit=self.endpoint.options.get("credit", _CREDIT),
             )
         )
 
