@@ -156,9 +156,24 @@ async def main(rounds: int, messages: int, seconds: float, latency_ms: float, on
                 rate = await confirmed_rate(url, seconds)
             results.setdefault((name, setting), []).append(rate)
     proxy.close()
+    await _delete_queues(
+        rabbit,
+        [f"bench-{kind}-{n}" for kind, n in (("prefetch", 0), ("prefetch", 100), ("credit", 10), ("credit", 100))],
+    )
     for (name, setting), rates in results.items():
         figures = ", ".join(f"{rate:,.0f}" for rate in rates)
         print(f"{name:28} {setting:22} msg/s: {figures}")
+
+
+async def _delete_queues(rabbit: str, queues: list[str]) -> None:
+    """The drain cases' queues, gone again from the shared broker."""
+    import aio_pika  # noqa: PLC0415 - the bench's own clean-up, beside the drivers'
+
+    connection = await aio_pika.connect(f"amqp://{rabbit}/")
+    async with connection:
+        channel = await connection.channel()
+        for queue in queues:
+            await channel.queue_delete(queue)
 
 
 if __name__ == "__main__":
