@@ -110,7 +110,7 @@ class RefreshedRates:
     refresh_s: float = 5.5  # RabbitMQ's default interval, and a sample's lateness
     _seen: dict[tuple[str, ...], _Counted] = field(default_factory=dict)
 
-    def rate(self, key: tuple[str, ...], count: int, reported: float, now_s: float) -> float | None:
+    def rate(self, key: tuple[str, ...], count: int, reported: float | None, now_s: float) -> float | None:
         seen = self._seen.get(key)
         if seen is None or count < seen.count:  # first sight, or a queue of that name made again
             self._seen[key] = _Counted(now_s, count, first_sight=True)
@@ -118,9 +118,10 @@ class RefreshedRates:
         if count > seen.count:
             rise = None if seen.first_sight else (count - seen.count) / max(now_s - seen.at_s, 1e-3)
             self._seen[key] = seen = _Counted(now_s, count, rise)
-        if reported > 0 or seen.first_sight:
+        if (reported is not None and reported > 0) or seen.first_sight:
             return reported
-        return seen.rate if now_s - seen.at_s <= self.refresh_s else 0.0
+        # Once a refresh is overdue and the count stood still, RabbitMQ's own word: 0, or none.
+        return seen.rate if now_s - seen.at_s <= self.refresh_s else reported
 
 
 @dataclass
@@ -254,8 +255,11 @@ def _stream_of(entry: dict[str, Any]) -> dict[str, Any]:
     return {"vhost": queue.get("vhost", ""), "stream": queue.get("name", ""), "connection": connection.get("name", "")}
 
 
-def _rate(stats: dict[str, Any], name: str) -> float:
-    return float(stats.get(f"{name}_details", {}).get("rate", 0.0))
+def _rate(stats: dict[str, Any], name: str) -> float | None:
+    """RabbitMQ's rate of `name`; None where it has no details of it yet (a queue it has not
+    refreshed since it was made: it gives counts but no rate then), not 0."""
+    details = stats.get(f"{name}_details")
+    return float(details.get("rate", 0.0)) if isinstance(details, dict) else None
 
 
 @dataclass

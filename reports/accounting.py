@@ -154,36 +154,56 @@ def sut_counters(test_dir: Path, clients: Iterable[Client]) -> list[dict[str, An
 
 
 def _rabbitmq_counters(test_dir: Path, suts: Iterable[Client]) -> list[dict[str, Any]]:
-    """The last figures a RabbitMQ inspector read of each queue the senders sent to: what the
-    queue took (`published`), handed out for the first time (`delivered`) and still held
-    (`left`), and what it therefore dropped without delivering (`dropped`: a full queue's
-    drop-head, an expired message). RabbitMQ refreshes these every 5 s by default, so they are
-    as of `at`, not of the test's end."""
+    """Each queue the senders sent to as a RabbitMQ inspector read it, from its first reading
+    (before the senders start) to its last: what the queue took meanwhile (`published`), handed
+    out for the first time (`delivered`), held at the end (`left`, `left_before` at the start),
+    and what it therefore dropped without delivering (`dropped`: a full queue's drop-head, an
+    expired message). A queue's counters are its whole life's: a queue an earlier run used had
+    twice the test's counts cited as its drops (a hostile pass), so the first reading is taken
+    off, as a queue made during the test (or made again: its counts went down) counts from 0.
+    RabbitMQ refreshes these every 5 s by default, so they are as of `at`, not of the test's end."""
     wanted = {where for url, client in suts if (where := _queue_of(url, client)) is not None}
-    last: dict[tuple[str, str], dict[str, str]] = {}
+    spans: dict[tuple[str, str], tuple[dict[str, str] | None, dict[str, str]]] = {}
     for path in sorted(test_dir.glob("inspector/*/rabbitmq-queues.csv")):
         with path.open(newline="") as f:
-            for row in csv.DictReader(f):
-                where = (row.get("vhost", ""), row.get("queue", ""))
-                if where in wanted and row.get("published"):  # older files lack the totals
-                    last[where] = row
+            rows = [row for row in csv.DictReader(f) if row.get("published")]  # older files lack the totals
+        first = {
+            (row.get("vhost", ""), row.get("queue", "")): row for row in rows if _apart_s(rows[0], row) < _READING_S
+        }
+        for row in rows:
+            where = (row.get("vhost", ""), row.get("queue", ""))
+            if where in wanted:
+                spans[where] = (first.get(where), row)
     found = []
-    for (vhost, name), row in sorted(last.items()):
-        published, left = int(row["published"]), int(row["messages"])
-        delivered = int(row["delivered"]) - int(row["redelivered"])
+    for (vhost, name), (before, row) in sorted(spans.items()):
+        start = _queue_counts(before)
+        end = _queue_counts(row)
+        if end[0] < start[0]:  # made again during the test: its counts began anew
+            start = (0, 0, 0)
+        published, delivered = end[0] - start[0], end[1] - start[1]
+        left, left_before = end[2], start[2]
         found.append(
             {
                 "source": "rabbitmq",
                 "vhost": vhost,
                 "queue": name,
+                "from": before["timestamp"] if before else None,
                 "at": row["timestamp"],
                 "published": published,
                 "delivered": delivered,
+                "left_before": left_before,
                 "left": left,
-                "dropped": max(0, published - delivered - left),
+                "dropped": max(0, published - delivered - (left - left_before)),
             }
         )
     return found
+
+
+def _queue_counts(row: dict[str, str] | None) -> tuple[int, int, int]:
+    """(published, delivered for the first time, held) of a queue's reading; 0s for none."""
+    if row is None:
+        return 0, 0, 0
+    return int(row["published"]), int(row["delivered"]) - int(row["redelivered"]), int(row["messages"])
 
 
 def _kafka_counters(test_dir: Path, suts: Iterable[Client]) -> list[dict[str, Any]]:

@@ -118,10 +118,12 @@ def inspector_figures(
                 for column in columns:
                     if traces == _MAX_TRACES:
                         break
-                    points = [(e["timestamp"], float(e[column]) / scale) for e in shown if _is_number(e[column])]
+                    # An empty cell (a figure the inspector did not know) is a gap in the line, not
+                    # a straight ramp drawn across it.
+                    y = [float(e[column]) / scale if _is_number(e[column]) else None for e in shown]
                     fig.add_scatter(
-                        x=[t for t, _ in points],
-                        y=[v for _, v in points],
+                        x=[e["timestamp"] for e in shown],
+                        y=y,
                         name=f"{group} {column}" if len(groups) > 1 else column,
                         visible=True if not mine or group in mine else "legendonly",
                     )

@@ -300,9 +300,11 @@ def _sut_counters_section(counters: Sequence[Mapping[str, Any]]) -> str:
 
 _SUT_COUNTERS = {
     "rabbitmq": (
-        ["source", "queue", "at", "published", "delivered", "left", "dropped", "caught_up"],
-        "RabbitMQ's queue counters as the inspector last read them (RabbitMQ refreshes them every 5 s): published, "
-        "delivered for the first time, left in the queue, and dropped = published - delivered - left. Caught up: "
+        ["source", "queue", "from", "at", "published", "delivered", "left_before", "left", "dropped", "caught_up"],
+        "RabbitMQ's queue counters as the inspector read them before the senders started (from; none for a queue "
+        "the test made) and last (at; RabbitMQ refreshes them every 5 s), the first reading taken off: published, "
+        "delivered for the first time, left in the queue before and after, and dropped = published - delivered - "
+        "(left - left before). Caught up: "
         "the reading had counted every message our senders sent and our receivers got; one that had not is "
         "shown, never cited.",
     ),

@@ -372,7 +372,9 @@ def _sut_agrees(row: AccountingRow, rows: Sequence[AccountingRow], counters: Seq
     ]
     return "".join(
         f"; its own counters agree: queue {c['queue']} took {c['published']:,}, delivered {c['delivered']:,},"
-        f" held {c['left']:,} and dropped {c['dropped']:,}"
+        f" held {c['left']:,}"
+        + (f" ({c['left_before']:,} before the test)" if c.get("left_before") else "")
+        + f" and dropped {c['dropped']:,}"
         for c in seen[:1]
     )
 

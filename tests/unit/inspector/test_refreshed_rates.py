@@ -31,6 +31,17 @@ def test_a_stopped_queue_reads_0_once_a_refresh_is_overdue() -> None:
     assert rates.rate(("/", "r", "publish"), 50, 0.0, 6.6) == 0.0  # unknown, then overdue: stopped
 
 
+def test_a_rate_rabbitmq_has_no_details_of_yet_stays_unknown() -> None:
+    """A new queue whose publishes RabbitMQ has not refreshed yet: counts but no `*_details`
+    (the inspector's None), where its deliveries had already moved (a hostile pass: 0.0 for 4 s)."""
+    rates = RefreshedRates()
+    assert rates.rate(KEY, 0, None, 0.0) is None
+    assert rates.rate(KEY, 0, None, 1.0) is None
+    assert rates.rate(KEY, 478, None, 4.0) is None  # the first rise: its start unknown
+    assert rates.rate(KEY, 478, None, 10.0) is None  # overdue, and still no word from RabbitMQ
+    assert rates.rate(KEY, 478, 0.0, 11.0) == 0.0  # RabbitMQ's word: stopped
+
+
 def test_first_sight_and_a_queue_made_again_take_rabbitmqs_rate() -> None:
     rates = RefreshedRates()
     assert rates.rate(KEY, 5000, 42.0, 0.0) == 42.0  # a queue that was there before the test

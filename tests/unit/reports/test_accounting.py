@@ -86,38 +86,18 @@ def test_a_total_is_none_where_one_sender_has_none() -> None:
 def test_the_rabbitmq_queues_last_counters_show_what_it_dropped(tmp_path: Path) -> None:
     test = one_loss_one_duplicate(tmp_path)
     edit_peer_json(test / "sender" / "s1" / "peer.json", _sent_to(_URL, 40, 40))
+    row = {"vhost": "/", "redelivered": 0}
     _queue_rows(
         test / "inspector" / "i1" / "rabbitmq-queues.csv",
         [
-            {
-                "timestamp": "T1",
-                "vhost": "/",
-                "queue": "q1",
-                "messages": 5,
-                "published": 20,
-                "delivered": 2,
-                "redelivered": 0,
-            },
-            # The last sample counts: 40 in, 30 handed out of which 3 again, 1 left: 40 - 27 - 1 = 12 dropped.
-            {
-                "timestamp": "T2",
-                "vhost": "/",
-                "queue": "q1",
-                "messages": 1,
-                "published": 40,
-                "delivered": 30,
-                "redelivered": 3,
-            },
-            # Not a queue of this test's senders.
-            {
-                "timestamp": "T2",
-                "vhost": "/",
-                "queue": "q2",
-                "messages": 0,
-                "published": 9,
-                "delivered": 0,
-                "redelivered": 0,
-            },
+            # The first reading, before the senders: an earlier run left q1 with 20 published,
+            # 2 delivered and 5 held (and 13 dropped then, which are not this test's).
+            row | {"timestamp": _T0, "queue": "q1", "messages": 5, "published": 20, "delivered": 2},
+            row | {"timestamp": _T0_1MS, "queue": "q2", "messages": 0, "published": 3, "delivered": 3},
+            # The last: 40 more in, 30 more handed out of which 3 again (27 for the first time), 1
+            # held: 40 - 27 - (1 - 5) = 17 dropped in the test (the earlier run's 5 held among them).
+            row | {"timestamp": _T2, "queue": "q1", "messages": 1, "published": 60, "delivered": 32, "redelivered": 3},
+            row | {"timestamp": _T2, "queue": "q2", "messages": 0, "published": 9, "delivered": 0},  # not ours
         ],
     )
     assert summarize(test).accounting.sut_counters == (
@@ -125,14 +105,50 @@ def test_the_rabbitmq_queues_last_counters_show_what_it_dropped(tmp_path: Path) 
             "source": "rabbitmq",
             "vhost": "/",
             "queue": "q1",
-            "at": "T2",
+            "from": _T0,
+            "at": _T2,
             "published": 40,
             "delivered": 27,
+            "left_before": 5,
             "left": 1,
-            "dropped": 12,
+            "dropped": 17,
             "caught_up": False,  # 27 delivered, 39 received: read before RabbitMQ counted them all
         },
     )
+
+
+def test_a_queue_made_during_the_test_or_made_again_counts_from_0(tmp_path: Path) -> None:
+    test = one_loss_one_duplicate(tmp_path)
+    edit_peer_json(test / "sender" / "s1" / "peer.json", _sent_to(_URL, 40, 40))
+    row = {"vhost": "/", "queue": "q1", "redelivered": 0}
+    _queue_rows(
+        test / "inspector" / "i1" / "rabbitmq-queues.csv",
+        [
+            row | {"timestamp": _T0, "queue": "other", "messages": 0, "published": 1, "delivered": 1},
+            # q1 was there, long-lived, then deleted and made again: its counts went down.
+            row | {"timestamp": _T0_1MS, "messages": 0, "published": 5000, "delivered": 5000},
+            row | {"timestamp": _T2, "messages": 0, "published": 40, "delivered": 39},
+        ],
+    )
+    [counters] = summarize(test).accounting.sut_counters
+    assert (counters["published"], counters["delivered"], counters["dropped"], counters["caught_up"]) == (
+        40,
+        39,
+        1,
+        True,
+    )
+    # Not in the first reading at all: made by the test, from 0.
+    (test / "inspector" / "i1" / "rabbitmq-queues.csv").unlink()
+    (test / "inspector" / "i1").rmdir()
+    _queue_rows(
+        test / "inspector" / "i1" / "rabbitmq-queues.csv",
+        [
+            row | {"timestamp": _T0, "queue": "other", "messages": 0, "published": 1, "delivered": 1},
+            row | {"timestamp": _T2, "messages": 2, "published": 40, "delivered": 38},
+        ],
+    )
+    [counters] = summarize(test).accounting.sut_counters
+    assert (counters["from"], counters["published"], counters["left_before"], counters["dropped"]) == (None, 40, 0, 0)
 
 
 def test_a_numbered_destination_is_each_clients_own_queue(tmp_path: Path) -> None:
@@ -141,10 +157,14 @@ def test_a_numbered_destination_is_each_clients_own_queue(tmp_path: Path) -> Non
     url = "amqp://guest:***@127.0.0.1:5672/orders-%d?destinations=3-8"
     test = one_loss_one_duplicate(tmp_path)
     edit_peer_json(test / "sender" / "s1" / "peer.json", _sent_to(url, 40, 40))
-    row = {"timestamp": "T2", "vhost": "/", "messages": 0, "delivered": 39, "redelivered": 0}
+    row = {"timestamp": _T2, "vhost": "/", "messages": 0, "delivered": 39, "redelivered": 0}
     _queue_rows(
         test / "inspector" / "i1" / "rabbitmq-queues.csv",
-        [row | {"queue": "orders-3", "published": 40}, row | {"queue": "orders-4", "published": 7}],
+        [
+            row | {"timestamp": _T0, "queue": "other", "published": 0, "delivered": 0},  # the first reading
+            row | {"queue": "orders-3", "published": 40},
+            row | {"queue": "orders-4", "published": 7},
+        ],
     )
     counts = summarize(test).accounting
     assert [(r.sender, r.queue) for r in counts.per_sender] == [("s1/0", "orders-3")]
@@ -223,14 +243,15 @@ def test_a_topic_made_after_the_first_reading_counts_from_offset_0_though_it_com
 
 
 def test_the_loss_tables_sut_counters_show_each_kind_with_its_own_columns() -> None:
-    queue = {"source": "rabbitmq", "vhost": "/", "queue": "q1", "at": "T2", "published": 40, "delivered": 27}
-    queue |= {"left": 1, "dropped": 12, "caught_up": False}
+    queue = {"source": "rabbitmq", "vhost": "/", "queue": "q1", "from": "T0", "at": "T2", "published": 40}
+    queue |= {"delivered": 27, "left_before": 5, "left": 1, "dropped": 17, "caught_up": False}
     topic = {"source": "kafka", "topic": "t1", "from": "T0", "at": "T2", "partitions": 3, "took": 44, "kept": 33}
     topic |= {"deleted": 11, "per_partition": [], "caught_up": True}
     page = _sut_counters_section([queue, topic])
     assert page.startswith("<h3>The SUT's own counters</h3>")
     queue_row = (
-        "<tr><td>rabbitmq</td><td>q1</td><td>T2</td><td>40</td><td>27</td><td>1</td><td>12</td><td>False</td></tr>"
+        "<tr><td>rabbitmq</td><td>q1</td><td>T0</td><td>T2</td><td>40</td><td>27</td><td>5</td><td>1</td><td>17</td>"
+        "<td>False</td></tr>"
     )
     topic_row = "<tr><td>kafka</td><td>t1</td><td>3</td><td>T0</td><td>T2</td><td>44</td><td>33</td><td>11</td>"
     topic_row += "<td>True</td></tr>"
