@@ -188,10 +188,8 @@ class Phase:
         m = self.maestro
         # A receiver whose senders all run on other hosts judges its latency bound on latency
         # corrected by the clocks measured before the load, by the rule the reports apply after.
-        clocks = [
-            replace(self._record_of(p), name=p.peer_id).to_json() for p in (*self.cast.senders, *self.cast.receivers)
-        ]
-        shifts = {peer_id: round(c.shift_us) for peer_id, c in clock_corrections({"peers": clocks}).items()}
+        clocks = [replace(self._record_of(p), name=p.peer_id) for p in (*self.cast.senders, *self.cast.receivers)]
+        shifts = {peer_id: round(c.shift_us) for peer_id, c in clock_corrections(clocks).items()}
         m.request_all(StartWorker(latency_shift_us=shifts), self.cast.receivers, timeout_s=60)  # OK once consuming
         for peer, name, url in self.cast.inspectors:
             m.request(StartInspector(inspector=name, url=url), to=peer)
