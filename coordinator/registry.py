@@ -7,10 +7,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from protocol.clock_probe import Exchange
 from protocol.codes import Role
+from protocol.test_record import ClockEstimate, ClockSampleRow
 
 __all__ = ["ClockSample", "PeerInfo", "PeerRegistry", "PeerState", "estimate_clock"]
 
@@ -43,14 +43,13 @@ class ClockSample:
             path="udp",
         )
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> ClockEstimate:
         """As test.json keeps it."""
-        return {
-            "offset_us": round(self.offset_us, 1),
-            "uncertainty_us": round(self.uncertainty_us, 1),
-            "rtt_us": round(self.rtt_us, 1),
-            "path": self.path,
-        }
+        return ClockEstimate(round(self.offset_us, 1), round(self.uncertainty_us, 1), round(self.rtt_us, 1), self.path)
+
+    def sample_row(self) -> ClockSampleRow:
+        """As test.json keeps it among a peer's samples (protocol.clock_correction fits them)."""
+        return ClockSampleRow(round(self.at_us), round(self.offset_us, 1), round(self.uncertainty_us, 1), self.path)
 
 
 def estimate_clock(sent_wall_ns: int, rtt_ns: int, peer_wall_ns: int) -> ClockSample:
@@ -99,7 +98,7 @@ class PeerInfo:
             return 0
         return int(c.offset_us * 1000)
 
-    def clock_record(self) -> dict[str, Any] | None:
+    def clock_record(self) -> ClockEstimate | None:
         """The clock as test.json keeps it."""
         return None if self.clock is None else self.clock.record()
 

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from protocol.figures import TestFigures
+from protocol.test_record import PeerEntry
 
 __all__ = ["ClockFit", "ClockStep", "Correction", "clock_corrections", "fit_clock", "untrusted_latency"]
 
@@ -179,20 +180,20 @@ def _bound(d: np.ndarray, residual: np.ndarray, u: np.ndarray) -> float:
     return float(np.abs(a[feasible, None] + b[feasible, None] * ends[None, :]).max())
 
 
-def peer_fit(peer: dict[str, Any]) -> ClockFit | None:
+def peer_fit(peer: PeerEntry) -> ClockFit | None:
     """A peer's clock as test.json records it: its samples, or (a record from before samples
     were kept) the exchanges before and after the run, taken as one offset whose uncertainty
     covers how far it moved."""
-    clock = peer.get("clock") or {}
-    if clock.get("samples"):
-        return fit_clock(clock["samples"], clock.get("path", ""))
-    old = [clock[k] for k in ("before", "after") if clock.get(k)]
+    clock = peer.clock
+    if clock.samples:
+        return fit_clock([(s.at_us, s.offset_us, s.uncertainty_us) for s in clock.samples], clock.path or "")
+    old = [e for e in (clock.estimate("before"), clock.estimate("after")) if e is not None]
     if not old:
         return None
-    offsets = [s["offset_us"] for s in old]
+    offsets = [e.offset_us for e in old]
     drift = (max(offsets) - min(offsets)) / 2
     mean = sum(offsets) / len(offsets)
-    return ClockFit((0.0,), (mean,), max(s["uncertainty_us"] for s in old) + drift, (), "mqtt")
+    return ClockFit((0.0,), (mean,), max(e.uncertainty_us for e in old) + drift, (), "mqtt")
 
 
 @dataclass(frozen=True)
@@ -220,24 +221,23 @@ class Correction:
         return cls((0.0,), (float(shift_us),), uncertainty_us)
 
 
-def clock_corrections(record: dict[str, Any]) -> dict[str, Correction]:
+def clock_corrections(peers: Sequence[PeerEntry]) -> dict[str, Correction]:
     """Receiver name -> its correction, for receivers that do not share one clock with all
     their senders. A receiver whose senders run on clocks that disagree with each other (one
     beside it, one elsewhere) gets one correction for them all, their mean, and the spread is in
     its uncertainty and its problems: one shift per receiver cannot untangle them."""
-    peers = record.get("peers", [])
-    senders = [(p, peer_fit(p)) for p in peers if p.get("role") == "sender"]
+    senders = [(p, peer_fit(p)) for p in peers if p.role == "sender"]
     corrections = {}
-    for receiver in (p for p in peers if p.get("role") == "receiver"):
+    for receiver in (p for p in peers if p.role == "receiver"):
         mine = peer_fit(receiver)
         if not senders or all(_one_clock(receiver, mine, s, fit) for s, fit in senders):
             continue  # one clock: the latencies as measured
         known = [fit for _, fit in senders if fit is not None]
         if mine is None or len(known) < len(senders):
             unknown = [p for p, fit in ((receiver, mine), *senders) if fit is None]
-            names = ", ".join(f"{p.get('name')} on {p.get('host')}" for p in unknown)
+            names = ", ".join(f"{p.name} on {p.host}" for p in unknown)
             problem = f"the clock of {names} was never measured, and latency across hosts cannot be corrected"
-            corrections[str(receiver.get("name"))] = Correction((0.0,), (0.0,), 0.0, problems=(problem,))
+            corrections[receiver.name] = Correction((0.0,), (0.0,), 0.0, problems=(problem,))
             continue
         knots = np.array(sorted({*mine.knots_us, *(k for t in known for k in t.knots_us)}))
         sender_offsets = np.array([t.at(knots) for t in known])
@@ -245,33 +245,33 @@ def clock_corrections(record: dict[str, Any]) -> dict[str, Correction]:
         shifts = sender_offsets.mean(axis=0) - mine.at(knots)
         uncertainty = mine.uncertainty_us + max(t.uncertainty_us for t in known) + spread / 2
         problems = [
-            step.describe(f"{p.get('name')} on {p.get('host')}")
+            step.describe(f"{p.name} on {p.host}")
             for p, fit in ((receiver, mine), *senders)
             if fit is not None
             for step in fit.steps
         ]
         if spread > 2 * max(t.uncertainty_us for t in known):
-            clocks = ", ".join(f"{p.get('name')} on {p.get('host')}" for p, _ in senders)
+            clocks = ", ".join(f"{p.name} on {p.host}" for p, _ in senders)
             problems.append(
-                f"{receiver.get('name')} takes messages from senders whose clocks are {spread / 1000:.3f} ms apart "
+                f"{receiver.name} takes messages from senders whose clocks are {spread / 1000:.3f} ms apart "
                 f"({clocks}): one correction per receiver cannot untangle them"
             )
-        hosts = ", ".join(sorted({str(p.get("host")) for p, _ in senders}))
+        hosts = ", ".join(sorted({p.host for p, _ in senders}))
         paths = sorted({f.path for f in (mine, *known) if f.path})
-        corrections[str(receiver.get("name"))] = Correction(
+        corrections[receiver.name] = Correction(
             tuple(float(k) for k in knots),
             tuple(float(s) for s in shifts),
             uncertainty,
-            f"receiver on {receiver.get('host')}, senders on {hosts}",
+            f"receiver on {receiver.host}, senders on {hosts}",
             tuple(problems),
             "+".join(paths),
         )
     return corrections
 
 
-def _one_clock(a: dict[str, Any], a_fit: ClockFit | None, b: dict[str, Any], b_fit: ClockFit | None) -> bool:
+def _one_clock(a: PeerEntry, a_fit: ClockFit | None, b: PeerEntry, b_fit: ClockFit | None) -> bool:
     """One host, and (where both were measured) offsets that agree to within their ±."""
-    if a.get("host") != b.get("host"):
+    if a.host != b.host:
         return False
     return a_fit is None or b_fit is None or a_fit.agrees_with(b_fit)
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
+from protocol.test_record import TestRecord
 from reports.comparison import Change, ComparedRun, FigureRow, NoiseBand, delta_table
 from reports.history import COUNTED, Figure
 from reports.page import ERRORS_JS, STYLE, figure, percentile_chart, table
@@ -75,8 +76,8 @@ def _runs_table(runs: Sequence[ComparedRun], results_url: str) -> str:
             "run": f'<a href="{results_url}/{urllib.parse.quote(r.test_id, safe="")}">{html.escape(r.test_id)}</a>',
             "name": r.name,
             "started": r.started[:19],
-            "outcome": r.record.get("outcome"),
-            "reason": r.record.get("reason"),
+            "outcome": r.record.outcome,
+            "reason": r.record.reason,
             "against the first": like_first(r),
         }
         for r in runs
@@ -150,12 +151,12 @@ def _percentile_chart(runs: Sequence[ComparedRun]) -> str:
 _ON_SERVE = "opens where maestro serve serves these results, not from the files"
 
 
-def previous_link(test_id: str, record: Mapping[str, object]) -> str:
+def previous_link(test_id: str, record: TestRecord) -> str:
     """A report's link to its run side by side with the run of its name before it, which the
     data server looks up when the link is followed (/compare/previous: a report written now
     names no run that is not there yet). None for a run without a name, or a series' phase."""
-    name = record.get("name")
-    if not name or record.get("phase_of"):
+    name = record.name
+    if not name or record.phase_of:
         return ""
     href = f"../../../compare/previous/{urllib.parse.quote(test_id, safe='')}"  # from <root>/<test>/report/
     return (

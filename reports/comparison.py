@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol.figures import TestFigures
+from protocol.test_record import TestRecord
 from protocol.testbed import testbed_fingerprint
 from reports.history import COUNTED, FIGURES, Figure, Run, analyse, run_of, worse_by
 from reports.run_facts import workload_hash
@@ -50,24 +51,23 @@ class ComparedRun:
     test_id: str
     figures: TestFigures
     received_per_second: Mapping[int, int]
-    record: Mapping[str, Any]
+    record: TestRecord
 
     @property
     def name(self) -> str | None:
-        name = self.record.get("name")
-        return str(name) if name else None
+        return self.record.name or None
 
     @property
     def started(self) -> str:
-        return str(self.record.get("started") or "")
+        return self.record.started or ""
 
     @property
     def workload(self) -> str:
-        return workload_hash(self.record.get("definition"))
+        return workload_hash(self.record.definition)
 
     @property
     def testbed(self) -> str:
-        return testbed_fingerprint(self.record.get("testbed"))
+        return testbed_fingerprint(self.record.testbed)
 
     def throughput(self) -> tuple[list[int], list[int]]:
         """Seconds since the first arrival, and the messages received in each: runs of
@@ -156,13 +156,13 @@ def previous_in(runs: Iterable[Run], test_id: str, started: str) -> str | None:
     return max(earlier, key=lambda r: (r.started, r.test_id)).test_id if earlier else None
 
 
-def previous_runs(records: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+def previous_runs(records: Iterable[TestRecord]) -> dict[str, str]:
     """Each finished run's previous run of the same name, by test id, from their test.json
     records (a phase of a series is no run: reports.history.run_of)."""
     by_name: dict[str, list[Run]] = {}
     for record in records:
-        if record.get("name") and (run := run_of(dict(record))) is not None:
-            by_name.setdefault(str(record["name"]), []).append(run)
+        if record.name and (run := run_of(record)) is not None:
+            by_name.setdefault(record.name, []).append(run)
     return {
         after.test_id: before.test_id
         for runs in by_name.values()
@@ -178,7 +178,7 @@ def comparison_json(runs: Sequence[ComparedRun], rows: Sequence[FigureRow]) -> d
                 "test_id": r.test_id,
                 "name": r.name,
                 "started": r.started,
-                "outcome": r.record.get("outcome"),
+                "outcome": r.record.outcome,
                 "latency_untrusted": r.figures.latency_untrusted,
             }
             for r in runs

@@ -33,7 +33,7 @@ hand, for the known-answer tests.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -302,9 +302,9 @@ def peer_events(peers: Peers) -> PeerEvents:
     return PeerEvents(duplicates, np.sort(np.array(disconnects, np.int64)), np.sort(np.array(reconnects, np.int64)))
 
 
-def windows_from_events(events: Iterable[dict[str, Any]]) -> list[Window]:
+def windows_from_events(events: Iterable[Mapping[str, Any]]) -> list[Window]:
     """Pair each action's start with its end, from test.json's events (ISO times)."""
-    open_: dict[tuple[str, str, str], tuple[int, dict[str, Any]]] = {}
+    open_: dict[tuple[str, str, str], tuple[int, Mapping[str, Any]]] = {}
     windows = []
     for event in events:
         if "phase" not in event or "time" not in event:

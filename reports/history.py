@@ -22,13 +22,14 @@ from urllib.parse import quote
 import plotly.graph_objects as go
 
 from protocol.figures import TestFigures
+from protocol.test_record import TestRecord
 from protocol.testbed import testbed_fingerprint
 from reports.baseline import Thresholds
 from reports.change_points import DEFAULT_MAX_P, change_points
 from reports.page import ERRORS_JS, STYLE, figure, table
 from reports.paths import result_dirs
 from reports.run_facts import sut_of, workload_hash
-from reports.summary import read_test_json
+from reports.summary import read_test_record
 
 log = logging.getLogger(__name__)
 
@@ -121,33 +122,29 @@ class Run:
         return None
 
 
-def run_of(record: dict[str, Any]) -> Run | None:
-    """A run from its test.json; None while it has no figures (running, or never summarised),
-    and for a phase of a series: one step of a sweep or a search is not a night's run."""
-    summary = record.get("summary")
-    if not isinstance(summary, dict) or "sent" not in summary or record.get("phase_of"):
-        return None
-    try:
-        figures = TestFigures.from_json(summary)
-    except ValueError as exc:
-        log.warning("run %s left out of the history: its test.json %s", record.get("test_id"), exc)
+def run_of(record: TestRecord) -> Run | None:
+    """A run from its test.json; None while it has no figures (running, never summarised, or
+    the data server had none), and for a phase of a series: one step of a sweep or a search is
+    not a night's run."""
+    figures = record.summary
+    if figures is None or figures.error is not None or record.phase_of:
         return None
     return Run(
-        test_id=str(record.get("test_id")),
-        started=str(record.get("started") or ""),
-        outcome=str(record.get("outcome") or "unknown"),
+        test_id=record.test_id,
+        started=record.started or "",
+        outcome=record.outcome or "unknown",
         figures={f.key: f.read(figures) for f in FIGURES},
         generator_bound=any(p.generator_bound for p in figures.peers),
-        reason=record.get("reason"),
-        workload=workload_hash(record.get("definition")),
-        testbed=testbed_fingerprint(record.get("testbed")),
+        reason=record.reason,
+        workload=workload_hash(record.definition),
+        testbed=testbed_fingerprint(record.testbed),
     )
 
 
-def facts_of(record: dict[str, Any]) -> dict[str, Any]:
+def facts_of(record: TestRecord) -> dict[str, Any]:
     """What a run ran against and on, as the results index keeps it beside its figures."""
     sut_kind, sut_version = sut_of(record)
-    testbed = record.get("testbed") or {}
+    testbed = record.testbed or {}
     return {
         "sut_kind": sut_kind,
         "sut_version": sut_version,
@@ -161,8 +158,8 @@ def read_runs(root: Path, name: str) -> list[Run]:
     results index, reports.results_index, keeps the same runs in a database)."""
     runs = []
     for directory in result_dirs(root):
-        record = read_test_json(directory)
-        if record.get("name") == name and (run := run_of(record)) is not None:
+        record = read_test_record(directory)
+        if record is not None and record.name == name and (run := run_of(record)) is not None:
             runs.append(run)
     return sorted(runs, key=lambda r: (r.started, r.test_id))
 

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from protocol.clock_correction import untrusted_latency
 from protocol.fail import FailConditions
 from protocol.figures import SUMMARY_KEYS, TestFigures
+from protocol.test_record import TestRecord
 
 __all__ = [
     "ERRORS_JS",
@@ -30,18 +31,20 @@ __all__ = [
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 
 
-def judged(figures: TestFigures, record: dict[str, Any]) -> TestFigures:
+def judged(figures: TestFigures, record: TestRecord | None) -> TestFigures:
     """The figures with their latency judged by the test's own bound (test.json's definition)."""
-    bound = (record.get("definition") or {}).get("fail", {}).get("latency_uncertainty_ratio")
+    definition = record.definition if record is not None else {}
+    bound = (definition.get("fail") or {}).get("latency_uncertainty_ratio")
     return figures.judged(
         untrusted_latency(figures, FailConditions.latency_uncertainty_ratio if bound is None else bound)
     )
 
 
-def summary_json(figures: TestFigures, record: dict[str, Any]) -> dict[str, Any]:
+def summary_json(figures: TestFigures, record: TestRecord | None) -> dict[str, Any]:
     """The summary.json keys (DESIGN.md's, and the two on latency's trust), the outcome and
     reason as the coordinator judged them, and the latency judged by the test's own bound."""
-    return judged(figures, record).summary_json(record.get("outcome"), record.get("reason"))
+    outcome, reason = (record.outcome, record.reason) if record is not None else (None, None)
+    return judged(figures, record).summary_json(outcome, reason)
 
 
 def figure(fig: go.Figure, title: str, y: str) -> str:

@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 
 from protocol.figures import RequestReplyFigures, TestFigures
 from protocol.options import megabytes_per_s
+from protocol.test_record import Outage, PeerClock, TestRecord
 from reports.accounting import destination_of
 from reports.baseline import Thresholds, compare
 from reports.clocks import clock_corrections
@@ -41,7 +42,7 @@ from reports.page import (
 from reports.paths import result_dirs
 from reports.price import price_performance
 from reports.series_report import build_series_report
-from reports.summary import Peers, generator_bound, inspector_shortfalls, read_peers, read_test_json, summarize
+from reports.summary import Peers, generator_bound, inspector_shortfalls, read_peers, read_test_record, summarize
 from reports.time_series import inspector_tables, latency_series, report_series
 
 __all__ = ["SUMMARY_KEYS", "build_index", "build_report", "summary_json"]
@@ -56,8 +57,8 @@ def _when(second: int) -> datetime:
 
 def _rate_chart(
     rates: dict[tuple[str, str], dict[int, int]],
-    events: list[dict[str, Any]],
-    outages: list[dict[str, Any]],
+    events: Sequence[Mapping[str, Any]],
+    outages: Sequence[Outage],
     closed: bool = False,
 ) -> str:
     """Each sender's and receiver's messages per second and their totals; a closed system's
@@ -65,8 +66,8 @@ def _rate_chart(
     fig = go.Figure()
     # The coordinator's control-broker outages: the load went on, the coordinator did not see it.
     for outage in outages:
-        lost = datetime.fromisoformat(outage["lost"])
-        back = datetime.fromisoformat(outage["back"]) if outage.get("back") else lost
+        lost = datetime.fromisoformat(outage.lost)
+        back = datetime.fromisoformat(outage.back) if outage.back else lost
         fig.add_vrect(x0=lost, x1=back, fillcolor="#999999", opacity=0.25, line_width=0)
         fig.add_annotation(x=lost, yref="paper", y=1.06, text="control broker down", showarrow=False, font={"size": 10})
     # Agent actions on the time axis: a line at each start and end.
@@ -146,17 +147,17 @@ def build_report(
 ) -> tuple[Path, dict[str, Any]]:
     """Write `<test_dir>/report/`; the folder and the summary. With a baseline test folder, the
     summary carries a `baseline` comparison (the one key beyond DESIGN's list, only then)."""
-    record = read_test_json(test_dir)
-    if record.get("steps"):
+    record = read_test_record(test_dir) or TestRecord(test_dir.name)
+    if record.steps:
         return build_series_report(test_dir, record)  # its phases have reports of their own
     peers = read_peers(test_dir)
     figures = judged(summarize(test_dir, peers, record), record)
-    summary = figures.summary_json(record.get("outcome"), record.get("reason"))
+    summary = figures.summary_json(record.outcome, record.reason)
     if baseline is not None:
-        base_record = read_test_json(baseline)
+        base_record = read_test_record(baseline) or TestRecord(baseline.name)
         base = summary_json(summarize(baseline, record=base_record), base_record)
         summary["baseline"] = compare(summary, base, thresholds or Thresholds())
-    corrections = clock_corrections(record)
+    corrections = clock_corrections(record.peers or ())
     series = report_series(spark, peers, corrections)
     rates, rows = series.rates, series.rows
     latency = {"corrected": series.corrected, "service": latency_series(peers, corrections, "service")}
@@ -164,7 +165,7 @@ def build_report(
     out.mkdir(exist_ok=True)
     shutil.copyfile(PLOTLY_JS, out / "plotly.min.js")
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    outcome = record.get("outcome") or "unknown"
+    outcome = record.outcome or "unknown"
     untrusted = figures.latency_untrusted
     leg = "request leg" if figures.request_reply is not None else "latency"  # a closed system's is one leg
     key_figures = [
@@ -174,38 +175,40 @@ def build_report(
         {"figure": "duplicates", "value": figures.duplicates},
         {"figure": "send rate, mean msg/s", "value": figures.send_rate.mean},
         {"figure": "receive rate, mean msg/s", "value": figures.receive_rate.mean},
-        *_megabytes(figures, (record.get("definition") or {}).get("size")),
+        *_megabytes(figures, record.definition.get("size")),
         *(
             [{"figure": leg, "value": f"no figure: {untrusted}"}]
             if untrusted
             else ({"figure": f"{leg} {k}, ms", "value": v / 1000} for k, v in figures.latency_us.to_json().items())
         ),
         {"figure": "duration, s", "value": figures.duration_s},
-        *price_performance(figures.receive_rate.mean, record.get("labels") or {}),
+        *price_performance(figures.receive_rate.mean, record.labels),
     ]
     verdict = _baseline_section(summary.get("baseline"))
-    windows = windows_from_events(record.get("events", []))
+    events = record.events or ()
+    windows = windows_from_events(events)
     # Two more Spark passes over the rate files: only for a test that had faults to measure.
     faults = fault_effects(windows, spark_gather(spark, peers), peer_events(peers)) if windows else []
     if faults:
         (out / "faults.json").write_text(json.dumps(faults, indent=2))
     closed = figures.request_reply is not None
-    charts = [_rate_chart(rates, record.get("events", []), record.get("control_outages", []), closed)]
+    charts = [_rate_chart(rates, events, record.control_outages or (), closed)]
     corrected = [p for p in figures.peers if p.latency_correction_us is not None]
     uncertainty_ms = max((p.latency_uncertainty_us or 0.0 for p in corrected), default=0.0) / 1000
     charts += _latency_charts(latency, figures, untrusted, uncertainty_ms)
     # The test's own queues and topics first; the rest of the broker's behind the legend.
     destinations = {d for row in figures.per_sender if (d := destination_of(row.sut))}
     charts += inspector_panels(inspector_tables(test_dir), destinations)
-    peer_rows = [
-        {**p, "clock offset ms": _offset(p.get("clock", {}))}
-        for p in record.get("peers", [{"name": p.name, "role": p.role, "host": p.host} for p in figures.peers])
-    ]
-    reason = f"<p>Reason: {html.escape(str(record['reason']))}</p>" if record.get("reason") else ""
+    peer_rows = (
+        [{**p.to_json(), "clock offset ms": _offset(p.clock)} for p in record.peers]
+        if record.peers is not None
+        else [{"name": p.name, "role": p.role, "host": p.host, "clock offset ms": ""} for p in figures.peers]
+    )
+    reason = f"<p>Reason: {html.escape(record.reason)}</p>" if record.reason else ""
     # What was tested, stated before any figure (the coordinator's line: test.json `workload`).
-    if record.get("workload"):
-        reason += f'<p class="workload">Workload: {html.escape(str(record["workload"]))}</p>'
-    if untrusted and untrusted != record.get("reason"):
+    if record.workload:
+        reason += f'<p class="workload">Workload: {html.escape(record.workload)}</p>'
+    if untrusted and untrusted != record.reason:
         reason += f'<p class="failure">Latency: {html.escape(untrusted)}</p>'
     reason += "".join(f'<p class="failure">Generator-bound: {html.escape(why)}</p>' for why in generator_bound(peers))
     reason += "".join(f'<p class="failure">Inspector: {html.escape(why)}</p>' for why in inspector_shortfalls(peers))
@@ -218,8 +221,8 @@ def build_report(
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(test_dir.name)}</title>
 {ERRORS_JS}<script src="plotly.min.js"></script><style>{STYLE}</style></head><body>
 <h1>Test {html.escape(test_dir.name)}: <span class="{html.escape(outcome)}">{html.escape(outcome)}</span></h1>
-{reason}<p>{html.escape(str(record.get("name") or ""))} {html.escape(str(record.get("kind") or ""))}
-started {html.escape(str(record.get("started") or ""))}; {rows:,} rate records read.
+{reason}<p>{html.escape(record.name)} {html.escape(record.kind)}
+started {html.escape(record.started or "")}; {rows:,} rate records read.
 Rates and latency leave the warm-up out; counts cover the whole test.</p>
 {previous_link(test_dir.name, record)}
 <p class="load-model">Load model: {_LOAD_MODELS[figures.load_model]}</p>
@@ -441,14 +444,32 @@ def _baseline_section(comparison: dict[str, Any] | None) -> str:
     )
 
 
-def _offset(clock: dict[str, Any]) -> str:
+def _offset(clock: PeerClock) -> str:
     """The offset measured before the load, its ±, and how (udp: directly; mqtt: through the
     control broker)."""
-    before = (clock or {}).get("before")
-    if not before:
+    before = clock.estimate("before")
+    if before is None:
         return ""
-    how = f" ({before['path']})" if before.get("path") else ""
-    return f"{before['offset_us'] / 1000:+.3f} ± {before['uncertainty_us'] / 1000:.3f}{how}"
+    how = f" ({before.path})" if before.path else ""
+    return f"{before.offset_us / 1000:+.3f} ± {before.uncertainty_us / 1000:.3f}{how}"
+
+
+_Cells = tuple[object, object, object, float | None]
+
+
+def _summary_cells(s: Mapping[str, Any]) -> _Cells:
+    """Sent, lost, the mean receive rate and the p99 in ms, from a report's summary.json."""
+    p99 = (s.get("latency_us") or {}).get("p99")
+    return s.get("sent"), s.get("lost"), (s.get("receive_rate") or {}).get("mean"), None if p99 is None else p99 / 1000
+
+
+def _record_cells(figures: TestFigures | None) -> _Cells:
+    """The same from test.json's figures: none where it has none, and no p99 where its latency is
+    no figure or has no sample."""
+    if figures is None or figures.error is not None:
+        return None, None, None, None
+    no_latency = figures.latency_untrusted or not figures.latency_samples
+    return figures.sent, figures.lost, figures.receive_rate.mean, None if no_latency else figures.latency_us.p99 / 1000
 
 
 def build_index(root: Path) -> Path:
@@ -458,39 +479,30 @@ def build_index(root: Path) -> Path:
     (an untrusted latency) is an empty cell, never 0."""
     rows = []
     folders = sorted(result_dirs(root), reverse=True)
-    records = {test_dir.name: read_test_json(test_dir) for test_dir in folders}
+    records = {test_dir.name: read_test_record(test_dir) or TestRecord(test_dir.name) for test_dir in folders}
     previous = previous_runs(records.values())
     for test_dir in folders:
         summary_path = test_dir / "report" / "summary.json"
         record = records[test_dir.name]
         s: dict[str, Any] = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-        s = s or record.get("summary") or {}
+        figures = _summary_cells(s) if s else _record_cells(record.summary)
         own = html.escape(test_dir.name)
         target = f"{own}/report/index.html" if summary_path.exists() else f"{own}/test.json"
-        name = record.get("name")
+        name = record.name
         history = (
             f'<a href="history/{html.escape(urllib.parse.quote(str(name), safe=""))}">{html.escape(str(name))}</a>'
             if name
             else ""
         )
-        outcome = html.escape(cell(record.get("outcome")))
-        reason = html.escape(str(record.get("reason") or ""), quote=True)
-        p99 = (s.get("latency_us") or {}).get("p99")
+        outcome = html.escape(cell(record.outcome))
+        reason = html.escape(record.reason or "", quote=True)
         rows.append(
             "<tr>"
             + f'<td><a href="{target}">{own}</a></td><td>{history}</td>'
             + f"<td>{index_cell(test_dir.name, previous.get(test_dir.name))}</td>"
-            + "".join(f"<td>{html.escape(cell(v))}</td>" for v in (record.get("kind"), record.get("started")))
+            + "".join(f"<td>{html.escape(cell(v))}</td>" for v in (record.kind or None, record.started))
             + f'<td title="{reason}">{outcome}</td>'
-            + "".join(
-                f"<td>{html.escape(cell(v))}</td>"
-                for v in (
-                    s.get("sent"),
-                    s.get("lost"),
-                    (s.get("receive_rate") or {}).get("mean"),
-                    None if p99 is None else p99 / 1000,
-                )
-            )
+            + "".join(f"<td>{html.escape(cell(v))}</td>" for v in figures)
             + "</tr>"
         )
     head = "".join(

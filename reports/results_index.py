@@ -26,9 +26,10 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import Connection, Engine
 
+from protocol.test_record import TestRecord
 from reports.history import FIGURES, Run, facts_of, run_of
 from reports.paths import result_dirs
-from reports.summary import read_test_json
+from reports.summary import read_test_record
 
 __all__ = ["DEFAULT_INDEX_FILE", "VERSION_TABLE", "IndexStats", "ResultsIndex", "ResultsIndexError", "index_row"]
 
@@ -80,26 +81,26 @@ class IndexStats:
     rows: int  # rows of this results folder now
 
 
-def index_row(record: dict[str, Any], test_dir: Path, size: int, mtime_ns: int) -> dict[str, Any]:
+def index_row(record: TestRecord, test_dir: Path, size: int, mtime_ns: int) -> dict[str, Any]:
     """A test.json as its row. A run without figures (still running, a phase's parent) has a row
     too, `finished` false, so that the next sync does not read it again until it changes."""
     run = run_of(record)
-    summary = record.get("summary")
-    if not isinstance(summary, dict):
-        summary = {}
+    figures = record.summary if record.summary is not None and record.summary.error is None else None
     facts = facts_of(record)
-    counts = {key: _int(summary.get(key)) for key in ("sent", "received", "lost", "duplicates")}
+    counts = {
+        key: None if figures is None else getattr(figures, key) for key in ("sent", "received", "lost", "duplicates")
+    }
     return {
         "results_root": str(test_dir.parent),
         "test_id": test_dir.name,
-        "name": record.get("name"),
-        "phase_of": record.get("phase_of"),
+        "name": record.name or None,
+        "phase_of": record.phase_of,
         "finished": run is not None,
-        "started": str(record.get("started") or "")[:40],
-        "ended": str(record.get("ended") or "")[:40] or None,
-        "kind": record.get("kind"),
-        "outcome": record.get("outcome"),
-        "reason": record.get("reason"),
+        "started": (record.started or "")[:40],
+        "ended": (record.end or "")[:40] or None,
+        "kind": record.kind or None,
+        "outcome": record.outcome,
+        "reason": record.reason,
         "generator_bound": bool(run and run.generator_bound),
         "workload_hash": run.workload if run else "",
         "testbed_hash": run.testbed if run else "",
@@ -208,8 +209,8 @@ class ResultsIndex:
             seen.add(test_dir.name)
             if known.get(test_dir.name) == (size, mtime_ns):
                 continue
-            record = read_test_json(test_dir)
-            if not record:
+            record = read_test_record(test_dir)
+            if record is None:
                 continue  # being written, or damaged: read again at the next sync
             connection.execute(sa.delete(RUNS).where(self._mine, RUNS.c.test_id == test_dir.name))
             connection.execute(sa.insert(RUNS).values(index_row(record, test_dir, size, mtime_ns)))

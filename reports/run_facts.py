@@ -11,6 +11,8 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
+from protocol.test_record import TestRecord
+
 __all__ = ["sut_of", "workload_hash"]
 
 # Not the workload: names, labels (a build number, a night's date) and where results go.
@@ -38,11 +40,11 @@ def _without_ids(value: Any) -> Any:
     return value
 
 
-def sut_of(record: Mapping[str, Any]) -> tuple[str, str]:
+def sut_of(record: TestRecord) -> tuple[str, str]:
     """The SUT's kind (its URL's scheme) and version, where the script states it (the label
     `sut_version`); "" for what is not known."""
-    definition = record.get("definition") or {}
-    labels = record.get("labels") or definition.get("labels") or {}
+    definition = record.definition
+    labels = record.labels or definition.get("labels") or {}
     places = [definition, *(f for f in definition.get("flows") or () if isinstance(f, Mapping))]
     urls = [u for place in places for k in _URL_KEYS for u in _listed(place.get(k))]
     scheme = next((urllib.parse.urlsplit(u).scheme for u in urls if "://" in u), "")

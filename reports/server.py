@@ -58,6 +58,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Redirect
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.background import BackgroundTask
 
+from protocol.test_record import TestRecord
 from protocol.upload import CHECKSUM_HEADER, MISMATCH_STATUS, REPLACE_HEADER
 from reports.auth import carries_token, check_token
 from reports.compare_page import compare_page
@@ -85,7 +86,7 @@ from reports.paths import (
 )
 from reports.report_queue import BuildState, ReportQueue
 from reports.results_index import ResultsIndex, ResultsIndexError
-from reports.summary import read_peers, read_test_json, receive_seconds, summarize
+from reports.summary import read_peers, read_test_record, receive_seconds, summarize
 
 __all__ = ["create_app"]
 
@@ -254,15 +255,15 @@ def list_tests(request: Request) -> list[dict[str, Any]]:
     for directory in result_dirs(root):
         try:  # through descriptors: a folder swapped for a link since the listing is left out
             with open_folder(root, directory) as folder:
-                info, modified_s = read_test_json(directory, dir_fd=folder), os.fstat(folder).st_mtime
+                info, modified_s = read_test_record(directory, dir_fd=folder), os.fstat(folder).st_mtime
         except (OSError, UnsafePathError):
             continue
         tests.append(
             {
                 "test_id": directory.name,
-                "outcome": info.get("outcome"),
-                "reason": info.get("reason"),
-                "started": info.get("started"),
+                "outcome": info.outcome if info else None,
+                "reason": info.reason if info else None,
+                "started": info.started if info else None,
                 "modified_s": modified_s,
             }
         )
@@ -275,11 +276,11 @@ def show_test(test_id: str, request: Request) -> dict[str, Any]:
     try:
         with open_folder(request.app.state.root, directory) as folder:
             found = sorted(plain_files(folder), key=lambda f: PurePosixPath(f[0]).parts)
-            record = read_test_json(directory, dir_fd=folder)
+            record = read_test_record(directory, dir_fd=folder)
     except (FileNotFoundError, NotADirectoryError, UnsafePathError) as exc:
         raise HTTPException(404, f"no test {test_id}") from exc
     files = [{"path": path, "bytes": size} for path, size in found]
-    return {"test_id": test_id, "test": record, "files": files}
+    return {"test_id": test_id, "test": {} if record is None else record.to_json(), "files": files}
 
 
 @router.get("/api/results/{test_id}/summary")
@@ -293,13 +294,15 @@ def summary(test_id: str, request: Request) -> dict[str, Any]:
 async def summary_with_clocks(test_id: str, request: Request) -> dict[str, Any]:
     """The same, corrected by the clocks the body carries: the coordinator asks before it has
     written test.json, and its result must carry the figures the report will show."""
-    record = await json_body(request, MAX_RECORD_BYTES, "a record")
-    if not isinstance(record, dict) or not isinstance(record.get("peers", []), list):
-        raise HTTPException(400, 'the body must be {"peers": [...]}, as test.json has them')
+    body = await json_body(request, MAX_RECORD_BYTES, "a record")
+    try:
+        record = TestRecord.from_json(body)
+    except ValueError as exc:
+        raise HTTPException(400, f'the body must be {{"peers": [...]}}, as test.json has them ({exc})') from exc
     return await asyncio.to_thread(_summary, request, test_id, record)
 
 
-def _summary(request: Request, test_id: str, record: dict[str, Any] | None) -> dict[str, Any]:
+def _summary(request: Request, test_id: str, record: TestRecord | None) -> dict[str, Any]:
     directory = inside(request, test_id)
     if not directory.is_dir():
         raise HTTPException(404, f"no test {test_id}")
@@ -307,8 +310,8 @@ def _summary(request: Request, test_id: str, record: dict[str, Any] | None) -> d
         figures = summarize(directory, record=record)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise HTTPException(422, f"cannot read the files of {test_id}: {exc}") from exc
-    info = read_test_json(directory)
-    return {"outcome": info.get("outcome"), "reason": info.get("reason"), **figures.to_json()}
+    info = read_test_record(directory)
+    return {"outcome": info.outcome if info else None, "reason": info.reason if info else None, **figures.to_json()}
 
 
 @router.get("/api/history/{name:path}")
@@ -349,12 +352,12 @@ def compare_with_previous(test_id: str, request: Request) -> RedirectResponse:
     directory = inside(request, test_id)
     if not directory.is_dir():
         raise HTTPException(404, f"no test {test_id}")
-    record = read_test_json(directory)
-    if not record.get("name"):
+    record = read_test_record(directory)
+    if record is None or not record.name:
         raise HTTPException(404, f"test {test_id} has no name, so no previous run")
-    previous = previous_in(_runs_named(request, str(record["name"])), test_id, str(record.get("started") or ""))
+    previous = previous_in(_runs_named(request, record.name), test_id, record.started or "")
     if previous is None:
-        raise HTTPException(404, f"no run named {record['name']!r} started before {test_id}")
+        raise HTTPException(404, f"no run named {record.name!r} started before {test_id}")
     ids = ",".join(urllib.parse.quote(t, safe="") for t in (previous, test_id))
     return RedirectResponse(f"/compare?ids={ids}")
 
@@ -379,8 +382,8 @@ def _compared(request: Request, ids: str) -> tuple[list[ComparedRun], dict[str, 
 def _compared_run(directory: Path) -> ComparedRun:
     if not directory.is_dir():
         raise HTTPException(404, f"no test {directory.name}")
-    record = read_test_json(directory)
-    if record.get("steps"):
+    record = read_test_record(directory) or TestRecord(directory.name)
+    if record.steps:
         raise HTTPException(400, f"test {directory.name} is a series of phases: compare its phases")
     try:
         peers = read_peers(directory)

@@ -12,6 +12,7 @@ leave the warm-up out. Rates cut it at the first whole second after the senders'
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections import Counter
 from collections.abc import Sequence
@@ -34,8 +35,11 @@ from protocol.live import BUSY_CPU_PERCENT, BUSY_LOOP_LAG_MS
 from protocol.ratefile import PIECE_SUFFIX, RatePiece, RateSeconds, rate_seconds, whole_second_at_or_after
 from protocol.results import ClientSent, PeerRecord, ReceiverAccount, SelfMonitorSummary, SenderAccount, read_peer_json
 from protocol.sequences import load_bitset, merge_bitsets
+from protocol.test_record import TestRecord
 from reports.accounting import accounting, sut_counters, sut_of
 from reports.clocks import Correction, clock_corrections, left_to_shift, shifted
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "Peers",
@@ -43,7 +47,7 @@ __all__ = [
     "inspector_shortfalls",
     "rate_of",
     "read_peers",
-    "read_test_json",
+    "read_test_record",
     "receive_seconds",
     "summarize",
 ]
@@ -85,17 +89,21 @@ def _receivers(peers: Peers) -> list[tuple[Path, PeerRecord, ReceiverAccount]]:
     return [(d, p, p.receiver) for d, p in peers if p.receiver is not None]
 
 
-def read_test_json(test_dir: Path, *, dir_fd: int | None = None) -> dict[str, Any]:
-    """The coordinator's record of a test; empty while there is none (or it is unreadable, or a
-    symbolic link, which may lead anywhere: reports.paths). `dir_fd`: the test folder, opened
-    already (reports.paths.open_folder), which `test_dir` is then not read through."""
+def read_test_record(test_dir: Path, *, dir_fd: int | None = None) -> TestRecord | None:
+    """The coordinator's record of a test (test.json); None while there is none (or it is
+    unreadable, or a symbolic link, which may lead anywhere: reports.paths). `dir_fd`: the test
+    folder, opened already (reports.paths.open_folder), which `test_dir` is then not read through."""
     where = "test.json" if dir_fd is not None else test_dir / "test.json"
     try:
         with os.fdopen(os.open(where, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd), "rb") as f:
-            info = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return info if isinstance(info, dict) else {}
+            text = f.read()
+    except OSError:
+        return None
+    try:
+        return TestRecord.from_text(text)
+    except ValueError as exc:  # being written, or damaged: whoever reads it leaves the test out, saying so
+        log.warning("test %s left out: its test.json is no test's record: %s", test_dir.name, exc)
+        return None
 
 
 def rate_of(buckets: Counter[int]) -> Rate:
@@ -110,11 +118,12 @@ def rate_of(buckets: Counter[int]) -> Rate:
     return Rate(sum(whole) / len(whole), float(min(whole)), float(max(whole)))
 
 
-def summarize(test_dir: Path, peers: Peers | None = None, record: dict[str, Any] | None = None) -> TestFigures:
+def summarize(test_dir: Path, peers: Peers | None = None, record: TestRecord | None = None) -> TestFigures:
     """`peers` and `record` (test.json): when the caller has read them already. Latency is
     corrected across hosts by the clock offsets test.json records (reports.clocks)."""
     peers = read_peers(test_dir) if peers is None else peers
-    corrections = clock_corrections(read_test_json(test_dir) if record is None else record)
+    record = read_test_record(test_dir) if record is None else record
+    corrections = clock_corrections(() if record is None else record.peers or ())
     senders, receivers = _senders(peers), _receivers(peers)
     # No warm-up: everything counts, including receivers' intervals begun before the senders.
     warm_up_end_us = max((a.warm_up_end_ns // 1000 for _, _, a in senders if a.warm_up_s > 0), default=0)

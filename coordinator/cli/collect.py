@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,6 +16,7 @@ from coordinator.outcome.results import TestResult, now_iso
 from coordinator.outcome.storage import DataServer
 from coordinator.running.collection import collect
 from protocol.results import PeerRecord
+from protocol.test_record import TestRecord
 from protocol.topics import DEFAULT_PREFIX
 
 __all__ = ["add_collect", "cmd_collect"]
@@ -56,19 +58,19 @@ def cmd_collect(args: argparse.Namespace) -> int:
         # started (kind, name, labels, definition, start, peers and their clocks), completed.
         on_server = store.record(args.test_id)
         record = (
-            (on_server if on_server is not None and on_server.get("outcome") else None)
+            (on_server if on_server is not None and on_server.outcome else None)
             or store.unstored_record(args.test_id)
-            or _completed(on_server or {"test_id": args.test_id, "kind": "unknown"}, store.peer_records(args.test_id))
+            or _completed(on_server or TestRecord(args.test_id, kind="unknown"), store.peer_records(args.test_id))
         )
         # The clocks of a record kept here (not yet on the server) correct its latency too.
-        figures = store.summary(args.test_id, record.get("peers"))
-        record.setdefault("collection", {}).update(holders)
-        record.setdefault("notes", []).append(
+        figures = store.summary(args.test_id, record.peers)
+        record = replace(record, collection={**(record.collection or {}), **holders}, summary=figures).noted(
             f"collected by `maestro collect` at {now_iso()}: {len(holders)} peers had files"
             + (f"; {'; '.join(collected.failures)}" if collected.failures else "")
         )
-        record["summary"] = figures.to_json()
-        result = TestResult(args.test_id, record["outcome"], record.get("reason"), figures, record, store.url)
+        # A closing record (the coordinator's, or one completed here) always has an outcome.
+        outcome = record.outcome or "failure"
+        result = TestResult(args.test_id, outcome, record.reason, figures, record, store.url)
         store.store(result, [result])
         root = maestro.local_root
     print(f"test id: {args.test_id}")
@@ -78,7 +80,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _completed(opened: dict[str, Any], peers: list[PeerRecord]) -> dict[str, Any]:
+def _completed(opened: TestRecord, peers: list[PeerRecord]) -> TestRecord:
     """The record of a test whose coordinator was lost before it ended: as it was opened, with
     its end the last peer's (each peer.json says when its part ended), and the reason."""
 
@@ -86,9 +88,10 @@ def _completed(opened: dict[str, Any], peers: list[PeerRecord]) -> dict[str, Any
         stamps = [stamp for p in peers if (stamp := getattr(p, key))]
         return datetime.fromtimestamp(pick(stamps) / 1e9, UTC).isoformat() if stamps else None
 
-    return opened | {
-        "outcome": "failure",
-        "reason": "the coordinator was lost before the test ended; its files were collected later",
-        "started": opened.get("started") or when("started_ns", min) or "",
-        "ended": when("ended_ns", max) or "",
-    }
+    return replace(
+        opened,
+        outcome="failure",
+        reason="the coordinator was lost before the test ended; its files were collected later",
+        started=opened.started or when("started_ns", min) or "",
+        ended=when("ended_ns", max) or "",
+    )

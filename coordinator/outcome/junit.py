@@ -25,24 +25,24 @@ def junit_xml(result: TestResult, cases: list[TestResult]) -> bytes:
     record = result.record
     suite = ET.Element(
         "testsuite",
-        name=f"maestro.{record.get('kind', 'test')}",
+        name=f"maestro.{record.kind or 'test'}",
         tests=str(len(cases)),
         failures=str(failures),
         errors=str(errors),
-        time=f"{_seconds(record.get('started', ''), record.get('ended', '')):.3f}",
-        timestamp=record.get("started", ""),
+        time=f"{_seconds(record.started or '', record.end or ''):.3f}",
+        timestamp=record.started or "",
     )
     properties = ET.SubElement(suite, "properties")
-    for key, value in sorted(record.get("labels", {}).items()):
+    for key, value in sorted(record.labels.items()):
         ET.SubElement(properties, "property", name=str(key), value=str(value))
     for case in cases:
         c = case.record
         element = ET.SubElement(
             suite,
             "testcase",
-            classname=f"maestro.{c.get('kind', 'test')}",
+            classname=f"maestro.{c.kind or 'test'}",
             name=case.test_id,
-            time=f"{_seconds(c.get('started', ''), c.get('ended', '')):.3f}",
+            time=f"{_seconds(c.started or '', c.end or ''):.3f}",
         )
         if case.outcome == "invalid":
             ET.SubElement(element, "error", type="invalid", message=case.reason or "invalid").text = case.reason or ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,6 +14,7 @@ from protocol.clock_correction import untrusted_latency
 from protocol.figures import Accounting, AccountingRow, TestFigures
 from protocol.options import megabytes_per_s
 from protocol.sut_url import SutUrlError, parse_sut_url
+from protocol.test_record import Estimate, Outage, PeerClock, PeerEntry, PhaseRow, ReplyRow, TestRecord
 
 __all__ = [
     "TestResult",
@@ -25,6 +26,7 @@ __all__ = [
     "loss_verdict",
     "new_test_id",
     "now_iso",
+    "outages_between",
     "parent_record",
     "peer_record",
     "phase_record",
@@ -46,7 +48,7 @@ class TestResult:
     outcome: str  # "success" | "failure" | "invalid" (it did not measure the SUT: `reason` says why)
     reason: str | None
     summary: TestFigures
-    record: dict[str, Any]  # what test.json holds
+    record: TestRecord  # what test.json holds
     data_server: str
     steps: list[TestResult] = field(default_factory=list)  # an incremental test's phases
     best: TestResult | None = None  # its highest passing step
@@ -85,37 +87,35 @@ class TestResult:
                 f" ({law.deviation_percent:+.1f} %)"
             )
         if s.error is None:
-            size = (self.record.get("definition") or {}).get("size")
+            size = self.record.definition.get("size")
             text += (
                 f"\n  sent {s.sent:,}  received {s.received:,}  lost {s.lost:,}  duplicates {s.duplicates:,}"
                 + (f"  (the SUT skipped {s.skipped_by_sut:,})" if s.skipped_by_sut else "")
                 + f"\n  send rate {_rate(s.send_rate.mean, size)}  receive rate {_rate(s.receive_rate.mean, size)}"
                 + ("" if rr else f"\n  {latency_line(s)}")
             )
-        best = self.record.get("max_sustainable")
+        best = self.record.max_sustainable
         if best:
             text += (
-                f"\n  max sustainable: {best['rate_per_client']:g} msg/s per client x {best['parallel']} clients"
-                f" (received {best['receive_rate'] or 0:,.1f} msg/s; {best['test_id']})"
+                f"\n  max sustainable: {best.rate_per_client or 0:g} msg/s per client x {best.parallel} clients"
+                f" (received {best.receive_rate or 0:,.1f} msg/s; {best.test_id})"
             )
-        for name, e in self.record.get("statistics", {}).items():
+        for name, e in (self.record.statistics or {}).items():
             text += f"\n  {_estimate_line(name, e)}"
-        for row in self.record.get("comparison", []):
-            point = ", ".join(f"{k}={v}" for k, v in row["point"].items())
-            p99 = (row["latency_us"] or {}).get("p99", 0) / 1000
-            text += f"\n  {point}: {row['outcome']}, {row['receive_rate'] or 0:,.1f} msg/s, p99 {p99:.3f} ms"
+        for row in self.record.comparison or ():
+            point = ", ".join(f"{k}={v}" for k, v in (row.point or {}).items())
+            p99 = (row.latency_us.p99 if row.latency_us else 0) / 1000
+            text += f"\n  {point}: {row.outcome}, {row.receive_rate or 0:,.1f} msg/s, p99 {p99:.3f} ms"
         return text
 
 
-def _estimate_line(name: str, e: dict[str, Any]) -> str:
+def _estimate_line(name: str, e: Estimate) -> str:
     """A repeated test's figure as its mean and 95 % interval: times in ms, rates per second."""
-    (low, high), label = e["ci95"], name.removesuffix("_us").replace("_", " ")
+    (low, high), label = e.ci95, name.removesuffix("_us").replace("_", " ")
     if name.endswith("_us"):
-        return (
-            f"{label}: mean {e['mean'] / 1000:,.3f} ms, 95% CI [{low / 1000:,.3f}, {high / 1000:,.3f}] ms (n={e['n']})"
-        )
+        return f"{label}: mean {e.mean / 1000:,.3f} ms, 95% CI [{low / 1000:,.3f}, {high / 1000:,.3f}] ms (n={e.n})"
     unit = "requests/s" if name == "throughput" else "msg/s"
-    return f"{label}: mean {e['mean']:,.1f} {unit}, 95% CI [{low:,.1f}, {high:,.1f}] {unit} (n={e['n']})"
+    return f"{label}: mean {e.mean:,.1f} {unit}, 95% CI [{low:,.1f}, {high:,.1f}] {unit} (n={e.n})"
 
 
 def _rate(per_s: float, size: object) -> str:
@@ -138,109 +138,87 @@ def latency_line(summary: TestFigures) -> str:
     )
 
 
-def phase_record(
-    test: FixedRateTest, test_id: str, outcome: str | None, reason: str | None, **facts: Any
-) -> dict[str, Any]:
-    """test.json of one phase: what ran and how it ended (no outcome while it runs), then `facts`
-    as the phase gathered them (started, ended, failed_at, peers, collection, events, notes,
-    control_outages, summary)."""
-    return {
-        "test_id": test_id,
-        "name": test.name,
-        "kind": "unbounded" if test.KIND == "fixed-rate" and not test.rate else test.KIND,
-        "definition": to_dict(test),
-        "workload": workload(test),
-        "target_rate": test.target_rate(),
-        "labels": test.labels,
-        "outcome": outcome,
-        "reason": reason,
-        **facts,
-    }
+def phase_record(test: FixedRateTest, test_id: str, outcome: str | None, reason: str | None) -> TestRecord:
+    """test.json of one phase: what ran and how it ended (no outcome while it runs). The phase
+    adds the facts it gathered (started, ended, failed_at, peers, collection, events, notes,
+    control_outages, summary) with `dataclasses.replace`."""
+    return TestRecord(
+        test_id=test_id,
+        name=test.name,
+        kind="unbounded" if test.KIND == "fixed-rate" and not test.rate else test.KIND,
+        definition=to_dict(test),
+        workload=workload(test),
+        target_rate=test.target_rate(),
+        labels=test.labels,
+        outcome=outcome,
+        reason=reason,
+    )
 
 
-def peer_record(p: PeerInfo, clock: dict[str, Any]) -> dict[str, Any]:
+def peer_record(p: PeerInfo, clock: PeerClock) -> PeerEntry:
     """A peer as test.json lists it, with its clock samples (protocol.clock_correction reads
     them so)."""
-    return {
-        "name": p.name,
-        "host": p.host,
-        "role": p.role.value,
-        "peer_id": p.peer_id,
-        "version": p.version,
-        "clock": clock,
-    }
+    return PeerEntry(name=p.name, host=p.host, role=p.role.value, peer_id=p.peer_id, version=p.version, clock=clock)
 
 
 def parent_record(
     test: TestDefinition, test_id: str, started: str, outcome: str | None, reason: str | None
-) -> dict[str, Any]:
+) -> TestRecord:
     """test.json of a test made of several phases; each phase has its own beside it."""
-    return {
-        "test_id": test_id,
-        "name": test.name,
-        "kind": test.KIND,
-        "definition": to_dict(test),
-        "workload": workload(test),
-        "labels": test.labels,
-        "started": started,
-        "ended": now_iso() if outcome is not None else None,  # an opening record: still running
-        "outcome": outcome,
-        "reason": reason,
-    }
+    return TestRecord(
+        test_id=test_id,
+        name=test.name,
+        kind=test.KIND,
+        definition=to_dict(test),
+        workload=workload(test),
+        labels=test.labels,
+        started=started,
+        ended=now_iso() if outcome is not None else None,  # an opening record: still running
+        outcome=outcome,
+        reason=reason,
+    )
 
 
-def phase_row(result: TestResult) -> dict[str, Any]:
+def phase_row(result: TestResult) -> PhaseRow:
     """One phase in its parent's test.json."""
-    d = result.record["definition"]
-    return {
-        "test_id": result.test_id,
-        "rate_per_client": d["rate"],
-        "parallel": d["parallel"],
-        "target_rate": result.record["target_rate"],
-        "outcome": result.outcome,
-        "reason": result.reason,
-        **_figures_row(result.summary),
-    }
+    d = result.record.definition
+    figures = result.summary
+    row = PhaseRow(
+        test_id=result.test_id,
+        rate_per_client=d["rate"],
+        parallel=d["parallel"],
+        target_rate=result.record.target_rate,
+        outcome=result.outcome,
+        reason=result.reason,
+    )
+    if figures.error is not None:  # none where it has none
+        return row
+    rr = figures.request_reply
+    return replace(
+        row,
+        send_rate=figures.send_rate.mean,
+        receive_rate=figures.receive_rate.mean,
+        latency_us=None if figures.latency_untrusted else figures.latency_us,
+        lost=figures.lost,
+        # a request/reply phase's closed-system curves
+        reply=None if rr is None else ReplyRow(rr.throughput_per_s, rr.response_time_us, rr.timed_out),
+    )
 
 
-def _figures_row(figures: TestFigures) -> dict[str, Any]:
-    """A phase's figures in its series' rows (none where it has none), with a request/reply
-    phase's closed-system curves."""
-    if figures.error is not None:
-        return {"send_rate": None, "receive_rate": None, "latency_us": None, "lost": None}
-    row = {
-        "send_rate": figures.send_rate.mean,
-        "receive_rate": figures.receive_rate.mean,
-        "latency_us": None if figures.latency_untrusted else figures.latency_us.to_json(),
-        "lost": figures.lost,
-    }
-    if (rr := figures.request_reply) is not None:
-        row |= {
-            "throughput_per_s": rr.throughput_per_s,
-            "response_time_us": rr.response_time_us.to_json(),
-            "timed_out": rr.timed_out,
-        }
-    return row
-
-
-def outages_between(outages: list[tuple[int, int]], started: str, ended: str) -> list[dict[str, Any]]:
+def outages_between(outages: list[tuple[int, int]], started: str, ended: str) -> tuple[Outage, ...]:
     """The coordinator's control-broker outages (wall ns, lost and back; back 0 while down) that
     overlap a test, as test.json keeps them and the report draws them."""
     start_ns = int(datetime.fromisoformat(started).timestamp() * 1e9)
     end_ns = int(datetime.fromisoformat(ended).timestamp() * 1e9)
-    rows = []
-    for lost_ns, back_ns in outages:
-        if lost_ns <= end_ns and (back_ns == 0 or back_ns >= start_ns):
-            rows.append(
-                {
-                    "lost": datetime.fromtimestamp(lost_ns / 1e9, UTC).isoformat(timespec="milliseconds"),
-                    "back": datetime.fromtimestamp(back_ns / 1e9, UTC).isoformat(timespec="milliseconds")
-                    if back_ns
-                    else None,
-                    "seconds": round((back_ns - lost_ns) / 1e9, 3) if back_ns else None,
-                }
-            )
-    return rows
+    return tuple(
+        Outage(
+            lost=datetime.fromtimestamp(lost_ns / 1e9, UTC).isoformat(timespec="milliseconds"),
+            back=datetime.fromtimestamp(back_ns / 1e9, UTC).isoformat(timespec="milliseconds") if back_ns else None,
+            seconds=round((back_ns - lost_ns) / 1e9, 3) if back_ns else None,
+        )
+        for lost_ns, back_ns in outages
+        if lost_ns <= end_ns and (back_ns == 0 or back_ns >= start_ns)
+    )
 
 
 @dataclass(frozen=True)

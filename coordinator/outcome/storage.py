@@ -8,9 +8,10 @@ import logging
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from coordinator.outcome.junit import junit_xml
 from coordinator.outcome.results import TestResult
@@ -19,7 +20,8 @@ from protocol.figures import TestFigures
 from protocol.live import LiveUpdate
 from protocol.results import PeerRecord
 from protocol.runtime import resolve_test_dir
-from protocol.secrets import redact, redact_text
+from protocol.secrets import redact_text
+from protocol.test_record import PeerEntry, TestRecord
 from protocol.upload import UploadError, upload_bytes
 
 __all__ = ["DATA_SERVER_ENV", "DataServer", "ResultStore", "unstored_dir"]
@@ -40,7 +42,7 @@ class ResultStore(Protocol):
         """Where peers upload their files."""
         ...
 
-    def summary(self, test_id: str, peers: list[dict[str, Any]] | None = None) -> TestFigures:
+    def summary(self, test_id: str, peers: Sequence[PeerEntry] | None = None) -> TestFigures:
         """The test's figures, or why there are none (`TestFigures.error`). `peers` (test.json's,
         with their clocks): latency corrected by them, before test.json is stored."""
         ...
@@ -54,7 +56,7 @@ class ResultStore(Protocol):
         Why the test is to stop, when that was asked of the data server."""
         ...
 
-    def open(self, test_id: str, record: dict[str, Any]) -> None:
+    def open(self, test_id: str, record: TestRecord) -> None:
         """test.json as the test starts (no outcome yet), for `maestro collect` to complete if
         the coordinator dies; a failure is logged, never raised."""
         ...
@@ -65,9 +67,9 @@ class DataServer:
     url: str
     token: str | None = field(default=None, repr=False)  # its bearer token for writes
 
-    def summary(self, test_id: str, peers: list[dict[str, Any]] | None = None) -> TestFigures:
+    def summary(self, test_id: str, peers: Sequence[PeerEntry] | None = None) -> TestFigures:
         url = f"{self.url.rstrip('/')}/api/results/{test_id}/summary"
-        body = None if peers is None else json.dumps({"peers": peers}, default=str).encode()
+        body = None if peers is None else json.dumps({"peers": [p.to_json() for p in peers]}, default=str).encode()
         request = urllib.request.Request(url, data=body, method="GET" if body is None else "POST")
         if body is not None:
             request.add_header("Content-Type", "application/json")
@@ -82,7 +84,7 @@ class DataServer:
 
     def store(self, result: TestResult, cases: list[TestResult]) -> None:
         # No password from any URL reaches the results (the data server publishes them over HTTP).
-        record = json.dumps(redact(result.record), indent=2, sort_keys=True, default=str).encode()
+        record = result.record.to_text().encode()
         junit = redact_text(junit_xml(result, cases).decode()).encode()
         try:
             upload_bytes(self.url, result.test_id, "test.json", record, replace=True, token=self.token)
@@ -94,10 +96,10 @@ class DataServer:
             write_text_atomically(kept / "test.json", record.decode())
             write_text_atomically(kept / "junit.xml", junit.decode())
             log.error("could not store test.json/junit.xml for %s (%s): kept in %s", result.test_id, exc, kept)
-            result.record.setdefault("notes", []).append(f"not stored on the data server ({exc}): kept in {kept}")
+            result.record = result.record.noted(f"not stored on the data server ({exc}): kept in {kept}")
 
-    def open(self, test_id: str, record: dict[str, Any]) -> None:
-        text = json.dumps(redact(record), indent=2, sort_keys=True, default=str).encode()
+    def open(self, test_id: str, record: TestRecord) -> None:
+        text = record.to_text().encode()
         try:
             # Once: the test waits on it, and the closing record is stored (or kept) at the end anyway.
             upload_bytes(self.url, test_id, "test.json", text, replace=True, token=self.token, attempts=1)
@@ -146,22 +148,21 @@ class DataServer:
         stop = answer.get("stop") if isinstance(answer, dict) else None
         return str(stop) if stop else None
 
-    def record(self, test_id: str) -> dict[str, Any] | None:
+    def record(self, test_id: str) -> TestRecord | None:
         """test.json as the data server holds it, if it does."""
         try:
             with urllib.request.urlopen(f"{self.url.rstrip('/')}/api/results/{test_id}", timeout=30) as response:
-                record = json.loads(response.read()).get("test")
-        except (urllib.error.URLError, OSError, ValueError):
+                record = TestRecord.from_json(json.loads(response.read()).get("test"))
+        except (urllib.error.URLError, OSError, ValueError, AttributeError):
             return None
-        return record if isinstance(record, dict) and record.get("test_id") == test_id else None
+        return record if record.test_id == test_id else None
 
-    def unstored_record(self, test_id: str) -> dict[str, Any] | None:
+    def unstored_record(self, test_id: str) -> TestRecord | None:
         """test.json as `store` kept it on this machine when the server was away, if it did."""
         path = unstored_dir(test_id) / "test.json"
         if not path.is_file():
             return None
-        record: dict[str, Any] = json.loads(path.read_text())
-        return record
+        return TestRecord.from_text(path.read_text())
 
 
 def unstored_dir(test_id: str) -> Path:

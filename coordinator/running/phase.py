@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,6 +40,7 @@ from protocol.notes import (
     TestSucceeded,
 )
 from protocol.options import mean_message_bytes
+from protocol.test_record import PeerClock, PeerEntry
 from protocol.testbed import testbed_record
 
 __all__ = ["Phase"]
@@ -65,7 +66,7 @@ class Phase:
     cast: Cast
     show_progress: bool = True
     log_interval_s: float = 1.0  # between progress lines without a terminal
-    clocks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    clocks: dict[str, PeerClock] = field(default_factory=dict)  # peer id -> its clock so far
     collection: dict[str, str] = field(default_factory=dict)
     started_iso: str = ""
     ended_iso: str = ""
@@ -156,20 +157,11 @@ class Phase:
     def _open(self) -> None:
         """test.json as the load is about to start: what runs, on which peers, with the clocks
         measured before. If the coordinator dies (kill -9), `maestro collect` completes it."""
-        peers = [self._record_of(p) for p in self.cast.everyone]
-        series = {"phase_of": self.phase_of} if self.phase_of is not None else {}
+        opening = phase_record(self.test, self.test_id, None, None)
+        peers = tuple(self._record_of(p) for p in self.cast.everyone)
         self.store.open(
             self.test_id,
-            phase_record(
-                self.test,
-                self.test_id,
-                None,
-                None,
-                started=self.started_iso,
-                peers=peers,
-                testbed=self.testbed,
-                **series,
-            ),
+            replace(opening, started=self.started_iso, peers=peers, testbed=self.testbed, phase_of=self.phase_of),
         )
 
     def _measure_clocks(self, when: str) -> None:
@@ -178,23 +170,26 @@ class Phase:
         peers measured so before)."""
         peers = self.maestro.not_lost(self.cast.everyone)
         if when == "during":
-            peers = [p for p in peers if self.clocks.get(p.peer_id, {}).get("path") == "udp"]
+            peers = [p for p in peers if p.peer_id in self.clocks and self.clocks[p.peer_id].path == "udp"]
         for peer in peers:
             peer.clock = None  # this measurement's samples only
         self.maestro.measure_clocks(peers, direct_only=when == "during")
         for peer in peers:
-            clock = self.clocks.setdefault(peer.peer_id, {"samples": []})
-            if when != "during":
-                clock[when] = peer.clock_record()
+            clock = self.clocks.get(peer.peer_id, PeerClock(samples=()))
+            if when == "before":
+                clock = replace(clock, before=peer.clock_record())
+            elif when == "after":
+                clock = replace(clock, after=peer.clock_record())
             if peer.clock is not None:
-                _keep_sample(clock, peer.clock)
+                clock = _with_sample(clock, peer.clock)
+            self.clocks[peer.peer_id] = clock
 
     def _start(self) -> None:
         m = self.maestro
         # A receiver whose senders all run on other hosts judges its latency bound on latency
         # corrected by the clocks measured before the load, by the rule the reports apply after.
-        clocks = [{**self._record_of(p), "name": p.peer_id} for p in (*self.cast.senders, *self.cast.receivers)]
-        shifts = {peer_id: round(c.shift_us) for peer_id, c in clock_corrections({"peers": clocks}).items()}
+        clocks = [replace(self._record_of(p), name=p.peer_id) for p in (*self.cast.senders, *self.cast.receivers)]
+        shifts = {peer_id: round(c.shift_us) for peer_id, c in clock_corrections(clocks).items()}
         m.request_all(StartWorker(latency_shift_us=shifts), self.cast.receivers, timeout_s=60)  # OK once consuming
         for peer, name, url in self.cast.inspectors:
             m.request(StartInspector(inspector=name, url=url), to=peer)
@@ -275,12 +270,12 @@ class Phase:
 
     # --- outcome ------------------------------------------------------------------------------
 
-    def _record_of(self, p: PeerInfo) -> dict[str, Any]:
-        return peer_record(p, self.clocks.get(p.peer_id, {}))
+    def _record_of(self, p: PeerInfo) -> PeerEntry:
+        return peer_record(p, self.clocks.get(p.peer_id, PeerClock()))
 
     def _finish(self) -> TestResult:
         self.actions.take_events()
-        peers = [{**self._record_of(p), "lost": p not in self.maestro.not_lost([p])} for p in self.cast.everyone]
+        peers = tuple(replace(self._record_of(p), lost=p not in self.maestro.not_lost([p])) for p in self.cast.everyone)
         # With the clocks: the result, junit.xml and the loss verdict carry the latency the
         # report shows, corrected where senders and receivers run on different hosts.
         figures = self.store.summary(self.test_id, peers)
@@ -292,22 +287,19 @@ class Phase:
         outcome = "success" if reason is None else "failure"
         if verdict.invalid and outcome == "success":
             outcome, reason = "invalid", "; ".join(verdict.invalid)
-        record = phase_record(
-            self.test,
-            self.test_id,
-            outcome,
-            reason,
+        record = replace(
+            phase_record(self.test, self.test_id, outcome, reason),
             started=self.started_iso,
             ended=self.ended_iso,
             failed_at=self.course.failed_iso,
             peers=peers,
             testbed=self.testbed,
-            collection=self.collection,
-            events=self.actions.events,
-            notes=self.course.notes,
+            collection=dict(self.collection),
+            events=tuple(self.actions.events),
+            notes=tuple(self.course.notes),
             control_outages=outages_between(self.maestro.bus.outages, self.started_iso, self.ended_iso),
-            summary=summary.to_json(),
-            **({"phase_of": self.phase_of} if self.phase_of is not None else {}),
+            summary=summary,
+            phase_of=self.phase_of,
         )
         result = TestResult(self.test_id, outcome, reason, summary, record, self.store.url)
         self.store.store(result, [result])
@@ -315,12 +307,12 @@ class Phase:
         return result
 
 
-def _keep_sample(clock: dict[str, Any], sample: ClockSample) -> None:
-    """Add a sample to a peer's clock record ([when µs, offset µs, ± µs, path], as
+def _with_sample(clock: PeerClock, sample: ClockSample) -> PeerClock:
+    """A peer's clock record with one more sample ([when µs, offset µs, ± µs, path], as
     protocol.clock_correction fits them, weighted by their ±: one through the broker, a hundred
     times as wide as a direct one, still shows a step where the direct path was lost)."""
-    if clock.get("path") != "udp":
-        clock["path"] = sample.path
-    clock["samples"].append(
-        [round(sample.at_us), round(sample.offset_us, 1), round(sample.uncertainty_us, 1), sample.path]
+    return replace(
+        clock,
+        samples=(*(clock.samples or ()), sample.sample_row()),
+        path=clock.path if clock.path == "udp" else sample.path,
     )

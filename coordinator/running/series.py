@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from coordinator.bus.client import MaestroClient
 from coordinator.definitions import FixedRateTest, IncrementalTest, RepeatedTest, SearchTest, SweepTest
@@ -17,6 +17,7 @@ from coordinator.outcome.storage import ResultStore
 from coordinator.running.cast import Cast
 from coordinator.running.phase import Phase
 from coordinator.running.statistics import estimate
+from protocol.test_record import UNSET, Estimate, PhaseRow, Unset
 
 __all__ = ["Series", "run_series"]
 
@@ -73,19 +74,30 @@ def _load(rate: float, parallel: int) -> str:
     return f"{rate:g} msg/s per client x {parallel} clients"
 
 
-def _incremental(runner: _Runner, test: IncrementalTest) -> tuple[TestResult | None, dict[str, Any]]:
+@dataclass(frozen=True)
+class _Found:
+    """What a series found: the phase that stands for it (its best, or None), and what its
+    record says of it besides its steps."""
+
+    best: TestResult | None
+    stopped_by: str | Unset | None = UNSET  # an incremental test's or a search's
+    statistics: dict[str, Estimate] | None = None  # a repeated test's
+    comparison: tuple[PhaseRow, ...] | None = field(default=None)  # a sweep's
+
+
+def _incremental(runner: _Runner, test: IncrementalTest) -> _Found:
     best = None
     for number, (rate, parallel) in enumerate(test.steps(), start=1):
         step = runner.run(f"step{number:02d}", test.base.with_load(rate, parallel), _load(rate, parallel))
         if not step.passed:
-            return best, {"stopped_by": f"step {number}: {step.reason}"}
+            return _Found(best, stopped_by=f"step {number}: {step.reason}")
         best = step
         if runner.cast_lost:
             break
-    return best, {"stopped_by": None}
+    return _Found(best, stopped_by=None)
 
 
-def _search(runner: _Runner, test: SearchTest) -> tuple[TestResult | None, dict[str, Any]]:
+def _search(runner: _Runner, test: SearchTest) -> _Found:
     parallel = test.base.parallel
 
     def probe(number: int, rate: float) -> TestResult:
@@ -94,10 +106,10 @@ def _search(runner: _Runner, test: SearchTest) -> tuple[TestResult | None, dict[
     low, high = test.low_rate, test.high_rate
     best = probe(1, low)
     if not best.passed:
-        return None, {"stopped_by": f"the low rate {low:g} already fails: {best.reason}"}
+        return _Found(None, stopped_by=f"the low rate {low:g} already fails: {best.reason}")
     top = probe(2, high)
     if top.passed:
-        return top, {"stopped_by": f"the high rate {high:g} passes: raise high_rate to find the limit"}
+        return _Found(top, stopped_by=f"the high rate {high:g} passes: raise high_rate to find the limit")
     number = 2
     while (high - low) / high > test.resolution and number < test.max_steps and not runner.cast_lost:
         number += 1
@@ -107,24 +119,23 @@ def _search(runner: _Runner, test: SearchTest) -> tuple[TestResult | None, dict[
             low, best = middle, result
         else:
             high = middle
-    return best, {"stopped_by": f"passes at {low:g}, fails at {high:g} msg/s per client"}
+    return _Found(best, stopped_by=f"passes at {low:g}, fails at {high:g} msg/s per client")
 
 
-def _repeated(runner: _Runner, test: RepeatedTest) -> tuple[TestResult | None, dict[str, Any]]:
+def _repeated(runner: _Runner, test: RepeatedTest) -> _Found:
     for number in range(1, test.times + 1):
         runner.run(f"run{number:02d}", test.base, f"repetition {number} of {test.times}")
         if runner.cast_lost:
             break
     passed = [r for r in runner.phases if r.passed]
     if not passed:
-        return None, {"statistics": {}}
+        return _Found(None, statistics={})
     metrics = _CLOSED_METRICS if all(r.summary.request_reply for r in passed) else _OPEN_METRICS
     estimates = {name: estimate([get(r) for r in passed]) for name, get in metrics.items()}
-    statistics = {name: e.as_dict() for name, e in estimates.items()}
     # The repetition nearest the mean rate (the first metric) stands for the set in a one-line summary.
     rate, get_rate = next(iter(metrics.items()))
     middle = min(passed, key=lambda r: abs(get_rate(r) - estimates[rate].mean))
-    return (middle if len(passed) == test.times else None), {"statistics": statistics}
+    return _Found(middle if len(passed) == test.times else None, statistics=estimates)
 
 
 _OPEN_METRICS: dict[str, Callable[[TestResult], float]] = {
@@ -144,18 +155,18 @@ _CLOSED_METRICS: dict[str, Callable[[TestResult], float]] = {
 }
 
 
-def _sweep(runner: _Runner, test: SweepTest) -> tuple[TestResult | None, dict[str, Any]]:
+def _sweep(runner: _Runner, test: SweepTest) -> _Found:
     points = test.points()
     rows = []
     for number, point in enumerate(points, start=1):
         what = ", ".join(f"{k}={v}" for k, v in point.items())
         result = runner.run(f"point{number:02d}", test.at(point), what)
-        rows.append({"point": point, **phase_row(result)})
+        rows.append(replace(phase_row(result), point=point))
         if runner.cast_lost:
             break
     passing = [(row, r) for row, r in zip(rows, runner.phases, strict=True) if r.passed]
-    best = max(passing, key=lambda pr: pr[0]["receive_rate"] or 0.0)[1] if passing else None
-    return best, {"comparison": rows}
+    best = max(passing, key=lambda pr: pr[0].receive_rate or 0.0)[1] if passing else None
+    return _Found(best, comparison=tuple(rows))
 
 
 def run_series(
@@ -172,14 +183,14 @@ def run_series(
     runner = _Runner(maestro, test.base, store, test_id, progress, log_interval_s=log_interval_s)
     match test:
         case IncrementalTest():
-            best, extra = _incremental(runner, test)
+            found = _incremental(runner, test)
         case SearchTest():
-            best, extra = _search(runner, test)
+            found = _search(runner, test)
         case RepeatedTest():
-            best, extra = _repeated(runner, test)
+            found = _repeated(runner, test)
         case SweepTest():
-            best, extra = _sweep(runner, test)
-    phases = runner.phases
+            found = _sweep(runner, test)
+    best, phases = found.best, runner.phases
     if isinstance(test, RepeatedTest | SweepTest):
         failed = [p for p in phases if not p.passed]
         reason = "; ".join(f"{p.test_id}: {p.reason}" for p in failed) or None
@@ -187,15 +198,22 @@ def run_series(
             reason = reason or "a peer was lost before every phase ran"
     else:
         reason = None if best is not None else f"no passing step: {phases[-1].reason}"
-    record = parent_record(test, test_id, started, "success" if reason is None else "failure", reason)
-    record |= extra
-    record["steps"] = [phase_row(p) for p in phases]
-    if isinstance(test, SearchTest):
+    outcome = "success" if reason is None else "failure"
+    steps = tuple(phase_row(p) for p in phases)
+    record = replace(
+        parent_record(test, test_id, started, outcome, reason),
+        stopped_by=found.stopped_by,
+        statistics=found.statistics,
+        comparison=found.comparison,
+        steps=steps,
         # The latency-vs-throughput curve: every rate measured, in order of load.
-        record["curve"] = sorted(record["steps"], key=lambda row: row["target_rate"])
-    if best is not None and isinstance(test, IncrementalTest | SearchTest | SweepTest):
-        record["max_sustainable" if not isinstance(test, SweepTest) else "best"] = phase_row(best)
+        curve=tuple(sorted(steps, key=lambda row: row.target_rate or 0.0)) if isinstance(test, SearchTest) else None,
+    )
+    if best is not None and isinstance(test, IncrementalTest | SearchTest):
+        record = replace(record, max_sustainable=phase_row(best))
+    elif best is not None and isinstance(test, SweepTest):
+        record = replace(record, best=phase_row(best))
     summary = best.summary if best is not None else phases[-1].summary
-    result = TestResult(test_id, record["outcome"], reason, summary, record, store.url, phases, best)
+    result = TestResult(test_id, outcome, reason, summary, record, store.url, phases, best)
     store.store(result, phases)
     return result

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+
+from protocol.test_record import Estimate  # as test.json keeps it
 
 __all__ = ["Estimate", "estimate"]
 
@@ -13,17 +14,6 @@ _T975 = (
     2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
     2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
 )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Estimate:
-    n: int
-    mean: float
-    stdev: float
-    ci95: tuple[float, float]
-
-    def as_dict(self) -> dict[str, object]:
-        return {"n": self.n, "mean": self.mean, "stdev": self.stdev, "ci95": list(self.ci95)}
 
 
 def estimate(samples: list[float]) -> Estimate:

@@ -89,7 +89,7 @@ def test_a_scheduled_restart_of_the_sut_during_a_test(
     assert 0.2 <= gone.gap_s < 5.0, gone
     assert s["lost"] <= 50 * gone.gap_s + 1, (s["lost"], gone)
     assert gone.due_after >= 50 and gone.arrived_after >= 0.9 * gone.due_after, gone
-    restart = [e for e in result.record["events"] if e.get("action") == "restart"]
+    restart = [e for e in result.record.events or () if e.get("action") == "restart"]
     assert [e["phase"] for e in restart] == ["start", "end"]
     assert restart[0]["target"] == "sut" and restart[0]["agent"].startswith("a1@")
     assert (root / result.test_id / "agent" / "a1" / "agent-events.csv").read_text().count("restart") == 2
@@ -230,7 +230,7 @@ def test_a_scheduled_restart_and_an_added_delay_show_in_the_report_with_their_ef
     assert "Faults and their effect" in page and "latency sut-proxy" in page and "restart sut" in page
     # Nothing stays changed: the proxy passes traffic without delay, and the broker runs.
     assert port_open(port) and port_open(proxy_port)
-    events = [e for e in result.record["events"] if e.get("target") == "sut-proxy"]
+    events = [e for e in result.record.events or () if e.get("target") == "sut-proxy"]
     assert [e["phase"] for e in events] == ["start", "end"] and events[1].get("restored") == "clear latency"
 
 

@@ -221,9 +221,10 @@ def test_files_a_collection_could_not_upload_are_named_and_collected_later(
         result = m.run(test, progress=False)
     assert not result.passed
     assert result.reason is not None and result.reason.startswith("collection:"), result.reason
-    missing = [who for who, why in result.record["collection"].items() if "kept here for `maestro collect`" in why]
+    collection = result.record.collection or {}
+    missing = [who for who, why in collection.items() if "kept here for `maestro collect`" in why]
     assert sorted(who.split("@")[0] for who in missing) == ["r1", "s1"]
-    assert any("not stored on the data server" in note for note in result.record["notes"])
+    assert any("not stored on the data server" in note for note in result.record.notes or ())
 
     server.start()
     where = ["--broker", daemons.broker_url, "--topic-prefix", prefix, "--data-server", server.url]

@@ -89,7 +89,7 @@ def _outcome(result: TestResult, root: Path) -> Outcome:
             options[f"phase {n} {peer_json.parent.parent.name}/{peer_json.parent.name}"] = kept
     s = result.summary.to_json()
     return Outcome(
-        kind=result.record["kind"],
+        kind=result.record.kind,
         load_model=s.get("load_model", ""),
         # A closed system's counts depend on how fast replies come: only what must not vary.
         counts=(s["lost"], s["duplicates"])

@@ -117,10 +117,10 @@ def test_an_incremental_test_stops_at_the_first_failing_step(
     assert [s.outcome for s in result.steps] == ["success", "failure"]
     assert "latency p99" in (result.steps[1].reason or "") and "> bound 200 ms" in (result.steps[1].reason or "")
     assert result.passed and result.best is result.steps[0]
-    best = result.record["max_sustainable"]
-    assert (best["rate_per_client"], best["parallel"]) == (40, 1)
-    assert best["receive_rate"] == pytest.approx(40, rel=0.05)
-    assert result.record["stopped_by"].startswith("step 2: r1@")
+    best = result.record.max_sustainable
+    assert best is not None and (best.rate_per_client, best.parallel) == (40, 1)
+    assert best.receive_rate == pytest.approx(40, rel=0.05)
+    assert isinstance(result.record.stopped_by, str) and result.record.stopped_by.startswith("step 2: r1@")
     info = fetch_info(url, result.test_id)
     assert [step["outcome"] for step in info["test"]["steps"]] == ["success", "failure"]
     assert fetch_info(url, result.steps[1].test_id)["test"]["outcome"] == "failure"
@@ -149,13 +149,14 @@ def test_a_receiver_killed_mid_test_fails_it_within_5_s_and_the_rest_is_collecte
     assert not result.passed
     assert result.reason is not None and "peer lost: r1@" in result.reason
     assert result.reason.endswith("(last will, then no answer to a PING)"), result.reason
-    failed_at = datetime.fromisoformat(result.record["failed_at"]).timestamp()
+    assert isinstance(result.record.failed_at, str)
+    failed_at = datetime.fromisoformat(result.record.failed_at).timestamp()
     assert 0 <= failed_at - killed_at[0] < 5
     assert time.monotonic() - started < 25  # it did not run its 30 s
     files = {f["path"] for f in fetch_info(url, result.test_id)["files"]}
     assert "sender/s1/peer.json" in files and "receiver/r2/peer.json" in files
     assert not any(f.startswith("receiver/r1/") for f in files)
-    assert [why for who, why in result.record["collection"].items() if who.startswith("r1@")] == [
+    assert [why for who, why in (result.record.collection or {}).items() if who.startswith("r1@")] == [
         "lost: its files stay on its host, if any"
     ]
 
@@ -168,7 +169,7 @@ def test_role_less_workers_are_given_the_roles_a_test_needs(
         daemons.start("maestro-worker", name)
     result = run_with(daemons, url, FixedRateTest(send_url=queue_url(), rate=20, duration="3s"), peers=2)
     assert result.passed, result.reason
-    assert sorted(p["role"] for p in result.record["peers"]) == ["receiver", "sender"]
+    assert sorted(p.role for p in result.record.peers or ()) == ["receiver", "sender"]
     assert result.summary.sent == result.summary.received == 60
 
 
@@ -190,19 +191,20 @@ def test_a_search_bisects_the_rate_and_keeps_the_curve(
     test = SearchTest(slow_consumer_test(), low_rate=20, high_rate=400, resolution=0.3, max_steps=5)
     result = run_with(daemons, url, test, peers=2)
     assert result.passed, result.reason
-    rates = [step["rate_per_client"] for step in result.record["steps"]]
+    steps = result.record.steps or ()
+    rates = [step.rate_per_client for step in steps]
     # The consumer takes ~100 msg/s. 20 passes, 400 fails; then the midpoints: 210 and 115 fail
     # (at 115/s the backlog grows ~15 messages a second, 150 ms of latency a second: past the
     # 200 ms bound within the 4 s), 67.5 passes, and the 5 steps are spent.
     assert rates == [20, 400, 210, 115, 67.5]
-    outcomes = [s["outcome"] for s in result.record["steps"]]
+    outcomes = [s.outcome for s in steps]
     assert outcomes == ["success", "failure", "failure", "failure", "success"]
-    best = result.record["max_sustainable"]
-    assert best["rate_per_client"] == 67.5
-    curve = result.record["curve"]
-    assert [row["target_rate"] for row in curve] == sorted(rates)
+    best = result.record.max_sustainable
+    assert best is not None and best.rate_per_client == 67.5
+    curve = result.record.curve or ()
+    assert [row.target_rate for row in curve] == sorted(r or 0.0 for r in rates)
     # Each phase used a queue of its own ({test_id} in the URL): nothing carried over.
-    assert all(step["lost"] == 0 for step in result.record["steps"])
+    assert all(step.lost == 0 for step in steps)
 
 
 def test_repetitions_give_a_mean_and_a_confidence_interval(
@@ -216,28 +218,29 @@ def test_repetitions_give_a_mean_and_a_confidence_interval(
         repeated = maestro.run(RepeatedTest(base, times=2), progress=False)
         sweep = maestro.run(SweepTest(base, {"rate": [10, 40]}), progress=False)
     assert repeated.passed, repeated.reason
-    stats = repeated.record["statistics"]["receive_rate"]
-    assert stats["n"] == 2 and stats["mean"] == pytest.approx(50, rel=0.05)
+    statistics, steps = repeated.record.statistics or {}, repeated.record.steps or ()
+    stats = statistics["receive_rate"]
+    assert stats.n == 2 and stats.mean == pytest.approx(50, rel=0.05)
     # mean ± t(0.975, 1) s / √2 over the two runs' own rates, computed here.
-    runs = [step["receive_rate"] for step in repeated.record["steps"]]
+    runs = [step.receive_rate or 0.0 for step in steps]
     mean = sum(runs) / 2
     half = 12.706 * math.sqrt(sum((x - mean) ** 2 for x in runs)) / math.sqrt(2)
-    assert stats["mean"] == pytest.approx(mean)
-    assert stats["ci95"] == [pytest.approx(mean - half), pytest.approx(mean + half)]
+    assert stats.mean == pytest.approx(mean)
+    assert stats.ci95 == (pytest.approx(mean - half), pytest.approx(mean + half))
     # The receive rates are a schedule's, often equal (an interval of no width, whatever t is):
     # the latency figures have spread, and the same rule, t and not z, must give their intervals.
     for figure, key in (("latency_p50_us", "p50"), ("latency_max_us", "max")):
-        values = [step["latency_us"][key] for step in repeated.record["steps"]]
+        values = [getattr(step.latency_us, key) for step in steps]
         assert values[0] != values[1], (figure, values)  # a spread for t to act on
         mean = sum(values) / 2
         half = 12.706 * math.sqrt(sum((x - mean) ** 2 for x in values)) / math.sqrt(2)
-        estimate = repeated.record["statistics"][figure]
-        assert estimate["ci95"] == [pytest.approx(mean - half), pytest.approx(mean + half)], (figure, values)
+        estimate = statistics[figure]
+        assert estimate.ci95 == (pytest.approx(mean - half), pytest.approx(mean + half)), (figure, values)
     assert sweep.passed, sweep.reason
-    rows = sweep.record["comparison"]
-    assert [row["point"] for row in rows] == [{"rate": 10}, {"rate": 40}]
-    assert [row["receive_rate"] for row in rows] == [pytest.approx(20, rel=0.05), pytest.approx(80, rel=0.05)]
-    assert sweep.record["best"]["test_id"] == rows[1]["test_id"]
+    rows = sweep.record.comparison or ()
+    assert [row.point for row in rows] == [{"rate": 10}, {"rate": 40}]
+    assert [row.receive_rate for row in rows] == [pytest.approx(20, rel=0.05), pytest.approx(80, rel=0.05)]
+    assert sweep.record.best is not None and sweep.record.best.test_id == rows[1].test_id
 
 
 def test_a_profile_changes_rate_and_clients_during_one_test(

@@ -86,7 +86,7 @@ def test_direct_reply_to_with_a_5_ms_service_time(daemons: Daemons, data_server:
     # 2 clients, one request each at a time, ~5.x ms a round: about 2 / 5.x ms per second.
     response_s = rr["response_time_us"]["mean"] / 1e6
     assert rr["throughput_per_s"] == pytest.approx(2 / response_s, rel=0.05)
-    assert result.record["kind"] == "request-reply"
+    assert result.record.kind == "request-reply"
     text = str(result)
     assert "closed system:" in text and "Little's law" in text
 
@@ -271,20 +271,22 @@ def test_repetitions_of_a_closed_system_estimate_its_throughput_and_response_tim
     base = RequestReplyTest(request_url=requests_url() + "-{test_id}", clients=2, service_time="5ms", duration="3s")
     result = run_with(daemons, url, RepeatedTest(base, times=3), peers=2)
     assert result.passed, result.reason
-    statistics, steps = result.record["statistics"], result.record["steps"]
+    statistics, steps = result.record.statistics or {}, result.record.steps or ()
     assert list(statistics) == ["throughput", "response_time_p50_us", "response_time_p99_us", "response_time_max_us"]
-    for name, figure in (
-        ("throughput", lambda s: s["throughput_per_s"]),
-        ("response_time_p50_us", lambda s: s["response_time_us"]["p50"]),
+    replies = [step.reply for step in steps if step.reply is not None]
+    assert len(replies) == len(steps)
+    for name, values in (
+        ("throughput", [r.throughput_per_s for r in replies]),
+        ("response_time_p50_us", [r.response_time_us.p50 for r in replies]),
     ):
-        values = [figure(step) for step in steps]
         mean = sum(values) / 3
         half = 4.303 * math.sqrt(sum((x - mean) ** 2 for x in values) / 2) / math.sqrt(3)  # t(0.975, 2)
-        assert statistics[name]["mean"] == pytest.approx(mean), (name, values)
-        assert statistics[name]["ci95"] == [pytest.approx(mean - half), pytest.approx(mean + half)], (name, values)
+        assert statistics[name].mean == pytest.approx(mean), (name, values)
+        assert statistics[name].ci95 == (pytest.approx(mean - half), pytest.approx(mean + half)), (name, values)
     # Each response took the 5 ms service time and more, and is not the request leg's figure.
-    assert statistics["response_time_p50_us"]["mean"] >= 5000
-    assert statistics["response_time_p50_us"]["mean"] > max(step["latency_us"]["p50"] for step in steps) + 4000
+    assert statistics["response_time_p50_us"].mean >= 5000
+    legs = [step.latency_us.p50 for step in steps if step.latency_us is not None]
+    assert statistics["response_time_p50_us"].mean > max(legs) + 4000
     assert "throughput: mean" in str(result) and " requests/s" in str(result)
 
 
@@ -298,16 +300,18 @@ def test_a_sweep_over_1_2_4_8_clients_draws_the_closed_systems_curves(
     base = RequestReplyTest(request_url=requests_url() + "-{test_id}", clients=1, service_time="5ms", duration="3s")
     result = run_with(daemons, url, SweepTest(base=base, grid={"parallel": [1, 2, 4, 8]}), peers=2)
     assert result.passed, result.reason
-    rows = result.record["comparison"]
-    assert [row["point"]["parallel"] for row in rows] == [1, 2, 4, 8]
+    rows = result.record.comparison or ()
+    assert [(row.point or {}).get("parallel") for row in rows] == [1, 2, 4, 8]
+    replies = [row.reply for row in rows if row.reply is not None]
+    assert len(replies) == len(rows)
     # The replier serves side by side, so up to 8 clients the throughput grows with them, each
     # request taking its 5 ms and a little more (Little's law with no think time: X = N / R).
-    throughputs = [row["throughput_per_s"] for row in rows]
+    throughputs = [reply.throughput_per_s for reply in replies]
     assert throughputs == sorted(throughputs) and throughputs[-1] > 3 * throughputs[0], throughputs
-    for row in rows:
-        response_s = row["response_time_us"]["mean"] / 1e6
-        assert row["throughput_per_s"] == pytest.approx(row["point"]["parallel"] / response_s, rel=0.10), row
-        assert row["response_time_us"]["p50"] >= 5000 and row["timed_out"] == 0
+    for clients, reply in zip([1, 2, 4, 8], replies, strict=True):
+        response_s = reply.response_time_us.mean / 1e6
+        assert reply.throughput_per_s == pytest.approx(clients / response_s, rel=0.10), reply
+        assert reply.response_time_us.p50 >= 5000 and reply.timed_out == 0
     built = subprocess.run(
         [sys.executable, "-m", "reports", "report", str(root), result.test_id],
         capture_output=True,

@@ -64,8 +64,8 @@ def _not_as_it_should_be(restarted: Restarted) -> str | None:
     s = result.summary
     if (s.sent, s.received, s.lost, s.duplicates) != (1600, 1600, 0, 0):
         return f"counts {s.sent}, {s.received}, {s.lost}, {s.duplicates}"
-    outages = result.record["control_outages"]
-    if len(outages) != 1 or not RESTART_GAP_S <= outages[0]["seconds"] <= restarted.down_s + 3:
+    outages = result.record.control_outages or ()
+    if len(outages) != 1 or not RESTART_GAP_S <= (outages[0].seconds or 0.0) <= restarted.down_s + 3:
         return f"outages {outages}, the broker away {restarted.down_s:.1f} s"
     return None
 

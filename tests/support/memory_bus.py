@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -42,6 +42,7 @@ from protocol.notes import (
     UploadComplete,
 )
 from protocol.signing import NoteGuard, NoteKey, RefusedNoteError, sign, split
+from protocol.test_record import PeerEntry, TestRecord
 from protocol.topics import Topics
 
 
@@ -279,12 +280,12 @@ class MemoryStore:
         }
     )
     stored: list[TestResult] = field(default_factory=list)
-    clocks_given: list[dict[str, Any]] | None = None
+    clocks_given: Sequence[PeerEntry] | None = None
     live: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    opened: dict[str, dict[str, Any]] = field(default_factory=dict)  # opening records, by test id
+    opened: dict[str, TestRecord] = field(default_factory=dict)  # opening records, by test id
     stop: str | None = None  # a stop asked of it: the answer to every live post from then on
 
-    def summary(self, test_id: str, peers: list[dict[str, Any]] | None = None) -> TestFigures:
+    def summary(self, test_id: str, peers: Sequence[PeerEntry] | None = None) -> TestFigures:
         self.clocks_given = peers
         return TestFigures.from_json(self.figures)
 
@@ -295,5 +296,5 @@ class MemoryStore:
         self.live.append((test_id, update.to_json()))
         return self.stop  # as the data server answers once its live page's stop was pressed
 
-    def open(self, test_id: str, record: dict[str, Any]) -> None:
+    def open(self, test_id: str, record: TestRecord) -> None:
         self.opened[test_id] = record

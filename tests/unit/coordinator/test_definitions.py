@@ -14,6 +14,7 @@ from coordinator.definitions.declared import load_test_file
 from coordinator.outcome.junit import junit_xml
 from coordinator.outcome.results import TestResult, Verdict, judge, loss_verdict
 from protocol.figures import TestFigures
+from protocol.test_record import TestRecord
 
 
 def test_a_request_reply_test_becomes_requesters_and_repliers_options() -> None:
@@ -156,9 +157,10 @@ def test_a_toml_file_declares_the_same_test(tmp_path: Path) -> None:
 
 def test_junit_has_one_case_per_phase_and_names_the_failure() -> None:
     def result(test_id: str, reason: str | None) -> TestResult:
-        record = {"kind": "fixed-rate", "started": "2026-01-01T00:00:00+00:00", "ended": "2026-01-01T00:00:10+00:00"}
+        started, ended = "2026-01-01T00:00:00+00:00", "2026-01-01T00:00:10+00:00"
+        record = TestRecord(test_id, kind="fixed-rate", started=started, ended=ended, labels={"a": 1})
         outcome = "failure" if reason else "success"
-        return TestResult(test_id, outcome, reason, TestFigures(), record | {"labels": {"a": 1}}, "")
+        return TestResult(test_id, outcome, reason, TestFigures(), record, "")
 
     steps = [result("t.step01", None), result("t.step02", "latency p99 3 ms > bound 2 ms")]
     suite = ET.fromstring(junit_xml(result("t", None), steps))

@@ -26,9 +26,17 @@ from protocol.notes import (
     StopWorker,
 )
 from protocol.signing import NoteKey
+from protocol.test_record import ClockEstimate, PeerEntry
 from tests.support.memory_bus import MemoryStore, SimulatedPeer, memory_client
 
 TEST = FixedRateTest(send_url="amqp://sut/q", rate=100, duration="1s", warm_up="0s")
+
+
+def _before(peer: PeerEntry) -> ClockEstimate:
+    """The peer's clock as measured before the load (there must be one)."""
+    before = peer.clock.estimate("before")
+    assert before is not None, peer
+    return before
 
 
 def _kinds(peer: SimulatedPeer) -> list[str]:
@@ -63,19 +71,20 @@ def test_a_phase_runs_its_lifecycle_in_order_and_stores_its_result() -> None:
     # The common start is the phase's 1 s margin and 4 of the sender's round trips (as measured
     # before) after it was set, which is the order's stamp but for the time taken to send it (up
     # to 50 ms allowed, a loaded machine): 10 ms more margin fails it.
-    rtt_ns = next(p for p in result.record["peers"] if p["name"] == "s1")["clock"]["before"]["rtt_us"] * 1000
+    peers = result.record.peers or ()
+    rtt_ns = _before(next(p for p in peers if p.name == "s1")).rtt_us * 1000
     ahead = start.start_at_ns - start.header.timestamp_ns - (1_000_000_000 + 4 * rtt_ns)
     assert -50_000_000 <= ahead < 1_000_000, ahead
-    clocks = {p["name"]: p["clock"]["before"] for p in result.record["peers"]}
-    assert abs(clocks["s1"]["offset_us"] - 5000) < 1000 and abs(clocks["r1"]["offset_us"]) < 1000
+    clocks = {p.name: _before(p) for p in peers}
+    assert abs(clocks["s1"].offset_us - 5000) < 1000 and abs(clocks["r1"].offset_us) < 1000
     assert store.stored == [result]
-    assert set(result.record["collection"].values()) == {"uploaded"}
-    assert result.record["target_rate"] == 100
+    assert set((result.record.collection or {}).values()) == {"uploaded"}
+    assert result.record.target_rate == 100
     # The figures were asked for with the clocks, after they were measured both sides of the
     # run: the result's latency is the corrected one the report shows.
-    assert store.clocks_given == result.record["peers"]
-    assert all({"before", "after"} <= set(p["clock"]) for p in store.clocks_given)
-    assert "phase_of" not in result.record
+    assert store.clocks_given == result.record.peers
+    assert all(p.clock.estimate("before") and p.clock.estimate("after") for p in peers)
+    assert result.record.phase_of is None and "phase_of" not in result.record.to_json()
     # The live statistics ended with the outcome and the summary's counts.
     last = store.live[-1][1]
     assert (last["state"], last["outcome"], last["summary"]["sent"]) == ("finished", "success", 1000)
@@ -158,15 +167,16 @@ def test_a_search_over_simulated_peers_finds_the_limit_they_have() -> None:
     store = MemoryStore()
     result = run_series(client, search, store, "t-4", progress=False)
 
-    best = result.record["max_sustainable"]["rate_per_client"]
+    assert result.record.max_sustainable is not None
+    best = result.record.max_sustainable.rate_per_client or 0.0
     assert 740 * 0.98 <= best <= 740
-    rates = [row["rate_per_client"] for row in result.record["steps"]]
+    rates = [row.rate_per_client for row in result.record.steps or ()]
     assert rates[:2] == [100, 1000]
     assert [r.test_id for r in result.steps] == [f"t-4.probe{n:02d}" for n in range(1, len(rates) + 1)]
     assert store.stored[-1] is result  # the parent's record last, after every phase's own
     # Each step says whose step it is: `maestro history` leaves steps out of a test's nights.
-    assert {r.record.get("phase_of") for r in store.stored[:-1]} == {"t-4"}
-    assert "phase_of" not in result.record
+    assert {r.record.phase_of for r in store.stored[:-1]} == {"t-4"}
+    assert result.record.phase_of is None and "phase_of" not in result.record.to_json()
 
 
 def test_every_request_of_a_phase_waits_only_for_its_cast() -> None:
@@ -201,7 +211,7 @@ def test_when_every_live_worker_is_cast_each_request_goes_once_per_role() -> Non
     # Each sender's start in its own clock is the common one moved by its true offset (n ms), to
     # within its measured uncertainty; twice that where the offset measured is within it, and is
     # not applied (20 answers in a row through the memory bus take a few ms).
-    uncertainty_ns = {p["peer_id"]: p["clock"]["before"]["uncertainty_us"] * 1000 for p in result.record["peers"]}
+    uncertainty_ns = {p.peer_id: _before(p).uncertainty_us * 1000 for p in result.record.peers or ()}
     for n, s in enumerate(senders):
         error_ns = abs(start.start_for(s.peer_id) - start.start_at_ns - n * 1_000_000)
         assert error_ns <= 2 * uncertainty_ns[s.peer_id], (n, error_ns, uncertainty_ns[s.peer_id])
@@ -231,11 +241,11 @@ def test_a_stock_brokers_lopsided_ping_is_held_within_its_bound_and_moves_no_sta
     client, bus = memory_client([sender, receiver])
     result = Phase(client, TEST, "t-8", MemoryStore(), Cast.choose(client, TEST), show_progress=False).run()
     assert result.passed, result.reason
-    for peer in result.record["peers"]:
-        before = peer["clock"]["before"]
-        assert before["path"] == "mqtt" and before["rtt_us"] >= 40_000
-        assert -25_000 <= before["offset_us"] <= -15_000  # half the 40 ms, on the wrong side
-        assert abs(before["offset_us"]) <= before["uncertainty_us"]
+    for peer in result.record.peers or ():
+        before = _before(peer)
+        assert before.path == "mqtt" and before.rtt_us >= 40_000
+        assert -25_000 <= before.offset_us <= -15_000  # half the 40 ms, on the wrong side
+        assert abs(before.offset_us) <= before.uncertainty_us
     (start,) = [n for _, n in bus.requests if isinstance(n, StartWorker) and n.start_at_ns]
     assert start.start_for(sender.peer_id) == start.start_at_ns
 

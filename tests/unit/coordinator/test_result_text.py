@@ -5,6 +5,7 @@ from typing import Any
 
 from coordinator.outcome.results import TestResult
 from protocol.figures import TestFigures
+from protocol.test_record import TestRecord
 
 _COUNTS = {"sent": 20_000, "received": 20_000, "lost": 0, "duplicates": 0}
 
@@ -23,7 +24,7 @@ def _summary(**extra: Any) -> TestFigures:
 
 
 def test_rates_carry_mb_per_s_from_the_message_size() -> None:
-    result = TestResult("t-1", "success", None, _summary(), {"definition": {"size": 1024}}, "")
+    result = TestResult("t-1", "success", None, _summary(), TestRecord.from_json({"definition": {"size": 1024}}), "")
     lines = str(result).splitlines()
     # 10,000 msg/s x 1,024 B = 10.24 MB/s; 9,500 x 1,024 = 9.728.
     assert lines[2] == "  send rate 10,000.0 msg/s (10.24 MB/s)  receive rate 9,500.0 msg/s (9.73 MB/s)"
@@ -31,7 +32,7 @@ def test_rates_carry_mb_per_s_from_the_message_size() -> None:
 
 
 def test_without_a_size_the_rates_are_msg_per_s_only() -> None:
-    lines = str(TestResult("t-1", "success", None, _summary(), {}, "")).splitlines()
+    lines = str(TestResult("t-1", "success", None, _summary(), TestRecord("t"), "")).splitlines()
     assert lines[2] == "  send rate 10,000.0 msg/s  receive rate 9,500.0 msg/s"
 
 
@@ -42,14 +43,14 @@ def test_a_generator_bound_success_says_so_under_its_outcome() -> None:
         {"name": "s2", "role": "sender"},
         {"name": "r1", "role": "receiver"},
     ]
-    lines = str(TestResult("t-3", "success", None, _summary(peers=peers), {}, "")).splitlines()
+    lines = str(TestResult("t-3", "success", None, _summary(peers=peers), TestRecord("t"), "")).splitlines()
     assert lines[:2] == ["test t-3: success", f"  generator-bound: {busy}"]
     assert sum("generator-bound" in line for line in lines) == 1  # s2 was not
     # Where the verdict already names it (invalid for its shortfall), it is not said twice.
     why = f"the load generator was the limit: ...: {busy}"
-    invalid = TestResult("t-4", "invalid", why, _summary(peers=peers), {}, "")
+    invalid = TestResult("t-4", "invalid", why, _summary(peers=peers), TestRecord("t"), "")
     assert not [line for line in str(invalid).splitlines()[1:] if "generator-bound" in line]
-    assert "generator-bound" not in str(TestResult("t-5", "success", None, _summary(), {}, ""))
+    assert "generator-bound" not in str(TestResult("t-5", "success", None, _summary(), TestRecord("t"), ""))
 
 
 def test_a_repeated_tests_estimates_read_in_ms_and_per_second() -> None:
@@ -58,7 +59,9 @@ def test_a_repeated_tests_estimates_read_in_ms_and_per_second() -> None:
         "response_time_p99_us": {"mean": 15_250.0, "ci95": [14_000.0, 16_500.0], "n": 3},
         "receive_rate": {"mean": 50.0, "ci95": [50.0, 50.0], "n": 2},
     }
-    lines = str(TestResult("t-6", "success", None, _summary(), {"statistics": statistics}, "")).splitlines()
+    lines = str(
+        TestResult("t-6", "success", None, _summary(), TestRecord.from_json({"statistics": statistics}), "")
+    ).splitlines()
     assert lines[-3:] == [
         "  throughput: mean 186.9 requests/s, 95% CI [180.0, 193.9] requests/s (n=3)",
         "  response time p99: mean 15.250 ms, 95% CI [14.000, 16.500] ms (n=3)",
@@ -79,7 +82,9 @@ def test_a_closed_system_leads_with_its_response_time_and_has_no_latency_line() 
         "reply_leg_us": {"p50": 3_100.0},
         "littles_law": {"clients": 2, "throughput_x_time": 2.01, "deviation_percent": 0.5},
     }
-    result = TestResult("t-2", "success", None, _summary(request_reply=rr), {"definition": {"size": 256}}, "")
+    result = TestResult(
+        "t-2", "success", None, _summary(request_reply=rr), TestRecord.from_json({"definition": {"size": 256}}), ""
+    )
     lines = str(result).splitlines()
     assert lines[1] == (
         "  response time p50 10.700 ms  p99 15.000 ms  (request leg p50 2.400 ms, replier 5.100 ms, reply leg 3.100 ms)"

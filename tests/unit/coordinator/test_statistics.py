@@ -34,7 +34,7 @@ def test_the_half_width_is_t_times_the_standard_error(n: int, t: float) -> None:
 def test_the_record_as_a_plain_dict() -> None:
     # mean 12, s = 2, t(0.975, 2) = 4.303: half-width 4.303 * 2 / sqrt(3).
     half = 4.303 * 2 / math.sqrt(3)
-    assert estimate([10.0, 12.0, 14.0]).as_dict() == {
+    assert estimate([10.0, 12.0, 14.0]).to_json() == {
         "n": 3,
         "mean": 12.0,
         "stdev": 2.0,

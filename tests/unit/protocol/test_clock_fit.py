@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -22,9 +23,19 @@ from protocol.clock_correction import (
 )
 from protocol.clock_probe import PROBE_BYTES, Exchange, answer
 from protocol.figures import TestFigures
+from protocol.test_record import PeerEntry, TestRecord
 
 S = 1_000_000  # µs in a second
 T0 = 1_800_000_000 * S  # some wall time, µs
+
+
+def _corrections(record: dict[str, Any]) -> dict[str, Correction]:
+    """The corrections of a record's peers, given as test.json has them."""
+    return clock_corrections(TestRecord.from_json(record).peers or ())
+
+
+def _fit(peer: dict[str, Any]) -> ClockFit | None:
+    return peer_fit(PeerEntry.from_json(peer))
 
 
 def _exchange(true_offset_ns: int, out_ns: int, held_ns: int, back_ns: int, t1: int = 10**18) -> Exchange:
@@ -154,7 +165,7 @@ def test_a_receivers_correction_follows_both_clocks_through_the_test() -> None:
             _peer("r1", "receiver", "b", _samples(lambda t: 50_000 + 100e-6 * t * S, range(0, 61, 10))),
         ]
     }
-    correction = clock_corrections(record)["r1"]
+    correction = _corrections(record)["r1"]
     assert correction.at(T0) == pytest.approx(-49_000)
     assert correction.at(T0 + 30 * S) == pytest.approx(-52_000)
     assert correction.at(T0 + 60 * S) == pytest.approx(-55_000)
@@ -231,10 +242,10 @@ def test_one_host_name_is_one_clock_only_where_the_offsets_agree() -> None:
     # A receiver on a cloned machine with the same name as its sender's, 50 ms ahead: corrected.
     sender = _peer("s1", "sender", "vm", _samples(lambda t: 0.0, range(0, 9, 2), uncertainty_us=30))
     clone = _peer("r1", "receiver", "vm", _samples(lambda t: 50_000.0, range(0, 9, 2), uncertainty_us=30))
-    assert clock_corrections({"peers": [sender, clone]})["r1"].shift_us == pytest.approx(-50_000)
+    assert _corrections({"peers": [sender, clone]})["r1"].shift_us == pytest.approx(-50_000)
     # The same name and offsets within their ±: one clock, nothing to correct.
     beside = _peer("r1", "receiver", "vm", _samples(lambda t: 20.0, range(0, 9, 2), uncertainty_us=30))
-    assert clock_corrections({"peers": [sender, beside]}) == {}
+    assert _corrections({"peers": [sender, beside]}) == {}
 
 
 def test_senders_on_clocks_apart_are_a_problem_one_correction_cannot_untangle() -> None:
@@ -242,7 +253,7 @@ def test_senders_on_clocks_apart_are_a_problem_one_correction_cannot_untangle() 
     s1 = _peer("s1", "sender", "vm", _samples(lambda t: 0.0, range(0, 9, 2), uncertainty_us=30))
     s2 = _peer("s2", "sender", "hostb", _samples(lambda t: 50_000.0, range(0, 9, 2), uncertainty_us=30))
     r1 = _peer("r1", "receiver", "hostb", _samples(lambda t: 50_000.0, range(0, 9, 2), uncertainty_us=30))
-    correction = clock_corrections({"peers": [s1, s2, r1]})["r1"]
+    correction = _corrections({"peers": [s1, s2, r1]})["r1"]
     (problem,) = correction.problems
     assert "senders whose clocks are 50.000 ms apart (s1 on vm, s2 on hostb)" in problem
     assert correction.uncertainty_us >= 25_000
@@ -251,7 +262,7 @@ def test_senders_on_clocks_apart_are_a_problem_one_correction_cannot_untangle() 
 def test_a_clock_never_measured_is_a_problem_where_the_hosts_differ() -> None:
     s1 = _peer("s1", "sender", "vm", _samples(lambda t: 0.0, range(0, 9, 2), uncertainty_us=30))
     r1 = {"name": "r1", "role": "receiver", "host": "hostb", "clock": {}}
-    (problem,) = clock_corrections({"peers": [s1, r1]})["r1"].problems
+    (problem,) = _corrections({"peers": [s1, r1]})["r1"].problems
     assert problem.startswith("the clock of r1 on hostb was never measured")
 
 
@@ -326,9 +337,9 @@ def test_clocks_measured_through_the_broker_say_so() -> None:
 
 def test_a_peers_fit_keeps_its_path_and_an_old_record_is_one_offset_through_the_broker() -> None:
     samples = _samples(lambda t: 100.0, [0, 2], uncertainty_us=10)
-    assert peer_fit({"clock": {"samples": samples}}).path == ""  # type: ignore[union-attr]
+    assert _fit({"clock": {"samples": samples}}).path == ""  # type: ignore[union-attr]
     assert fit_clock(samples).path == ""  # type: ignore[union-attr]
-    assert peer_fit({"clock": {"samples": samples, "path": "udp"}}).path == "udp"  # type: ignore[union-attr]
+    assert _fit({"clock": {"samples": samples, "path": "udp"}}).path == "udp"  # type: ignore[union-attr]
     old = {
         "clock": {
             "before": {"offset_us": 1000.0, "uncertainty_us": 30.0},
@@ -336,11 +347,11 @@ def test_a_peers_fit_keeps_its_path_and_an_old_record_is_one_offset_through_the_
         }
     }
     # One offset, their mean; ± the wider exchange's and half of how far it moved.
-    assert peer_fit(old) == ClockFit((0.0,), (1200.0,), 50.0 + 200.0, (), "mqtt")
-    assert peer_fit({"clock": {"before": {"offset_us": -5.0, "uncertainty_us": 7.0}}}) == ClockFit(
+    assert _fit(old) == ClockFit((0.0,), (1200.0,), 50.0 + 200.0, (), "mqtt")
+    assert _fit({"clock": {"before": {"offset_us": -5.0, "uncertainty_us": 7.0}}}) == ClockFit(
         (0.0,), (-5.0,), 7.0, (), "mqtt"
     )
-    assert peer_fit({}) is None and peer_fit({"clock": {"samples": []}}) is None
+    assert _fit({}) is None and _fit({"clock": {"samples": []}}) is None
 
 
 def test_two_clocks_agree_up_to_the_sum_of_their_bounds() -> None:
@@ -354,8 +365,8 @@ def test_two_clocks_agree_up_to_the_sum_of_their_bounds() -> None:
 def test_a_receiver_never_measured_beside_its_sender_is_taken_as_its_clock() -> None:
     s1 = _peer("s1", "sender", "vm", _samples(lambda t: 0.0, range(0, 9, 2), uncertainty_us=30))
     r1 = {"name": "r1", "role": "receiver", "host": "vm", "clock": {}}
-    assert clock_corrections({"peers": [s1, r1]}) == {}
-    assert clock_corrections({"peers": [r1 | {"role": "sender", "name": "s0"}, r1]}) == {}
+    assert _corrections({"peers": [s1, r1]}) == {}
+    assert _corrections({"peers": [r1 | {"role": "sender", "name": "s0"}, r1]}) == {}
 
 
 def test_two_samples_a_step_apart_are_a_step() -> None:

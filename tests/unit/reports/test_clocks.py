@@ -13,8 +13,14 @@ from protocol.clock_correction import untrusted_latency
 from protocol.figures import TestFigures
 from protocol.hdr import new_histogram
 from protocol.results import ReceiverAccount
+from protocol.test_record import TestRecord
 from reports.clocks import Correction, clock_corrections, left_to_shift, shifted
 from reports.summary import summarize
+
+
+def _corrections(record: dict[str, Any]) -> dict[str, Correction]:
+    """The corrections of a record's peers, given as test.json has them."""
+    return clock_corrections(TestRecord.from_json(record).peers or ())
 
 
 def _peer(
@@ -29,22 +35,22 @@ def test_a_receiver_on_another_host_is_shifted_by_the_offset_difference() -> Non
     # Sender clock 5 ms ahead of the coordinator's, receiver 3 ms behind: its latencies read
     # 8 ms short, and the correction adds them back, ± the two uncertainties.
     record = {"peers": [_peer("s1", "sender", "a", 5000, 300), _peer("r1", "receiver", "b", -3000, 200)]}
-    (correction,) = clock_corrections(record).values()
+    (correction,) = _corrections(record).values()
     assert (correction.shift_us, correction.uncertainty_us) == (8000, 500)
     assert correction.reason == "receiver on b, senders on a" and correction.problems == ()
 
 
 def test_one_host_means_one_clock_and_no_correction_where_the_offsets_agree() -> None:
     record = {"peers": [_peer("s1", "sender", "a", 5000, 300), _peer("r1", "receiver", "a", 4900, 200)]}
-    assert clock_corrections(record) == {}
+    assert _corrections(record) == {}
     # Offsets apart by more than their ± are two clocks, whatever the host names say.
     record = {"peers": [_peer("s1", "sender", "a", 5000, 300), _peer("r1", "receiver", "a", -3000, 200)]}
-    assert clock_corrections(record)["r1"].shift_us == 8000
+    assert _corrections(record)["r1"].shift_us == 8000
     # A receiver with a sender beside it and one elsewhere, on clocks 5 ms apart: one shift
     # cannot fit both, and that is named.
     record = {"peers": [_peer("s1", "sender", "a", 5000, 300), _peer("r1", "receiver", "a", 4900, 200)]}
     record["peers"].append(_peer("s2", "sender", "b", 0, 100))
-    (problem,) = clock_corrections(record)["r1"].problems
+    (problem,) = _corrections(record)["r1"].problems
     assert "senders whose clocks are 5.000 ms apart" in problem
 
 
@@ -56,7 +62,7 @@ def test_senders_on_several_hosts_and_drift_widen_the_uncertainty() -> None:
             _peer("r1", "receiver", "b", -3000, 200, drift_us=400),
         ]
     }
-    (correction,) = clock_corrections(record).values()
+    (correction,) = _corrections(record).values()
     # Senders' mean 5000; receiver's mean -2800 (drifted 400 over the run).
     assert correction.shift_us == 7800
     # 200 + 200 (half the drift) + 300 (the worst sender) + 1000 (half the senders' spread).

@@ -3,14 +3,15 @@ links to them from the history page, the results index and a report."""
 
 from __future__ import annotations
 
-import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from support.synthetic import history_run
 
 from protocol.figures import Percentiles, Rate, TestFigures
+from protocol.test_record import TestRecord
 from reports.compare_page import compare_page, previous_link
 from reports.comparison import ComparedRun, NoiseBand, delta_table, noise_bands, previous_runs
 from reports.history import FIGURES, Run, analyse, history_page, read_runs
@@ -34,7 +35,9 @@ def _figures(rate: float, p99_us: float = 2_000.0, lost: int = 0, untrusted: str
 
 
 def _run(test_id: str, figures: TestFigures, per_second: dict[int, int] | None = None) -> ComparedRun:
-    return ComparedRun(test_id, figures, per_second or {}, {"name": NAME, "started": "2026-10-02T00:00:00"})
+    return ComparedRun(
+        test_id, figures, per_second or {}, TestRecord(test_id, name=NAME, started="2026-10-02T00:00:00")
+    )
 
 
 def _history(root: Path) -> list[Run]:
@@ -149,7 +152,7 @@ def test_each_run_is_linked_to_the_one_of_its_name_before_it() -> None:
         {"test_id": "running", "name": NAME, "started": "2026-10-05"},  # no figures yet
         record("x", "2026-10-04", name="other"),
     ]
-    assert previous_runs(records) == {"b": "a", "b2": "b", "c": "b2"}
+    assert previous_runs(TestRecord.from_json(r) for r in records) == {"b": "a", "b2": "b", "c": "b2"}
 
 
 def test_the_history_index_and_report_link_to_the_comparison(tmp_path: Path) -> None:
@@ -163,9 +166,9 @@ def test_the_history_index_and_report_link_to_the_comparison(tmp_path: Path) -> 
     assert 'class="compare"' not in rows["nightly-rabbitmq-000"]  # the first run has none before it
     assert all('<input type="checkbox" class="pick"' in row for row in rows.values())
     assert 'id="compare-picked"' in index
-    record = json.loads((tmp_path / "nightly-rabbitmq-001" / "test.json").read_text())
+    record = TestRecord.from_text((tmp_path / "nightly-rabbitmq-001" / "test.json").read_text())
     # From <root>/<test>/report/index.html up to the root, where the data server answers.
     link = previous_link("nightly-rabbitmq-001", record)
     assert 'href="../../../compare/previous/nightly-rabbitmq-001"' in link and "maestro serve" in link
-    assert previous_link("p", record | {"phase_of": "series"}) == ""
-    assert previous_link("t", {"started": "2026-10-01"}) == ""
+    assert previous_link("p", replace(record, phase_of="series")) == ""
+    assert previous_link("t", TestRecord("t", started="2026-10-01")) == ""

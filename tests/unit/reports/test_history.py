@@ -2,16 +2,33 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from support.synthetic import history_run as _write_run
 
+from protocol.test_record import TestRecord
 from reports.baseline import Thresholds
 from reports.cli import main as reports_main
-from reports.history import FIGURES, analyse, gate, history_page, history_table, read_runs, run_of, runs_from_dicts
+from reports.history import (
+    FIGURES,
+    Run,
+    analyse,
+    gate,
+    history_page,
+    history_table,
+    read_runs,
+    run_of,
+    runs_from_dicts,
+)
 
 NAME = "nightly rabbitmq"
+
+
+def _run_of(record: dict[str, Any]) -> Run | None:
+    """The run of a test.json given as its JSON."""
+    return run_of(TestRecord.from_json(record))
 
 
 def _nights(root: Path, drop_from: int | None, seed: int = 1, n: int = 30) -> list[float]:
@@ -126,10 +143,10 @@ def test_other_names_and_unfinished_runs_are_not_in_the_history(tmp_path: Path) 
     (tmp_path / "running").mkdir()
     (tmp_path / "running" / "test.json").write_text(json.dumps({"test_id": "running", "name": NAME}))
     assert [r.test_id for r in read_runs(tmp_path, NAME)] == ["nightly-rabbitmq-001"]
-    assert run_of({"name": NAME, "summary": {"error": "data server away"}}) is None
+    assert _run_of({"name": NAME, "summary": {"error": "data server away"}}) is None
     # A step of a sweep carries the sweep's name, but is not a run of its own.
-    assert run_of({"name": NAME, "phase_of": "sweep-1", "summary": {"sent": 10, "lost": 0}}) is None
-    assert run_of({"name": NAME, "summary": {"sent": 10, "lost": 0}}) is not None
+    assert _run_of({"name": NAME, "phase_of": "sweep-1", "summary": {"sent": 10, "lost": 0}}) is None
+    assert _run_of({"name": NAME, "summary": {"sent": 10, "lost": 0}}) is not None
 
 
 def test_the_history_as_json_reads_back_the_same(tmp_path: Path) -> None:
@@ -155,18 +172,22 @@ def test_a_name_with_no_runs_is_a_clear_error(tmp_path: Path, capsys: pytest.Cap
 
 
 def test_a_damaged_record_is_left_out_saying_so_and_a_missing_latency_is_no_zero(
-    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A hostile pass found a summary without latency_us read as p50 0 (a gate passed it) and
     damaged records dropped without a word."""
     base = {"sent": 10, "received": 10, "lost": 0, "receive_rate": {"mean": 5.0}, "latency_samples": 10}
+    (tmp_path / "t-bad").mkdir()
     for summary in (base, base | {"latency_us": None}, base | {"receive_rate": "fast"}):
+        record = {"test_id": "t-bad", "name": NAME, "summary": summary}
+        (tmp_path / "t-bad" / "test.json").write_text(json.dumps(record))
         with caplog.at_level("WARNING"):
-            assert run_of({"test_id": "t-bad", "name": NAME, "summary": summary}) is None
-        assert "run t-bad left out of the history: its test.json not a test's figures" in caplog.text
+            assert read_runs(tmp_path, NAME) == []
+        assert "test t-bad left out: its test.json is no test's record" in caplog.text
+        assert "not a test's figures" in caplog.text
         caplog.clear()
     untrusted = base | {"latency_us": None, "latency_untrusted": "clamped"}  # summary.json's way: no figure
-    run = run_of({"test_id": "t-ok", "name": NAME, "summary": untrusted})
+    run = _run_of({"test_id": "t-ok", "name": NAME, "summary": untrusted})
     assert run is not None and run.figures["latency_p50_us"] is None and run.figures["receive_rate"] == 5.0
 
 
@@ -182,7 +203,7 @@ def test_a_closed_systems_latency_in_the_history_is_its_response_time() -> None:
         "latency_untrusted": "the request leg crossed hosts",  # the response time is on one clock
         "request_reply": {"response_time_us": {"p50": 10_700.0, "p99": 15_000.0, "p999": 16_000.0}},
     }
-    run = run_of({"test_id": "t-rr", "name": NAME, "summary": closed})
+    run = _run_of({"test_id": "t-rr", "name": NAME, "summary": closed})
     assert run is not None
     assert [run.figures[k] for k in ("latency_p50_us", "latency_p99_us", "latency_p999_us")] == [10_700, 15_000, 16_000]
 

@@ -16,6 +16,7 @@ from support.synthetic import T0_US, edit_peer_json, one_loss_one_duplicate
 from protocol.figures import LittlesLaw, Rate, SenderFigures, TimeFigures
 from protocol.hdr import new_histogram
 from protocol.sequences import SequenceTracker, dump_bitsets
+from protocol.test_record import TestRecord
 from reports.summary import (
     DISTRIBUTION,
     _nagle_hints,
@@ -23,7 +24,7 @@ from reports.summary import (
     inspector_shortfalls,
     rate_of,
     read_peers,
-    read_test_json,
+    read_test_record,
     summarize,
 )
 
@@ -378,7 +379,7 @@ def test_the_peers_and_record_a_caller_read_already_are_the_ones_summed(tmp_path
         "peers": [{"name": "s1", "role": "sender", "host": "a", "clock": clock}]
         + [{"name": r, "role": "receiver", "host": "b", "clock": behind} for r in ("r1", "r2")]
     }
-    assert summarize(test, record=record).latency_uncertainty_us == 10.0
+    assert summarize(test, record=TestRecord.from_json(record)).latency_uncertainty_us == 10.0
     assert summarize(test).latency_uncertainty_us == 0.0  # no test.json in the folder
 
 
@@ -427,7 +428,7 @@ def test_clock_paths_and_the_uncertainty_to_a_tenth(tmp_path: Path) -> None:
         "peers": [{"name": "s1", "role": "sender", "host": "a", "clock": sender_clock}]
         + [{"name": r, "role": "receiver", "host": "b", "clock": behind} for r in ("r1", "r2")]
     }
-    s = summarize(test, record=record)
+    s = summarize(test, record=TestRecord.from_json(record))
     assert s.clock_paths == ("mqtt", "udp")  # the receivers' through the broker, the sender's direct
     assert s.latency_uncertainty_us == 10.0 and isinstance(s.latency_uncertainty_us, float)
 
@@ -446,7 +447,7 @@ def test_test_json_is_read_through_the_folder_descriptor_and_never_through_a_lin
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         # Through the descriptor alone: the path given is not read.
-        assert read_test_json(Path("/nonexistent"), dir_fd=fd) == {"test_id": "t1", "outcome": "success"}
+        assert read_test_record(Path("/nonexistent"), dir_fd=fd) == TestRecord("t1", outcome="success")
     finally:
         os.close(fd)
     # A link named test.json, to a record elsewhere, is not followed, by path or by descriptor.
@@ -455,15 +456,15 @@ def test_test_json_is_read_through_the_folder_descriptor_and_never_through_a_lin
     linked = tmp_path / "t2"
     linked.mkdir()
     (linked / "test.json").symlink_to(outside)
-    assert read_test_json(linked) == {}
+    assert read_test_record(linked) is None
     fd = os.open(linked, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        assert read_test_json(Path("/nonexistent"), dir_fd=fd) == {}
+        assert read_test_record(Path("/nonexistent"), dir_fd=fd) is None
     finally:
         os.close(fd)
     # A record that is not an object is no record.
     (folder / "test.json").write_text("[1, 2]")
-    assert read_test_json(folder) == {}
+    assert read_test_record(folder) is None
 
 
 @pytest.mark.parametrize(
