@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coordinator.running.local import wait_for_port
+from coordinator.running.local import LocalError, wait_for_port
 from protocol.embedded_broker import free_port
 
 __all__ = ["NatsServer", "private_nats"]
@@ -49,11 +49,16 @@ class NatsServer:
         if self.mqtt_port is not None:
             config += f"mqtt {{ listen: 127.0.0.1:{self.mqtt_port} }}\n"
         (self.store / "nats.conf").write_text(config)
-        args = [NATS_SERVER, "-c", str(self.store / "nats.conf")]
-        self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for port in (self.port, self.monitor_port, self.mqtt_port):
-            if port is not None:
-                wait_for_port(port, timeout_s=20, proc=self._proc)
+        args = [NATS_SERVER, "-c", str(self.store / "nats.conf"), "-l", str(self.store / "nats.log")]
+        self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        try:
+            for port in (self.port, self.monitor_port, self.mqtt_port):
+                if port is not None:
+                    wait_for_port(port, timeout_s=20, proc=self._proc)
+        except LocalError as exc:
+            self.stop()
+            log = self.store / "nats.log"
+            raise LocalError(f"{exc}\n{log.read_text() if log.exists() else 'nats-server wrote no log'}") from exc
 
     def stop(self) -> None:
         """SIGTERM, as a service manager stops it: connections drop, JetStream writes its state."""
@@ -72,7 +77,16 @@ def private_nats(credentials: tuple[str, str] | None = None, mqtt: bool = False)
     store = Path(tempfile.mkdtemp(prefix="maestro-nats-"))
     server = NatsServer(free_port(), free_port(), store, credentials, free_port() if mqtt else None)
     try:
-        server.start()
+        try:
+            server.start()
+        except LocalError as exc:
+            # Between free_port() and the server's bind, a test beside this one may take the
+            # port (a full suite on CI lost one so): a second draw, once.
+            if "address already in use" not in str(exc):
+                raise
+            server.port, server.monitor_port = free_port(), free_port()
+            server.mqtt_port = free_port() if mqtt else None
+            server.start()
         yield server
     finally:
         server.stop()
