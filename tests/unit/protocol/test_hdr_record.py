@@ -7,11 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogWriter
 
 from protocol.hdr import (
     HIGHEST_US,
     LOWEST_US,
+    _middles_of,
     bucket_indexes,
     clear,
     histogram_of,
@@ -54,6 +56,17 @@ def test_the_sum_is_the_values_below_2048_exactly_and_hdrh_means_above() -> None
     wide = new_histogram()
     record_values(wide, np.clip((10 ** rng.uniform(0, 9.5, 20_000)).astype(np.int64), LOWEST_US, HIGHEST_US))
     assert sum_of(wide) == pytest.approx(wide.get_mean_value() * wide.get_total_count(), rel=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(LOWEST_US, HIGHEST_US, 3), (1, 1000, 2), (1000, 10**9, 3)], ids=str)
+def test_the_middle_of_every_bucket_is_hdrhs(shape: tuple[int, int, int]) -> None:
+    """What the sum weighs each count by, computed a column at a time, is hdrh's own middle of
+    every index's range, index by index (the last shape has a unit magnitude of 9)."""
+    histogram = HdrHistogram(*shape)
+    expected = [
+        histogram._hdr_median_equiv_value(histogram.get_value_from_index(i)) for i in range(histogram.counts_len)
+    ]
+    assert _middles_of(histogram).tolist() == expected
 
 
 def test_a_sum_past_what_an_int64_holds_is_exact() -> None:

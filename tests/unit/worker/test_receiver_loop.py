@@ -215,7 +215,15 @@ def test_the_per_second_report_walks_no_histogram_in_python(tmp_path: Path, monk
         await run.start()
         driver.deliver([(_body("t-1", "a", i, T0, T0), T0 + ms * 1_000_000) for i, ms in enumerate(latencies_ms)])
         await asyncio.sleep(0)
-        for walk in ("get_mean_value", "get_value_at_percentile", "reset", "get_recorded_iterator"):
+        # _hdr_median_equiv_value: the middles of the sum's buckets, 27 ms when made index by index.
+        walks = (
+            "get_mean_value",
+            "get_value_at_percentile",
+            "reset",
+            "get_recorded_iterator",
+            "_hdr_median_equiv_value",
+        )
+        for walk in walks:
             monkeypatch.setattr(HdrHistogram, walk, lambda *_, name=walk: pytest.fail(f"{name} on the event loop"))
         report = run.interval_report()
         monkeypatch.undo()
