@@ -167,7 +167,7 @@ class Endpoint:
         spreads clients over perf-test-1 .. perf-test-100 (seed 002's 100 queues)."""
         if "%d" not in self.destination:
             return self.destination
-        low, high = self.options.get("destinations", (1, 1))
+        low, high = self.options["destinations"]  # parse_sut_url refuses a %d without them
         return self.destination.replace("%d", str(low + client % (high - low + 1)))
 
     def ssl_context(self) -> ssl.SSLContext | None:
@@ -210,6 +210,12 @@ def parse_sut_url(url: str) -> Endpoint:
             options[key] = parser(value)
         except ValueError as exc:
             raise SutUrlError(f"{safe}: option {key!r}: {exc}") from exc
+    # Either half alone was one destination, silently: `%d` read literally, or a range unused.
+    if ("%d" in destination) != ("destinations" in options):
+        raise SutUrlError(
+            f"{safe}: a %d in the destination and destinations=LOW-HIGH go together "
+            "(perf-test-%d?destinations=1-100 spreads the clients over perf-test-1 .. perf-test-100)"
+        )
     return Endpoint(
         url=url,
         scheme=parts.scheme,

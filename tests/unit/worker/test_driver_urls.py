@@ -140,6 +140,8 @@ def test_destinations_spread_clients_over_numbered_queues() -> None:
         ("nats://h/s?batch=0", "option 'batch': 0 is out of range (1 to 10000)"),
         ("nats://h/s?storage=tape", "option 'storage': expected one of file, memory"),
         ("amqp://h/q?destinations=9-1", "option 'destinations': expected a range such as 1-100"),
+        ("amqp://h/perf-test-%d", "a %d in the destination and destinations=LOW-HIGH go together"),
+        ("kafka://h/topic?destinations=1-10", "a %d in the destination and destinations=LOW-HIGH go together"),
         ("mqtt://h/", "names no queue, topic or address"),
         ("mqtt:///t", "names no host"),
         ("mqtt://h:99999/t", "out of range"),
