@@ -131,7 +131,8 @@ def _repeated(runner: _Runner, test: RepeatedTest) -> _Found:
     if not passed:
         return _Found(None, statistics={})
     metrics = _CLOSED_METRICS if all(r.summary.request_reply for r in passed) else _OPEN_METRICS
-    estimates = {name: estimate([get(r) for r in passed]) for name, get in metrics.items()}
+    # Rates and latencies, none below 0.
+    estimates = {name: estimate([get(r) for r in passed], least=0.0) for name, get in metrics.items()}
     # The repetition nearest the mean rate (the first metric) stands for the set in a one-line summary.
     rate, get_rate = next(iter(metrics.items()))
     middle = min(passed, key=lambda r: abs(get_rate(r) - estimates[rate].mean))

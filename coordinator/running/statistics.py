@@ -16,7 +16,10 @@ _T975 = (
 )  # fmt: skip
 
 
-def estimate(samples: list[float]) -> Estimate:
+def estimate(samples: list[float], least: float | None = None) -> Estimate:
+    """`least`: the figure's least possible value (0 for a rate or a latency). The interval ends
+    there: two repetitions' t of 12.7 gave a rate's a negative lower end, a figure no run can
+    have; clipped, the interval still holds the true value as often as before."""
     n = len(samples)
     if n == 0:
         raise ValueError("no samples")
@@ -26,4 +29,5 @@ def estimate(samples: list[float]) -> Estimate:
     stdev = math.sqrt(sum((x - mean) ** 2 for x in samples) / (n - 1))
     t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
     half = t * stdev / math.sqrt(n)
-    return Estimate(n, mean, stdev, (mean - half, mean + half))
+    low = mean - half if least is None else max(least, mean - half)
+    return Estimate(n, mean, stdev, (low, mean + half))

@@ -31,6 +31,14 @@ def test_the_half_width_is_t_times_the_standard_error(n: int, t: float) -> None:
     assert e.ci95 == pytest.approx((mean - half, mean + half), rel=1e-12)
 
 
+def test_an_interval_ends_at_the_least_value_the_figure_can_have() -> None:
+    # Two rates of 1 and 9: mean 5, s = 4 sqrt(2), half-width 12.706 * 4 = 50.824.
+    assert estimate([1.0, 9.0]).ci95 == pytest.approx((5 - 50.824, 5 + 50.824), rel=1e-12)
+    assert estimate([1.0, 9.0], least=0.0).ci95 == (0.0, pytest.approx(5 + 50.824, rel=1e-12))
+    # An interval inside the range is left as it is.
+    assert estimate([10.0, 12.0, 14.0], least=0.0) == estimate([10.0, 12.0, 14.0])
+
+
 def test_the_record_as_a_plain_dict() -> None:
     # mean 12, s = 2, t(0.975, 2) = 4.303: half-width 4.303 * 2 / sqrt(3).
     half = 4.303 * 2 / math.sqrt(3)
