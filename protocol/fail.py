@@ -83,9 +83,10 @@ class FailConditions:
             return f"stalled: nothing {what} for {idle_s:.0f} s (bound {self.stall_s:g} s)"
         return None
 
-    def latency(self, interval: HdrHistogram) -> str | None:
+    def latency(self, interval: HdrHistogram, what: str = "latency") -> str | None:
         """Judge one interval of corrected latency (µs; recorded with the receiver's clock
-        correction where its senders run on other hosts)."""
+        correction where its senders run on other hosts), or of the figure `what` names (a
+        requester's response time)."""
         if not self.latency_ms or not interval.get_total_count():
             return None
         if self.latency_policy == "hard":
@@ -93,7 +94,7 @@ class FailConditions:
         else:
             value_us, label = value_at_percentile(interval, self.latency_percentile), f"p{self.latency_percentile:g}"
         if value_us > self.latency_ms * 1000:
-            return f"latency {label} {value_us / 1000:.3f} ms > bound {self.latency_ms:g} ms ({self.latency_policy})"
+            return f"{what} {label} {value_us / 1000:.3f} ms > bound {self.latency_ms:g} ms ({self.latency_policy})"
         return None
 
     def rate(self, sent: int, seconds: float, target_per_s: float) -> str | None:

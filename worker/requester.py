@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from protocol.concurrency import wait_event
+from protocol.fail import FailConditions
 from protocol.hdr import value_at_percentile
 from protocol.live import LiveCounters
 from protocol.options import Delay, Duration, MessageSize
@@ -51,9 +52,9 @@ from worker.drivers.base import (
     connect_within,
     retry_within,
 )
-from worker.latency import LatencyRecorder
+from worker.latency import IntervalLatency, LatencyRecorder
 from worker.payload import HEADER_BYTES, MAGIC, REPLY_BYTES, REPLY_LAYOUT, key_of, pack_header
-from worker.run import SendingRun, run_clients
+from worker.run import SendingRun, Watch, run_clients
 from worker.sender import sender_key
 
 __all__ = ["REQUESTER_LOGS", "RequesterPlan", "RequesterRun", "RequesterStats"]
@@ -135,6 +136,7 @@ class RequesterRun(SendingRun[RequesterPlan, RequesterStats]):
         self._timer: PreciseTimer | None = None
         self._think_rng = random.Random(2)
         self._size_rng = random.Random(3)  # a range of sizes is drawn from uniformly, as senders do
+        self.last_interval: IntervalLatency | None = None  # what the last interval_report() closed
 
     # --- the clients ----------------------------------------------------------------------------
 
@@ -285,7 +287,7 @@ class RequesterRun(SendingRun[RequesterPlan, RequesterStats]):
 
     def interval_report(self) -> LiveCounters:
         self.rate_file.flush()
-        interval = self.latency.roll()
+        interval = self.last_interval = self.latency.roll()
         self.legs.roll()
         response, s = interval.corrected, self.stats
         answered = response.get_total_count() > 0  # an interval with no reply has no response time, not 0
@@ -297,6 +299,13 @@ class RequesterRun(SendingRun[RequesterPlan, RequesterStats]):
             response_p50_us=value_at_percentile(response, 50) if answered else None,
             response_p99_us=value_at_percentile(response, 99) if answered else None,
         )
+
+    def verdict(self, conditions: FailConditions, watch: Watch, now: float) -> str | None:
+        """The response time of the interval just closed: a closed system's latency, which the
+        fail condition on latency bounds (the replier judges no leg of it)."""
+        if self.last_interval is None:
+            return None
+        return conditions.latency(self.last_interval.corrected, "response time")
 
     def account(self) -> SenderAccount:
         s, plan = self.stats, self.plan

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hdrh.histogram import HdrHistogram
 
+from protocol.fail import FailConditions
 from protocol.hdr import read_total
 from protocol.ratefile import RateFileWriter, read_rate_file
 from protocol.sequences import load_bitset
@@ -18,6 +19,7 @@ from worker.drivers.memory import MemoryDriver
 from worker.latency import LatencyRecorder
 from worker.payload import MessageHeader, key_of, make_body
 from worker.receiver import ReceiverPlan, ReceiverRun
+from worker.run import Watch
 
 T0 = 1_800_000_000_000_000_000  # ns
 
@@ -242,3 +244,26 @@ def test_the_per_second_report_walks_no_histogram_in_python(tmp_path: Path, monk
         await run.close()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("reply", [False, True], ids=["receiver", "replier"])
+def test_a_latency_bound_judges_a_receivers_latency_and_no_repliers_leg(tmp_path: Path, reply: bool) -> None:
+    """Messages 20 ms late against a bound of 5 ms: a receiver fails its interval; a replier's
+    latency is the request's leg to it, and the bound is its requesters' to judge on the
+    response time (tests/unit/worker/test_requester_loop.py)."""
+    run = ReceiverRun(
+        ReceiverPlan(test_id="t-1", urls=["memory://x/q"], parallel_count=1, reply=reply),
+        RateFileWriter(tmp_path, "receiver", {}),
+        LatencyRecorder(tmp_path),
+        driver_for=lambda _client: MemoryDriver(),
+    )
+    run._on_messages([(_body("t-1", "a", i, T0, T0), T0 + 20_000_000) for i in range(3)])
+    run.interval_report()
+    watch = Watch(FailConditions(), origin=0.0, options_warm_up_s=0.0)
+    reason = run.verdict(FailConditions(latency_ms=5), watch, 1.0)
+    if reply:
+        assert reason is None
+    else:
+        assert reason is not None and reason.startswith("latency p99 20.") and "> bound 5 ms" in reason, reason
+    run.rate_file.close()
+    run.latency.close()

@@ -7,7 +7,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from protocol.fail import FailConditions
 from protocol.hdr import read_total
+from protocol.live import LiveCounters
 from protocol.options import Duration, MessageSize, parse_delay
 from protocol.ratefile import RateFileWriter
 from protocol.results import ClientSent
@@ -15,6 +17,7 @@ from worker.drivers.base import ConnectError, OnMessages
 from worker.drivers.memory import MemoryDriver
 from worker.payload import HEADER_BYTES, HEADER_LAYOUT, REPLY_STAMPS, key_of, read_header
 from worker.requester import RequesterPlan, RequesterRun
+from worker.run import Watch
 
 REPLIER = key_of("r1@elsewhere")
 SKEW_NS = 2_000_000  # the replier's clock runs 2 ms ahead of the requester's
@@ -196,3 +199,37 @@ def _run_to_its_end(tmp_path: Path, driver: MemoryDriver, messages: int, **plan:
 
     asyncio.run(scenario())
     return run
+
+
+def test_a_latency_bound_judges_the_response_time(tmp_path: Path) -> None:
+    """Each reply arrives 7 ms after its request was sent (a 1 ms leg there): the fail condition
+    on latency bounds the 7 ms a requester waits, and names it, where the replier's verdict
+    once judged the 1 ms leg and a bound of 5 ms passed."""
+    driver = EchoDriver({})
+    plan = RequesterPlan(
+        test_id="t-1",
+        peer="s1@here",
+        urls=["memory://x/q"],
+        parallel_count=1,
+        duration=Duration(messages=5),
+        size=MessageSize(100, 100),
+        request_timeout_s=1.0,
+        clock_offsets_ns={REPLIER: SKEW_NS},
+    )
+    run = RequesterRun(plan, RateFileWriter(tmp_path, "sender", {}), tmp_path, driver_for=lambda _c: driver)
+
+    watch = Watch(FailConditions(), origin=0.0, options_warm_up_s=0.0)
+
+    async def scenario() -> LiveCounters:
+        await run.run()
+        assert run.verdict(FailConditions(latency_ms=5), watch, 1.0) is None  # no interval closed yet
+        report = run.interval_report()
+        await run.close()
+        return report
+
+    report = asyncio.run(scenario())
+    assert report.response_p99_us is not None and 7000 <= report.response_p99_us < 8000
+    reason = run.verdict(FailConditions(latency_ms=5), watch, 1.0)
+    assert reason is not None and reason.startswith("response time p99 7."), reason
+    assert reason.endswith("ms > bound 5 ms (soft)"), reason
+    assert run.verdict(FailConditions(latency_ms=8), watch, 1.0) is None
