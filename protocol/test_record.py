@@ -51,6 +51,10 @@ def _str_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 def _maybe(data: Mapping[str, Any], key: str) -> Any:
     """The value of `key`, or UNSET where the record has no such key."""
     return data.get(key, UNSET)
@@ -334,6 +338,9 @@ class TestRecord:
     control_outages: tuple[Outage, ...] | None = None
     summary: TestFigures | None = None
     phase_of: str | None = None  # the series' test id, for one of its phases
+    # A repeated test's phase: its number. Each repetition is a run of the same workload, a
+    # point of the test's history (a sweep's or a search's step is not).
+    repetition: int | None = None
     stopped_by: str | Unset | None = UNSET  # an incremental test's or a search's: why it stopped
     statistics: Mapping[str, Estimate] | None = None  # a repeated test's
     comparison: tuple[PhaseRow, ...] | None = None  # a sweep's rows, with their points
@@ -375,6 +382,7 @@ class TestRecord:
         _put(out, "control_outages", _rows(self.control_outages))
         _put(out, "summary", None if self.summary is None else self.summary.to_json())
         _put(out, "phase_of", self.phase_of)
+        _put(out, "repetition", self.repetition)
         if self.stopped_by is not UNSET:
             out["stopped_by"] = self.stopped_by
         if self.statistics is not None:
@@ -428,6 +436,7 @@ class TestRecord:
             control_outages=_read_rows(data.get("control_outages"), Outage.from_json),
             summary=None if summary is None else TestFigures.from_json(summary),
             phase_of=_str_or_none(data.get("phase_of")),
+            repetition=_int_or_none(data.get("repetition")),
             stopped_by=_maybe(data, "stopped_by"),
             statistics=None if statistics is None else {k: Estimate.from_json(v) for k, v in statistics.items()},
             comparison=_read_rows(data.get("comparison"), PhaseRow.from_json),

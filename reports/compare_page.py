@@ -154,9 +154,10 @@ _ON_SERVE = "opens where maestro serve serves these results, not from the files"
 def previous_link(test_id: str, record: TestRecord) -> str:
     """A report's link to its run side by side with the run of its name before it, which the
     data server looks up when the link is followed (/compare/previous: a report written now
-    names no run that is not there yet). None for a run without a name, or a series' phase."""
+    names no run that is not there yet). None for a run without a name, or a series' phase
+    other than a repetition (reports.history.run_of)."""
     name = record.name
-    if not name or record.phase_of:
+    if not name or (record.phase_of and record.repetition is None):
         return ""
     href = f"../../../compare/previous/{urllib.parse.quote(test_id, safe='')}"  # from <root>/<test>/report/
     return (

@@ -124,10 +124,11 @@ class Run:
 
 def run_of(record: TestRecord) -> Run | None:
     """A run from its test.json; None while it has no figures (running, never summarised, or
-    the data server had none), and for a phase of a series: one step of a sweep or a search is
-    not a night's run."""
+    the data server had none), and for a phase of a series other than a repetition: one step of
+    a sweep or a search is not a night's run, where each repetition of a repeated test is one of
+    its workload (its parent, with no figures of its own, is none)."""
     figures = record.summary
-    if figures is None or figures.error is not None or record.phase_of:
+    if figures is None or figures.error is not None or (record.phase_of and record.repetition is None):
         return None
     return Run(
         test_id=record.test_id,

@@ -176,7 +176,7 @@ class ResultsIndex:
         """Every finished run named `name`, oldest first (as reports.history.read_runs)."""
         query = (
             sa.select(RUNS)
-            .where(self._mine, RUNS.c.name == name, RUNS.c.finished, RUNS.c.phase_of.is_(None))
+            .where(self._mine, RUNS.c.name == name, RUNS.c.finished)  # finished: run_of made it a run
             .order_by(RUNS.c.started, RUNS.c.test_id)
         )
         with self._connect() as connection:
@@ -186,7 +186,7 @@ class ResultsIndex:
         """The names of the tests with a finished run, for links to their histories."""
         query = (
             sa.select(RUNS.c.name)
-            .where(self._mine, RUNS.c.finished, RUNS.c.phase_of.is_(None), RUNS.c.name.is_not(None))
+            .where(self._mine, RUNS.c.finished, RUNS.c.name.is_not(None))
             .distinct()
             .order_by(RUNS.c.name)
         )

@@ -72,6 +72,7 @@ class Phase:
     ended_iso: str = ""
     load_start_s: float = 0.0  # wall time (s) of the senders' common start
     phase_of: str | None = None  # the test id of the series this phase is one step of
+    repetition: int | None = None  # its number, where the series is a repeated test
 
     def __post_init__(self) -> None:
         self.actions = Actions.of(self.maestro, self.cast.agents, list(self.test.actions))
@@ -161,7 +162,14 @@ class Phase:
         peers = tuple(self._record_of(p) for p in self.cast.everyone)
         self.store.open(
             self.test_id,
-            replace(opening, started=self.started_iso, peers=peers, testbed=self.testbed, phase_of=self.phase_of),
+            replace(
+                opening,
+                started=self.started_iso,
+                peers=peers,
+                testbed=self.testbed,
+                phase_of=self.phase_of,
+                repetition=self.repetition,
+            ),
         )
 
     def _measure_clocks(self, when: str) -> None:
@@ -300,6 +308,7 @@ class Phase:
             control_outages=outages_between(self.maestro.bus.outages, self.started_iso, self.ended_iso),
             summary=summary,
             phase_of=self.phase_of,
+            repetition=self.repetition,
         )
         result = TestResult(self.test_id, outcome, reason, summary, record, self.store.url)
         self.store.store(result, [result])

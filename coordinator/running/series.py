@@ -45,7 +45,7 @@ class _Runner:
         self.cast = Cast.choose(maestro, base)
         self.phases: list[TestResult] = []
 
-    def run(self, label: str, test: FixedRateTest, what: str) -> TestResult:
+    def run(self, label: str, test: FixedRateTest, what: str, repetition: int | None = None) -> TestResult:
         log.info("%s: %s", label, what)
         if self.progress:
             print(f"{label}: {what}", file=sys.stderr, flush=True)
@@ -58,6 +58,7 @@ class _Runner:
             self.cast,
             self.progress,
             phase_of=self.test_id,
+            repetition=repetition,
             log_interval_s=self.log_interval_s,
         ).run()
         self.phases.append(result)
@@ -124,7 +125,7 @@ def _search(runner: _Runner, test: SearchTest) -> _Found:
 
 def _repeated(runner: _Runner, test: RepeatedTest) -> _Found:
     for number in range(1, test.times + 1):
-        runner.run(f"run{number:02d}", test.base, f"repetition {number} of {test.times}")
+        runner.run(f"run{number:02d}", test.base, f"repetition {number} of {test.times}", repetition=number)
         if runner.cast_lost:
             break
     passed = [r for r in runner.phases if r.passed]

@@ -189,6 +189,32 @@ def _check_listed(runs: _Runs, history: dict[str, Any], at: int, first_delayed: 
         assert gated.returncode == 5 and gated.stderr.strip().endswith("gate: INCONCLUSIVE: no finished run")
 
 
+@pytest.mark.rabbitmq
+@pytest.mark.embedded_broker
+@pytest.mark.timeout(240)
+def test_a_repeated_tests_history_is_its_repetitions(tmp_path: Path) -> None:
+    """Two nights of a repeated test, twice each: its history is the four repetitions, each a
+    run of the one workload with its own figures (the parent, which has none, is no run), and
+    a gate on it judges them, not "no finished run"."""
+    name, queue = f"repeated {uuid.uuid4().hex[:6]}", f"maestro-repeated-{uuid.uuid4().hex[:8]}"
+    parents = []
+    for _ in range(2):
+        done = maestro(
+            "test", "repeated", "--times", "2", "--local", "--send-url", f"amqp://guest:guest@127.0.0.1:5672/{queue}",
+            "--rate", "20", "--duration", "1s", "--name", name, "--quiet", "--no-report", cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        parents.append(next(line.split()[-1] for line in done.stdout.splitlines() if line.startswith("test id:")))
+    listed = maestro("history", name, "--results", "results", "--gate", "--json", cwd=tmp_path)
+    history = json.loads(listed.stdout)
+    assert [r["test_id"] for r in history["runs"]] == [f"{p}.run0{n}" for p in parents for n in (1, 2)]
+    assert all(r["figures"]["receive_rate"] == pytest.approx(20, rel=0.05) for r in history["runs"])
+    assert len({r["workload"] for r in history["runs"]}) == 1
+    # Three comparable runs before the newest: too few, and the gate says that, not "no finished run".
+    assert listed.returncode == 5, listed.stderr
+    assert "gate: INCONCLUSIVE: 3 comparable runs, 5 needed" in listed.stderr
+
+
 def test_the_history_page_marks_a_change_point_in_a_browser(tmp_path: Path) -> None:
     """Thirty nights with a 10 % drop from night 20, served by `maestro serve` and drawn by
     headless Chromium: a chart per figure, the change point marked, whole dated run ticks, y axes

@@ -149,10 +149,11 @@ def test_each_run_is_linked_to_the_one_of_its_name_before_it() -> None:
         record("b", "2026-10-02"),
         record("b2", "2026-10-02"),  # started with b: after it, by test id
         record("phase", "2026-10-04", phase_of="series"),  # one step of a series is no run
+        record("again", "2026-10-04", phase_of="repeated", repetition=1),  # a repetition is
         {"test_id": "running", "name": NAME, "started": "2026-10-05"},  # no figures yet
         record("x", "2026-10-04", name="other"),
     ]
-    assert previous_runs(TestRecord.from_json(r) for r in records) == {"b": "a", "b2": "b", "c": "b2"}
+    assert previous_runs(TestRecord.from_json(r) for r in records) == {"b": "a", "b2": "b", "c": "b2", "again": "c"}
 
 
 def test_the_history_index_and_report_link_to_the_comparison(tmp_path: Path) -> None:
@@ -171,4 +172,5 @@ def test_the_history_index_and_report_link_to_the_comparison(tmp_path: Path) -> 
     link = previous_link("nightly-rabbitmq-001", record)
     assert 'href="../../../compare/previous/nightly-rabbitmq-001"' in link and "maestro serve" in link
     assert previous_link("p", replace(record, phase_of="series")) == ""
+    assert "compare/previous/p" in previous_link("p", replace(record, phase_of="series", repetition=1))
     assert previous_link("t", TestRecord("t", started="2026-10-01")) == ""

@@ -146,6 +146,8 @@ def test_other_names_and_unfinished_runs_are_not_in_the_history(tmp_path: Path) 
     assert _run_of({"name": NAME, "summary": {"error": "data server away"}}) is None
     # A step of a sweep carries the sweep's name, but is not a run of its own.
     assert _run_of({"name": NAME, "phase_of": "sweep-1", "summary": {"sent": 10, "lost": 0}}) is None
+    # A repetition of a repeated test is: each is a run of the one workload.
+    assert _run_of({"name": NAME, "phase_of": "r-1", "repetition": 2, "summary": {"sent": 10, "lost": 0}}) is not None
     assert _run_of({"name": NAME, "summary": {"sent": 10, "lost": 0}}) is not None
 
 
