@@ -171,12 +171,20 @@ start();
 """
 
 
+# A request/reply test's 18 columns, each heading on one line, made the table 1,324 px wide in a
+# 1,280 px window: headings wrap instead, and the figures keep to one line.
+_PEERS_STYLE = (
+    "#peers{font-size:.9em}#peers td,#peers th{padding:3px 6px}"
+    "#peers th{white-space:normal;max-width:6em}#peers td{white-space:nowrap}"
+)
+
+
 def live_page(test_id: str) -> str:
     title = html.escape(f"Live: {test_id}")
     script = _SCRIPT % {"test_id": json.dumps(test_id).replace("</", "<\\/")}
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
-{ERRORS_JS}<script src="/assets/plotly.min.js"></script><style>{STYLE}</style></head><body>
+{ERRORS_JS}<script src="/assets/plotly.min.js"></script><style>{STYLE}{_PEERS_STYLE}</style></head><body>
 <h1>{title}</h1>
 <p id="status">connecting</p>
 <button id="stop" type="button" hidden onclick="askStop()">Stop the test</button>

@@ -278,14 +278,17 @@ def test_a_request_reply_test_is_watched_by_its_response_time(
                                "[...document.querySelectorAll('#peers th')].map(h => h.textContent), "
                                "document.querySelector('#latency .gtitle')?.textContent, "
                                "document.getElementById('latency').data?.[1]?.y?.filter(v => v !== null), "
-                               "document.documentElement.dataset.jsErrors || '']")  # fmt: skip
+                               "document.documentElement.dataset.jsErrors || '', "
+                               "[document.documentElement.scrollWidth, window.innerWidth]]")  # fmt: skip
             if said[3] and len(said[3]) >= 3:
                 break
         browser.screenshot(artifacts_dir() / "live-page-request-reply.png")
         thread.join(90)
     assert results and results[0].outcome == "success", results and results[0].reason
-    totals, headings, title, p99_ms, errors = said
+    totals, headings, title, p99_ms, errors, (page_px, window_px) = said
     assert errors == "", errors
+    # Its peer table's 17 columns fit the 1,280 px window (one heading a line, they took 1,324).
+    assert page_px <= window_px == 1280, (page_px, window_px)
     assert re.fullmatch(
         r"requests [\d,]+, replies [\d,]+, timed out 0, errors 0; now [\d,.]+ msg/s.* requested", totals
     )
