@@ -205,7 +205,7 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: TestRecord | N
         accounting=accounting(per_sender, sut_counters(test_dir, clients)),
         peers=tuple(_peer_rows(peers, corrections)),
         latency_clamped_by_correction=clamped,
-        hints=tuple(_nagle_hints({"latency": latency})),
+        hints=(*_nagle_hints({"latency": latency}), *_held_back_hints(peers)),
         latency_uncertainty_us=round(max((c.uncertainty_us for c in corrections.values()), default=0.0), 1),
         clock_problems=tuple(problem for c in corrections.values() for problem in c.problems),
         clock_paths=tuple(sorted({path for c in corrections.values() for path in c.path.split("+") if path})),
@@ -426,6 +426,31 @@ def generator_bound(peers: Peers) -> list[str]:
     """Why the load generator, not the SUT, may have limited the run: a sender whose process
     was nearly always on the CPU, or whose event loop woke far too late to keep a schedule."""
     return [why for _, info in peers if (why := _generator_bound(info))]
+
+
+# A sender this far behind its schedule at p99, itself not busy, was held back by the SUT.
+_HELD_BACK_LAG_US = 100_000
+
+
+def _held_back_hints(peers: Peers) -> list[str]:
+    """A hint for each sender far behind its schedule while neither its CPU nor its event loop
+    was the limit: the only other brake is its window of messages the SUT has not settled yet
+    (worker.sender), so the SUT was slow to confirm. At 5,000 msg/s through a RabbitMQ that
+    shared two cores with the workers, a sender at 67 % of a core lagged 613 ms at p99, and
+    the latency, measured from the schedule (no coordinated omission), carried it."""
+    hints = []
+    for _, info in peers:
+        if info.sender is None or _generator_bound(info):
+            continue
+        lag_us = (info.sender.schedule_lag_us or {}).get("99", 0)
+        if lag_us >= _HELD_BACK_LAG_US:
+            hints.append(
+                f"sender {info.name} fell {lag_us / 1000:,.0f} ms behind its schedule at p99 while its process was "
+                "not the limit: it waited for the SUT to settle the messages of its window, so the SUT took "
+                "the load more slowly than it was offered (the latency, measured from the schedule, includes "
+                "the wait; a SUT sharing the generator's cores is slowed by it too)"
+            )
+    return hints
 
 
 def _generator_bound(info: PeerRecord) -> str | None:

@@ -94,6 +94,9 @@ class TestResult:
                 + f"\n  send rate {_rate(s.send_rate.mean, size)}  receive rate {_rate(s.receive_rate.mean, size)}"
                 + ("" if rr else f"\n  {latency_line(s)}")
             )
+            # What the figures cannot say themselves (Nagle's mark, a SUT that held the senders
+            # back): the report shows them under its outcome, and the console as well.
+            text += "".join(f"\n  hint: {hint}" for hint in s.hints_all)
         best = self.record.max_sustainable
         if best:
             text += (

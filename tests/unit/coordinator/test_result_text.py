@@ -91,3 +91,10 @@ def test_a_closed_system_leads_with_its_response_time_and_has_no_latency_line() 
     )
     assert lines[2].startswith("  closed system: 1,000 requests, 998 replies, 2 timed out")
     assert not [line for line in lines if "latency" in line], lines
+
+
+def test_the_figures_hints_follow_them() -> None:
+    hint = "sender s1 fell 613 ms behind its schedule at p99 while its process was not the limit: ..."
+    lines = str(TestResult("t-6", "success", None, _summary(hints=[hint]), TestRecord("t"), "")).splitlines()
+    assert lines[3].startswith("  latency p50 2.400 ms") and lines[4] == f"  hint: {hint}"
+    assert "hint:" not in str(TestResult("t-7", "success", None, _summary(), TestRecord("t"), ""))

@@ -112,6 +112,25 @@ def test_a_saturated_sender_marks_the_run_generator_bound(tmp_path: Path) -> Non
     assert sender.generator_bound == why
 
 
+@pytest.mark.parametrize(
+    ("cpu", "lag_us", "hinted"),
+    [(67.0, 613_000, True), (67.0, 99_000, False), (97.0, 613_000, False)],
+    ids=["held-back", "on-schedule", "generator-bound"],
+)
+def test_a_sender_far_behind_its_schedule_and_not_busy_was_held_back_by_the_sut(
+    tmp_path: Path, cpu: float, lag_us: int, hinted: bool
+) -> None:
+    test = one_loss_one_duplicate(tmp_path)
+    monitor = {"self_monitor": {"cpu_percent_mean": cpu, "loop_lag_ms_max": 25.0}, "schedule_lag_us": {"99": lag_us}}
+    edit_peer_json(test / "sender" / "s1" / "peer.json", lambda info: info.update(monitor))
+    hints = summarize(test).hints
+    if hinted:
+        (hint,) = hints
+        assert hint.startswith("sender s1 fell 613 ms behind its schedule at p99 while its process was not the limit")
+    else:
+        assert hints == ()  # on schedule; or the generator's own limit, which generator_bound names
+
+
 def test_out_of_order_deliveries_are_summed_over_the_receivers(tmp_path: Path) -> None:
     test = one_loss_one_duplicate(tmp_path)
     for receiver, late in (("r1", 2), ("r2", 1)):
