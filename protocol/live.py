@@ -80,6 +80,7 @@ class LiveCounters:
     # a sender's and a requester's
     sent: int | None = None
     errors: Mapping[str, int] | None = None  # by kind: nacked, unconfirmed, disconnected…
+    in_flight: int | None = None  # a sender's: handed over, not yet settled by the SUT
     lag_p50_us: float | None = None  # how late sends left their schedule, over the last interval
     lag_p99_us: float | None = None
     lag_max_us: float | None = None
@@ -128,6 +129,7 @@ class LiveCounters:
             return cls(
                 sent=count("sent"),
                 errors=_mapping_or_none(data.get("errors")),
+                in_flight=count("in_flight"),
                 lag_p50_us=number("lag_p50_us"),
                 lag_p99_us=number("lag_p99_us"),
                 lag_max_us=number("lag_max_us"),

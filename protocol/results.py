@@ -60,6 +60,7 @@ class SendCounts:
     # By client, each in one process only: as `ClientSent` holds them.
     intended_per_client: Mapping[int, int | None] = field(default_factory=dict)
     accepted_per_client: Mapping[int, int | None] = field(default_factory=dict)
+    in_flight: int = 0  # handed over, not yet settled
 
     def merge(self, other: SendCounts) -> SendCounts:
         return SendCounts(
@@ -71,6 +72,7 @@ class SendCounts:
             reconnects_ns=tuple(sorted((*self.reconnects_ns, *other.reconnects_ns))),
             intended_per_client={**self.intended_per_client, **other.intended_per_client},
             accepted_per_client={**self.accepted_per_client, **other.accepted_per_client},
+            in_flight=self.in_flight + other.in_flight,
         )
 
 

@@ -97,6 +97,7 @@ def _counts(run: SenderRun) -> SendCounts:
         reconnects_ns=tuple(s.reconnects_ns),
         intended_per_client=dict(s.intended_per_client),
         accepted_per_client=dict(s.accepted_per_client),
+        in_flight=s.in_flight,
     )
 
 
@@ -187,6 +188,7 @@ class MultiProcessSender(ScheduledSending):
         stats.disconnects_ns, stats.reconnects_ns = list(total.disconnects_ns), list(total.reconnects_ns)
         stats.intended_per_client = dict(total.intended_per_client)
         stats.accepted_per_client = dict(total.accepted_per_client)
+        stats.in_flight = total.in_flight
 
     def interval_report(self) -> LiveCounters:
         self._drain_reports()

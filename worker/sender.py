@@ -94,13 +94,16 @@ _NEVER = 2**63 - 1
 
 
 def interval_report(stats: SenderStats, lag: HdrHistogram) -> LiveCounters:
-    """Counters so far and one interval's schedule lag, as live statistics carry them."""
+    """Counters so far and one interval's schedule lag, as live statistics carry them (an
+    interval without a send has no lag, not 0: a sender waiting on its window read as on time)."""
+    sent_any = lag.get_total_count() > 0
     return LiveCounters(
         sent=stats.sent,
         errors=dict(stats.errors),
-        lag_p50_us=value_at_percentile(lag, 50),
-        lag_p99_us=value_at_percentile(lag, 99),
-        lag_max_us=lag.get_max_value(),
+        in_flight=stats.in_flight,
+        lag_p50_us=value_at_percentile(lag, 50) if sent_any else None,
+        lag_p99_us=value_at_percentile(lag, 99) if sent_any else None,
+        lag_max_us=lag.get_max_value() if sent_any else None,
     )
 
 
@@ -183,6 +186,9 @@ class SenderStats:
     # SUT acknowledged (None: its driver's settings acknowledge nothing).
     intended_per_client: dict[int, int | None] = field(default_factory=dict)
     accepted_per_client: dict[int, int | None] = field(default_factory=dict)
+    # Handed over and not yet settled by the SUT, all clients together: what a sender that runs
+    # past its time is waiting for.
+    in_flight: int = 0
     # perf_counter ns when the first message was handed over, and when the last client had
     # everything it sent settled: a run's send rate without its connect and close.
     first_send_mono_ns: int = 0
@@ -351,6 +357,7 @@ class SenderRun(ScheduledSending):
             flight.closed = True
             if flight.in_flight:  # never settled: their fate is unknown
                 self.stats.errors["unconfirmed"] += flight.in_flight
+                self.stats.in_flight -= flight.in_flight
                 flight.in_flight = 0
             self.stats.accepted_per_client[client] = flight.accepted if driver.acknowledges() else None
             self.stats.intended_per_client[client] = plan.intended_for(client, begin)
@@ -359,6 +366,7 @@ class SenderRun(ScheduledSending):
         if flight.closed:
             return
         flight.in_flight -= count
+        self.stats.in_flight -= count
         if error is None:
             flight.accepted += count
         else:
@@ -500,6 +508,7 @@ class SenderRun(ScheduledSending):
         if handed:
             refused = done.refused.total()
             flight.in_flight += handed - refused
+            stats.in_flight += handed - refused
             stats.errors.update(done.refused)
             if not stats.first_send_mono_ns:
                 stats.first_send_mono_ns = sent_mono[0]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -83,6 +83,29 @@ class LiveFeed:
             return
         with self._lock:
             self._counters[report.header.sender_id] = (counters, report.elapsed_s)
+
+    def last_said(self, peer_ids: Iterable[str], label: Callable[[str], str]) -> str:
+        """What the senders among `peer_ids` last reported: how many they had sent, how far
+        behind their schedule and how busy they were, for a reason that says why they are late."""
+        said = []
+        with self._lock:
+            for peer_id in sorted(peer_ids):
+                counters = self._counters.get(peer_id)
+                if counters is None or counters[0].sent is None:
+                    continue
+                c = counters[0]
+                words = [f"{c.sent:,} sent"]
+                if c.in_flight:
+                    words.append(f"{c.in_flight:,} of them not yet settled by the SUT")
+                if failed := {kind: n for kind, n in (c.errors or {}).items() if n}:
+                    kinds = ", ".join(f"{n:,} {kind}" for kind, n in sorted(failed.items()))
+                    words.append(f"{sum(failed.values()):,} failed ({kinds})")
+                if c.lag_p99_us is not None:
+                    words.append(f"last second's sends {c.lag_p99_us / 1e6:,.1f} s behind their schedule at p99")
+                if c.cpu_percent is not None:
+                    words.append(f"{c.cpu_percent:.0f} % of a core")
+                said.append(f"{label(peer_id)}: {', '.join(words)}")
+        return "; ".join(said)
 
     def mark(self, peer_ids: set[str], state: str) -> None:
         with self._lock:

@@ -263,7 +263,11 @@ class Phase:
                 self.course.ended(note.header.sender_id)
                 pending.discard(note.header.sender_id)
             if deadline is not None and time.monotonic() > deadline + m.bus.downtime_s() - down_at_start:
-                self.fail(f"the senders did not finish within {expected:g} s + {_FINISH_GRACE_S:g} s")
+                late = self.live.last_said(pending, self.maestro.short_label)
+                self.fail(
+                    f"the senders did not finish within {expected:g} s + {_FINISH_GRACE_S:g} s"
+                    + (f" ({late})" if late else "")
+                )
                 break
         reason = self.course.reason
         progress.done("senders done" if reason is None else f"stopping: {reason}")

@@ -401,3 +401,34 @@ def test_a_stream_read_whole_by_two_clients_is_no_success(tmp_path: Path) -> Non
     summary = record["summary"]
     assert (summary["sent"], summary["received"], summary["duplicates"]) == (300, 300, 300), summary
     assert record["outcome"] == "invalid" and "every message arrived 2.0 times on average" in str(record["reason"])
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.embedded_broker
+@pytest.mark.timeout(150)
+def test_senders_held_back_past_their_time_say_how_far_they_got(tmp_path: Path) -> None:
+    """A path to RabbitMQ throttled to 2,000 B/s takes some 6 of the 200 msg/s offered: 2 s of
+    load need a minute, past the 30 s of grace. The failure says so, and how far the sender got
+    and how busy it was (its own process was not the limit)."""
+    from support.proxy_process import ProxyProcess  # noqa: PLC0415 - this test's alone
+
+    queue = f"maestro-cli-{uuid.uuid4().hex[:8]}"
+    with ProxyProcess(5672) as proxy:
+        proxy.set_faults(bytes_per_s=2000)
+        done = maestro(
+            "test", "fixed-rate", "--local", "--send-url", f"amqp://guest:guest@127.0.0.1:{proxy.port}/{queue}?confirm_timeout_s=120",
+            "--receive-url", f"amqp://guest:guest@127.0.0.1:5672/{queue}", "--rate", "200", "--duration", "2s",
+            "--quiet", "--no-report", cwd=tmp_path,
+        )  # fmt: skip
+    delete_queue(queue)
+    assert done.returncode != 0, done.stdout
+    reason = re.search(r"the senders did not finish within 2 s \+ 30 s \(([^()]*)\)", done.stdout + done.stderr)
+    assert reason, done.stdout + done.stderr
+    # The window (1,000) took all 400 at once; at about 6 msg/s the SUT had confirmed some 200
+    # of them by then (none timed out: 120 s). Nothing was sent in the last second: no lag is
+    # said for it.
+    sender = re.fullmatch(
+        r"[\w@.-]+: 400 sent, ([\d,]+) of them not yet settled by the SUT, (\d+) % of a core", reason[1]
+    )
+    assert sender, reason[1]
+    assert 0 < int(sender[1].replace(",", "")) < 400 and int(sender[2]) < 50, reason[1]

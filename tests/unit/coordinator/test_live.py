@@ -74,3 +74,18 @@ def test_points_not_posted_go_with_the_next_post() -> None:
     feed._points.append(LivePoint(2.0, 10.0, 10.0))
     feed.end("success", None, TestFigures.from_json({}))
     assert [p["elapsed_s"] for post in sink.posts for p in post["points"]] == [1.0, 2.0]
+
+
+def test_late_senders_are_told_by_what_they_last_reported() -> None:
+    """The reason a test gives when its senders run past their time: each one's count, its lag
+    and how busy it was, from its last report (a receiver is no sender)."""
+    feed = LiveFeed(Sink(), "t1", "nightly", "fixed-rate", 10.0, PEERS)
+    assert feed.last_said({"s-id"}, str.upper) == ""  # nothing reported yet
+    errors = {"timed_out": 92, "nacked": 0}
+    feed.feed(_report("s-id", 150.0, sent=540_000, in_flight=1_000, errors=errors, lag_p99_us=31.2e6, cpu_percent=67.2))
+    feed.feed(_report("r-id", 150.0, received=539_000))
+    said = feed.last_said({"s-id", "r-id"}, str.upper)
+    assert said == (
+        "S-ID: 540,000 sent, 1,000 of them not yet settled by the SUT, 92 failed (92 timed_out), "
+        "last second's sends 31.2 s behind their schedule at p99, 67 % of a core"
+    )

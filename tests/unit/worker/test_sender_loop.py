@@ -124,6 +124,9 @@ def test_the_window_bounds_what_is_in_flight_and_the_wait_is_lag_not_failure(tmp
         await until(lambda: len(driver.tokens) == 5)
         await asyncio.sleep(0.2)
         assert driver.tokens == [0, 1, 2, 3, 4]  # the window is full: the sender waits
+        assert run.interval_report().in_flight == 5  # what a late sender's reason tells
+        waiting = run.interval_report()  # an interval in which nothing was sent has no lag, not 0
+        assert (waiting.lag_p50_us, waiting.lag_p99_us, waiting.lag_max_us) == (None, None, None)
         driver.release(3)
         await until(lambda: len(driver.tokens) == 8)
         await asyncio.sleep(0.05)
@@ -137,6 +140,7 @@ def test_the_window_bounds_what_is_in_flight_and_the_wait_is_lag_not_failure(tmp
     run.rate_file.close()
     assert driver.max_in_flight == 5
     assert run.stats.sent == 12 and not run.stats.errors and run.failure is None
+    assert run.stats.in_flight == 0
     # Messages 5..7 waited ~0.2 s for room: schedule lag, as an unbounded schedule intended them at once.
     assert run.stats.lag_us.get_max_value() >= 150_000
 
@@ -244,6 +248,7 @@ def test_what_never_settles_is_counted_unconfirmed_when_the_run_ends(tmp_path: P
     run.rate_file.close()
     assert run.stats.sent == 4
     assert dict(run.stats.errors) == {"unconfirmed": 3}
+    assert run.stats.in_flight == 0  # counted failed, no longer waited for
 
 
 def test_a_client_down_past_its_budget_fails_the_run_and_ends_the_others(tmp_path: Path) -> None:
