@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from protocol.fail import FailConditions
 from protocol.parsing import OptionError, boolean, choice, number, parse_seconds, text
-from protocol.sut_url import parse_sut_url
+from protocol.sut_url import parse_sut_url, split_urls
 
 __all__ = [
     "OPTIONS",
@@ -206,8 +206,10 @@ def parse_profile(value: Any) -> tuple[ProfileStep, ...]:
 
 def _sut_urls(value: Any) -> list[str]:
     """One URL, a comma-separated list (cluster nodes, round robin), or a list of URLs."""
-    urls = [u.strip() for u in value.split(",")] if isinstance(value, str) else value
-    if not isinstance(urls, list) or not urls or not all(isinstance(u, str) and u for u in urls):
+    if not isinstance(value, str | list) or not all(isinstance(u, str) for u in value):
+        raise ValueError("expected a URL or a list of URLs")
+    urls = split_urls(value)
+    if not urls:
         raise ValueError("expected a URL or a list of URLs")
     for url in urls:
         parse_sut_url(url)  # scheme, host, destination and every query option, or SutUrlError

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -23,6 +23,7 @@ __all__ = [
     "Endpoint",
     "SutUrlError",
     "parse_sut_url",
+    "split_urls",
     "stream_max_age",
     "stream_offset",
 ]
@@ -180,6 +181,14 @@ class Endpoint:
         return context
 
 
+def split_urls(value: str | Sequence[str]) -> list[str]:
+    """A test's URLs: one, a comma-separated list (cluster nodes, round robin), or a list of
+    either. A list whose one element held `U1,U2` (a repeatable flag given once) was taken whole
+    as one URL, and its second URL, password and all, became the name of a queue."""
+    items = [value] if isinstance(value, str) else list(value)
+    return [url.strip() for item in items for url in item.split(",") if url.strip()]
+
+
 def parse_sut_url(url: str) -> Endpoint:
     """Parse and check a SUT URL; SutUrlError says what is wrong (without the password)."""
     parts = urlsplit(url)
@@ -209,7 +218,8 @@ def parse_sut_url(url: str) -> Endpoint:
         try:
             options[key] = parser(value)
         except ValueError as exc:
-            raise SutUrlError(f"{safe}: option {key!r}: {exc}") from exc
+            # The value may hold a URL's password itself (`destinations=1-2,amqp://u:pw@…`).
+            raise SutUrlError(f"{safe}: option {key!r}: {redact_text(str(exc))}") from exc
     # Either half alone was one destination, silently: `%d` read literally, or a range unused.
     if ("%d" in destination) != ("destinations" in options):
         raise SutUrlError(

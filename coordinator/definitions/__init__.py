@@ -23,6 +23,7 @@ from coordinator.definitions.fixed_rate import (
 from coordinator.definitions.request_reply import RequestReplyTest
 from coordinator.definitions.series_tests import IncrementalTest, RepeatedTest, SearchTest, SweepTest
 from protocol.secrets import redact_text
+from protocol.sut_url import split_urls
 
 __all__ = [
     "Action",
@@ -64,7 +65,7 @@ def workload(test: TestDefinition) -> str:
         clients = f"{base.parallel} client(s) in each of {base.senders} sender(s) and {base.receivers} receiver(s)"
     load, clients = _series_load(test, load, clients)
     length = f"{base.count:,} messages per sender" if base.count is not None else span_text(base.duration)
-    urls = base.send_url if isinstance(base.send_url, str) else ", ".join(base.send_url)
+    urls = ", ".join(split_urls(base.send_url))
     size = str(base.size).strip()
     size = f"{size} B" if size.lstrip("~").replace("-", "").isdigit() else size  # "1MiB" says its unit
     return redact_text(f"{kind}: {load}; {clients}; {size}; {length}, warm-up {span_text(base.warm_up)}; {urls}")

@@ -23,7 +23,7 @@ from protocol.options import (
     parse_profile,
     parse_seconds,
 )
-from protocol.sut_url import parse_sut_url
+from protocol.sut_url import parse_sut_url, split_urls
 
 __all__ = ["Action", "DefinitionError", "Fail", "FixedRateTest", "Flow", "UnboundedTest"]
 
@@ -68,9 +68,8 @@ class Flow:
     def urls(self, test_id: str = "{test_id}") -> tuple[list[str], list[str]]:
         """Send and receive URLs; `{test_id}` in one becomes `test_id`: a fresh queue or topic per
         phase."""
-        send = [self.send_url] if isinstance(self.send_url, str) else list(self.send_url)
-        receive = self.receive_url or send
-        receive = [receive] if isinstance(receive, str) else list(receive)
+        send = split_urls(self.send_url)
+        receive = split_urls(self.receive_url) or send
         return [u.replace("{test_id}", test_id) for u in send], [u.replace("{test_id}", test_id) for u in receive]
 
 

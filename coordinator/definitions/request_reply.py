@@ -76,6 +76,12 @@ class RequestReplyTest(FixedRateTest):
         address = reply.path[1:]  # as a SUT URL's destination: AMQP 1.0's //queue/x is /queue/x
         if not address:
             raise DefinitionError("reply_url names no reply address (its path)")
+        # Only its address is taken: options there were dropped without a word, and a `%d` went
+        # to the broker as a queue's name.
+        if reply.query:
+            raise DefinitionError(f"reply_url takes no options ({reply.query}): give them in request_url")
+        if "%d" in address:
+            raise DefinitionError("reply_url: one reply address for every client, without %d")
         joiner = "&" if request.query else "?"
         return f"{request_url}{joiner}reply_to={address}"
 

@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from coordinator.definitions.fixed_rate import DefinitionError, FixedRateTest
+from protocol.sut_url import split_urls
 
 __all__ = ["IncrementalTest", "RepeatedTest", "SearchTest", "SweepTest"]
 
@@ -156,4 +157,5 @@ def _with_query(urls: str | list[str], query: dict[str, str]) -> str | list[str]
         joined = "&".join(f"{k}={v}" for k, v in [*pairs, *query.items()])
         return urlunsplit(parts._replace(query=joined))
 
-    return one(urls) if isinstance(urls, str) else [one(u) for u in urls]
+    each = split_urls(urls)  # `U1,U2`: the query goes on each, not on the last alone
+    return one(each[0]) if len(each) == 1 else [one(u) for u in each]

@@ -72,6 +72,31 @@ def test_a_sweep_over_clients_of_a_request_reply_test_from_toml(tmp_path: Path) 
     assert isinstance(single, RequestReplyTest)
     with pytest.raises(DefinitionError, match="names no reply address"):
         RequestReplyTest(request_url="amqp://h/requests", reply_url="amqp://h/")
+    # Only the reply address is taken from it: options and a %d were dropped or sent literally.
+    with pytest.raises(DefinitionError, match=r"^reply_url takes no options \(destinations=1-2\): give them in"):
+        RequestReplyTest(request_url="amqp://h/requests", reply_url="amqp://h/replies?destinations=1-2")
+    with pytest.raises(DefinitionError, match=r"^reply_url: one reply address for every client, without %d$"):
+        RequestReplyTest(request_url="amqp://h/requests", reply_url="amqp://h/replies-%d")
+
+
+def test_a_comma_separated_list_of_urls_is_several_urls_wherever_it_is_given() -> None:
+    """`--send-url U1,U2` (a repeatable flag given once) arrived as the list ["U1,U2"], which
+    was taken whole: its second URL, password and all, named a queue on the SUT."""
+    u1, u2 = "amqp://guest:secret@h:5672/q1", "amqp://guest:secret@h:5673/q2"
+    for given in (f"{u1},{u2}", [f"{u1},{u2}"], [f"{u1}, ", u2]):
+        test = FixedRateTest(send_url=given, parallel=2)
+        (flow,) = test.all_flows()
+        assert flow.urls() == ([u1, u2], [u1, u2])
+        assert test.sender_options(flow, "t")["send_url"] == [u1, u2]
+        assert "secret" not in workload(test)
+    # A sweep over a URL option puts it on each URL.
+    sweep = SweepTest(FixedRateTest(send_url=[f"{u1},{u2}"]), {"url.prefetch": [5]})
+    (flow,) = sweep.at({"url.prefetch": 5}).all_flows()
+    assert flow.urls()[0] == [f"{u1}?prefetch=5", f"{u2}?prefetch=5"]
+    # An option's value that holds a password is not shown in the refusal.
+    with pytest.raises(DefinitionError) as refused:
+        FixedRateTest(send_url=f"{u1}?destinations=1-2,{u2}?destinations=x")
+    assert "secret" not in str(refused.value)
 
 
 def test_a_fixed_rate_test_becomes_options_for_each_role() -> None:
