@@ -44,6 +44,17 @@ def test_rates_count_whole_seconds_only() -> None:
     assert rate_over_seconds([T0_US, T0_US + 10]).mean == 2.0
 
 
+def test_the_second_a_warm_up_is_cut_at_is_whole() -> None:
+    # 50 msg/s for 4 s from 0.61 s, 2 s of warm-up: counted from second 3 (the cut), 50 in it
+    # and 30 in the 0.61 s of second 4. Second 3 is whole; it was left out as a first second,
+    # and the 80 of the one and a part read as 80 (70 once rounded to whole intervals) a second.
+    counts = Counter({3: 50, 4: 30})
+    assert rate_of(counts, cut_s=3) == Rate(mean=50.0, min=50.0, max=50.0)
+    assert rate_of(counts).mean == 80.0  # without the cut: under a whole second between, the count
+    # A cut before the first count (nothing came in its first second) takes nothing whole.
+    assert rate_of(Counter({5: 10, 6: 50, 7: 20}), cut_s=4) == Rate(mean=50.0, min=50.0, max=50.0)
+
+
 def test_a_test_folder_with_one_loss_and_one_duplicate(tmp_path: Path) -> None:
     test = one_loss_one_duplicate(tmp_path)
     s = summarize(test)
@@ -405,8 +416,9 @@ def test_the_peers_and_record_a_caller_read_already_are_the_ones_summed(tmp_path
 def test_a_warm_up_under_a_second_is_still_cut(tmp_path: Path) -> None:
     test = one_loss_one_duplicate(tmp_path)
     _edit(test / "sender" / "s1" / "peer.json", warm_up_s=0.5, warm_up_end_ns=(T0_US + 3_000_000) * 1000)
-    # Cut at T0 + 3 s: sends of seconds 3 (10, the first: partial) and 4 (2, the last) only.
-    assert summarize(test).send_rate == Rate(mean=12.0, min=12.0, max=12.0)
+    # Cut at T0 + 3 s: sends of seconds 3 (10: whole, the cut's) and 4 (2, the last: partial)
+    # only; the rate is second 3's, the 10 a second sent (12 when the two were taken as one).
+    assert summarize(test).send_rate == Rate(mean=10.0, min=10.0, max=10.0)
 
 
 def test_a_requester_without_clients_divides_by_none(tmp_path: Path) -> None:
