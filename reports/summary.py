@@ -106,18 +106,31 @@ def read_test_record(test_dir: Path, *, dir_fd: int | None = None) -> TestRecord
         return None
 
 
-def rate_of(buckets: Counter[int], cut_s: int | None = None) -> Rate:
+def rate_of(buckets: Counter[int], cut_s: int | None = None, span_s: float | None = None) -> Rate:
     """Messages per whole second from counts by second. The first and last seconds are partial
     and left out when there are whole ones between them; but a first second that starts at the
-    warm-up's cut (`cut_s`: the counts hold what came from it on) is whole. Left out, a 4 s run
-    with 2 s of warm-up kept one whole second and a part, and read 70 msg/s where 50 went."""
+    warm-up's cut (`cut_s`: the counts hold what came from it on) is whole when a later one
+    follows it. Left out, a 4 s run with 2 s of warm-up kept one whole second and a part, and
+    read 70 msg/s where 50 went. With no whole second, the count over the time it took
+    (`span_s`), where known: 8 requests in the 0.18 s a failed run had after its warm-up read
+    8 a second."""
     if not buckets:
         return Rate()
     first, last = min(buckets), max(buckets)
-    whole = [buckets.get(s, 0) for s in range(first if first == cut_s else first + 1, last)]
+    whole = [buckets.get(s, 0) for s in range(first if first == cut_s and last > first else first + 1, last)]
     if not whole:
-        whole = [sum(buckets.values())]
+        total = sum(buckets.values())
+        # From a cut, n messages in the time since it; from the first message, n - 1 gaps.
+        mean = float(total) if not span_s else (total if cut_s is not None else total - 1) / span_s
+        return Rate(mean, mean, mean)
     return Rate(sum(whole) / len(whole), float(min(whole)), float(max(whole)))
+
+
+def _span_s(seconds: RateSeconds, cut_s: int | None) -> float | None:
+    """From the cut (or the first row) to the last row, in seconds; None where unknown."""
+    start = cut_s * 1_000_000 if cut_s is not None else seconds.first_ata_us
+    end = seconds.last_ata_us
+    return (end - start) / 1e6 if start is not None and end is not None and end > start else None
 
 
 def summarize(test_dir: Path, peers: Peers | None = None, record: TestRecord | None = None) -> TestFigures:
@@ -199,8 +212,8 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: TestRecord | N
         duplicates=duplicates,
         foreign=dict(foreign),
         skipped_by_sut=skipped,
-        send_rate=rate_of(sends.per_second, cut_s),
-        receive_rate=rate_of(receives.per_second, cut_s),
+        send_rate=rate_of(sends.per_second, cut_s, _span_s(sends, cut_s)),
+        receive_rate=rate_of(receives.per_second, cut_s, _span_s(receives, cut_s)),
         latency_us=Percentiles(**_percentiles(latency), max=float(latency.get_max_value())),
         latency_samples=latency.get_total_count(),
         latency_distribution_us=tuple((p, float(latency.get_value_at_percentile(p))) for p in DISTRIBUTION),
@@ -245,7 +258,8 @@ def _request_reply(
     counts: Counter[str] = Counter()
     foreign: Counter[str] = Counter()
     totals = {name: new_histogram() for name in _REQUESTER_LOGS}
-    throughput = rate_of(answered.per_second, whole_second_at_or_after(warm_up_end_us) // 1_000_000 or None).mean
+    cut_s = whole_second_at_or_after(warm_up_end_us) // 1_000_000 or None
+    throughput = rate_of(answered.per_second, cut_s, _span_s(answered, cut_s)).mean
     clients = think_weighted = lived_weighted = 0.0
     for directory, account, mine in requesters:
         counts.update(replies=mine.replies, timed_out=mine.timed_out, late=mine.late, duplicates=mine.duplicates)

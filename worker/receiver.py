@@ -419,7 +419,7 @@ class ReceiverRun:
     def verdict(self, conditions: FailConditions, watch: Watch, now: float) -> str | None:
         """The corrected latency of the interval just closed. A replier's is a request's leg to
         it: its requesters judge the response time, the figure a closed system is read by."""
-        if self.last_interval is None or self.plan.reply:
+        if self.last_interval is None or self.plan.reply or watch.interval_in_warm_up:
             return None
         return conditions.latency(self.last_interval.corrected)
 

@@ -303,7 +303,7 @@ class RequesterRun(SendingRun[RequesterPlan, RequesterStats]):
     def verdict(self, conditions: FailConditions, watch: Watch, now: float) -> str | None:
         """The response time of the interval just closed: a closed system's latency, which the
         fail condition on latency bounds (the replier judges no leg of it)."""
-        if self.last_interval is None:
+        if self.last_interval is None or watch.interval_in_warm_up:
             return None
         return conditions.latency(self.last_interval.corrected, "response time")
 

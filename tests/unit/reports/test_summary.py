@@ -53,6 +53,11 @@ def test_the_second_a_warm_up_is_cut_at_is_whole() -> None:
     assert rate_of(counts).mean == 80.0  # without the cut: under a whole second between, the count
     # A cut before the first count (nothing came in its first second) takes nothing whole.
     assert rate_of(Counter({5: 10, 6: 50, 7: 20}), cut_s=4) == Rate(mean=50.0, min=50.0, max=50.0)
+    # A run that ended 0.18 s into the cut's second has no whole one: 8 in 0.18 s.
+    assert rate_of(Counter({3: 8}), cut_s=3, span_s=0.18) == Rate(mean=8 / 0.18, min=8 / 0.18, max=8 / 0.18)
+    assert rate_of(Counter({3: 8}), cut_s=3).mean == 8.0  # the time unknown: the count
+    # Without a cut, from the first message to the last: 20 at 20 msg/s span 0.95 s, 19 gaps.
+    assert rate_of(Counter({7: 6, 8: 14}), span_s=0.95).mean == pytest.approx(20.0)
 
 
 def test_a_test_folder_with_one_loss_and_one_duplicate(tmp_path: Path) -> None:

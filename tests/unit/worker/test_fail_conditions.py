@@ -96,3 +96,26 @@ def test_a_sender_on_schedule_meets_the_rate_bound_however_late_the_first_look(
     run.stats.sent += 400  # 5 s later: 400 more where 500 were due
     reason = behind.check(run, first_look + 5)
     assert reason is not None and reason.startswith("rate 80.0 msg/s is 80.0% of the target 100 msg/s"), reason
+
+
+def test_an_interval_that_began_in_the_warm_up_is_not_judged_by_its_figures() -> None:
+    """The stats interval that closes just after a 2 s warm-up is nearly all warm-up: a verdict
+    on its latency waits for the next interval, which lies wholly after it."""
+    watch = Watch(FailConditions(latency_ms=10), origin=0.0, options_warm_up_s=2.0)
+
+    class _Interval:
+        VERB = "received"
+
+        def count(self) -> int:
+            return 1
+
+        def idle_on_purpose(self) -> bool:
+            return False
+
+        def verdict(self, conditions: FailConditions, w: Watch, now: float) -> str | None:
+            return None if w.interval_in_warm_up else f"judged at {now:g}"
+
+    run = _Interval()
+    assert [watch.check(run, now) for now in (1.0, 2.02, 3.02)] == [None, None, "judged at 3.02"]  # type: ignore[arg-type]
+    # Without a warm-up the first interval is judged: all of it counts.
+    assert Watch(FailConditions(latency_ms=10), origin=0.0, options_warm_up_s=0.0).check(run, 1.0) == "judged at 1"  # type: ignore[arg-type]
