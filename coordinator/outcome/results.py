@@ -75,17 +75,25 @@ class TestResult:
         rr = s.request_reply
         if rr:  # a closed system leads with its response time; its legs are in it, not a "latency"
             response, law = rr.response_time_us, rr.littles_law
+            if rr.replies:
+                text += (
+                    f"\n  response time p50 {response.p50 / 1000:.3f} ms  p99 {response.p99 / 1000:.3f} ms"
+                    f"  (request leg p50 {rr.request_leg_us.p50 / 1000:.3f} ms, replier"
+                    f" {rr.replier_us.p50 / 1000:.3f} ms, reply leg {rr.reply_leg_us.p50 / 1000:.3f} ms"
+                    + (f", legs ± {rr.legs_uncertainty_us / 1000:.3f} ms" if rr.legs_uncertainty_us else "")
+                    + ")"
+                )
+            else:  # no response time at all, not one of 0 ms; nor a Little's law to check
+                text += "\n  response time: none (no reply came in time)"
             text += (
-                f"\n  response time p50 {response.p50 / 1000:.3f} ms  p99 {response.p99 / 1000:.3f} ms"
-                f"  (request leg p50 {rr.request_leg_us.p50 / 1000:.3f} ms, replier"
-                f" {rr.replier_us.p50 / 1000:.3f} ms, reply leg {rr.reply_leg_us.p50 / 1000:.3f} ms"
-                + (f", legs ± {rr.legs_uncertainty_us / 1000:.3f} ms" if rr.legs_uncertainty_us else "")
-                + ")"
                 f"\n  closed system: {rr.requests:,} requests, {rr.replies:,} replies,"
                 f" {rr.timed_out:,} timed out, {rr.late:,} late; {rr.throughput_per_s:,.1f} requests/s"
-                f"\n  Little's law: {law.clients:g} waiting ≈ throughput x time {law.throughput_x_time:.2f}"
-                f" ({law.deviation_percent:+.1f} %)"
             )
+            if rr.replies:
+                text += (
+                    f"\n  Little's law: {law.clients:g} waiting ≈ throughput x time {law.throughput_x_time:.2f}"
+                    f" ({law.deviation_percent:+.1f} %)"
+                )
         if s.error is None:
             size = self.record.definition.get("size")
             text += (

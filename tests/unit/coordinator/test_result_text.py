@@ -90,7 +90,14 @@ def test_a_closed_system_leads_with_its_response_time_and_has_no_latency_line() 
         "  response time p50 10.700 ms  p99 15.000 ms  (request leg p50 2.400 ms, replier 5.100 ms, reply leg 3.100 ms)"
     )
     assert lines[2].startswith("  closed system: 1,000 requests, 998 replies, 2 timed out")
+    assert lines[3].startswith("  Little's law: 2 waiting")
     assert not [line for line in lines if "latency" in line], lines
+    # Not one reply in time: no response time, and no 0.000 ms in its place; no Little's law.
+    none = rr | {"replies": 0, "timed_out": 1_000, "response_time_us": {}, "littles_law": {}}
+    lines = str(TestResult("t-3", "failure", "...", _summary(request_reply=none), TestRecord("t"), "")).splitlines()
+    assert lines[1] == "  response time: none (no reply came in time)"
+    assert lines[2].startswith("  closed system: 1,000 requests, 0 replies, 1,000 timed out")
+    assert not [line for line in lines if "0.000 ms" in line or "Little" in line], lines
 
 
 def test_the_figures_hints_follow_them() -> None:
