@@ -63,6 +63,16 @@ class TestResult:
     def url(self) -> str:
         return f"{self.data_server}/api/results/{self.test_id}"
 
+    def _stands_for(self) -> str:
+        """Which phase a series' headline figures are, and why that one."""
+        if self.best is None:
+            return f"{self.steps[-1].test_id}, the last phase"
+        why = {
+            "repeated": "the repetition nearest the mean rate",
+            "sweep": "the point with the highest receive rate",
+        }.get(self.record.kind, "the highest passing step")
+        return f"{self.best.test_id}, {why}"
+
     def __str__(self) -> str:
         s = self.summary
         text = f"test {self.test_id}: {self.outcome}" + (f" ({self.reason})" if self.reason else "")
@@ -96,6 +106,8 @@ class TestResult:
                 )
         if s.error is None:
             size = self.record.definition.get("size")
+            if self.steps:  # a series: its figures are one phase's, which says so
+                text += f"\n  figures of {self._stands_for()}:"
             text += (
                 f"\n  sent {s.sent:,}  received {s.received:,}  lost {s.lost:,}  duplicates {s.duplicates:,}"
                 + (f"  (the SUT skipped {s.skipped_by_sut:,})" if s.skipped_by_sut else "")

@@ -105,3 +105,14 @@ def test_the_figures_hints_follow_them() -> None:
     lines = str(TestResult("t-6", "success", None, _summary(hints=[hint]), TestRecord("t"), "")).splitlines()
     assert lines[3].startswith("  latency p50 2.400 ms") and lines[4] == f"  hint: {hint}"
     assert "hint:" not in str(TestResult("t-7", "success", None, _summary(), TestRecord("t"), ""))
+
+
+def test_a_series_says_which_phase_its_figures_are() -> None:
+    phases = [TestResult(f"r.run0{n}", "success", None, _summary(), TestRecord("t"), "") for n in (1, 2, 3)]
+    repeated = TestResult("r", "success", None, _summary(), TestRecord("r", kind="repeated"), "", phases, phases[1])
+    lines = str(repeated).splitlines()
+    assert lines[1] == "  figures of r.run02, the repetition nearest the mean rate:"
+    assert lines[2].startswith("  sent 20,000")
+    failed = TestResult("r", "failure", "run03: ...", _summary(), TestRecord("r", kind="repeated"), "", phases)
+    assert "  figures of r.run03, the last phase:" in str(failed).splitlines()
+    assert "figures of" not in str(phases[0])  # one run's figures are its own
