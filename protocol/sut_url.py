@@ -222,8 +222,9 @@ def parse_sut_url(url: str) -> Endpoint:
             raise SutUrlError(f"{safe}: option {key!r}: {redact_text(str(exc))}") from exc
     # Either half alone was one destination, silently: `%d` read literally, or a range unused.
     if ("%d" in destination) != ("destinations" in options):
+        missing = "destinations=LOW-HIGH" if "%d" in destination else "a %d in the destination (only %d is replaced)"
         raise SutUrlError(
-            f"{safe}: a %d in the destination and destinations=LOW-HIGH go together "
+            f"{safe}: a %d in the destination and destinations=LOW-HIGH go together; {missing} is missing "
             "(perf-test-%d?destinations=1-100 spreads the clients over perf-test-1 .. perf-test-100)"
         )
     return Endpoint(
