@@ -59,20 +59,31 @@ class EchoDriver(MemoryDriver):
         self.on_replies(bodies)
 
 
-def test_replies_timeouts_late_duplicate_and_foreign_are_counted_and_the_legs_corrected(tmp_path: Path) -> None:
-    driver = EchoDriver({1: "never", 2: "late", 3: "twice"})
+def _echoed(tmp_path: Path, driver: EchoDriver, messages: int, request_timeout_s: float, **more: Any) -> RequesterRun:
+    """A requester of `messages` requests, one client, answered by `driver`."""
     plan = RequesterPlan(
         test_id="t-1",
         peer="s1@here",
         urls=["memory://x/q"],
         parallel_count=1,
-        duration=Duration(messages=6),
+        duration=Duration(messages=messages),
         size=MessageSize(100, 100),
-        request_timeout_s=0.03,
+        request_timeout_s=request_timeout_s,
+        **more,
+    )
+    return RequesterRun(plan, RateFileWriter(tmp_path, "sender", {}), tmp_path, driver_for=lambda _c: driver)
+
+
+def test_replies_timeouts_late_duplicate_and_foreign_are_counted_and_the_legs_corrected(tmp_path: Path) -> None:
+    driver = EchoDriver({1: "never", 2: "late", 3: "twice"})
+    run = _echoed(
+        tmp_path,
+        driver,
+        6,
+        0.03,
         clock_offsets_ns={REPLIER: SKEW_NS + 500_000},  # its offset from the coordinator ...
         own_offset_ns=500_000,  # ... and ours: the difference is the skew
     )
-    run = RequesterRun(plan, RateFileWriter(tmp_path, "sender", {}), tmp_path, driver_for=lambda _c: driver)
 
     async def scenario() -> None:
         await run.run()
@@ -206,17 +217,7 @@ def test_a_latency_bound_judges_the_response_time(tmp_path: Path) -> None:
     on latency bounds the 7 ms a requester waits, and names it, where the replier's verdict
     once judged the 1 ms leg and a bound of 5 ms passed."""
     driver = EchoDriver({})
-    plan = RequesterPlan(
-        test_id="t-1",
-        peer="s1@here",
-        urls=["memory://x/q"],
-        parallel_count=1,
-        duration=Duration(messages=5),
-        size=MessageSize(100, 100),
-        request_timeout_s=1.0,
-        clock_offsets_ns={REPLIER: SKEW_NS},
-    )
-    run = RequesterRun(plan, RateFileWriter(tmp_path, "sender", {}), tmp_path, driver_for=lambda _c: driver)
+    run = _echoed(tmp_path, driver, 5, 1.0, clock_offsets_ns={REPLIER: SKEW_NS})
 
     watch = Watch(FailConditions(), origin=0.0, options_warm_up_s=0.0)
 
