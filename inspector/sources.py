@@ -104,7 +104,9 @@ class RefreshedRates:
     gives is taken as it is. Where it gives 0 and the counter rose from one refresh to the next,
     the rate is the rise over the time between them, held until a refresh is overdue. A rise
     from the count first seen has no known start (the messages may predate that sample: 405 a
-    second after first sight, at 200 msg/s): its rate is None, an empty cell, not 0.
+    second after first sight, at 200 msg/s): its rate is None, an empty cell, not 0. So is
+    RabbitMQ's 0 for a queue first seen with messages counted, until a refresh is overdue: a
+    new queue first seen at 176 read 0 msg/s for 5 s at 200 msg/s.
     """
 
     refresh_s: float = 5.5  # RabbitMQ's default interval, and a sample's lateness
@@ -113,13 +115,14 @@ class RefreshedRates:
     def rate(self, key: tuple[str, ...], count: int, reported: float | None, now_s: float) -> float | None:
         seen = self._seen.get(key)
         if seen is None or count < seen.count:  # first sight, or a queue of that name made again
-            self._seen[key] = _Counted(now_s, count, first_sight=True)
-            return reported
-        if count > seen.count:
+            self._seen[key] = seen = _Counted(now_s, count, first_sight=True)
+        elif count > seen.count:
             rise = None if seen.first_sight else (count - seen.count) / max(now_s - seen.at_s, 1e-3)
             self._seen[key] = seen = _Counted(now_s, count, rise)
-        if (reported is not None and reported > 0) or seen.first_sight:
+        if reported is not None and reported > 0:
             return reported
+        if seen.first_sight:  # a 0 with messages counted may be a new queue's first refresh
+            return None if reported == 0 and count > 0 and now_s - seen.at_s <= self.refresh_s else reported
         # Once a refresh is overdue and the count stood still, RabbitMQ's own word: 0, or none.
         return seen.rate if now_s - seen.at_s <= self.refresh_s else reported
 

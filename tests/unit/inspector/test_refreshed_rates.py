@@ -42,11 +42,16 @@ def test_a_rate_rabbitmq_has_no_details_of_yet_stays_unknown() -> None:
     assert rates.rate(KEY, 478, 0.0, 11.0) == 0.0  # RabbitMQ's word: stopped
 
 
-def test_first_sight_and_a_queue_made_again_take_rabbitmqs_rate() -> None:
+def test_first_sight_and_a_queue_made_again_take_rabbitmqs_rate_but_not_its_first_0() -> None:
     rates = RefreshedRates()
     assert rates.rate(KEY, 5000, 42.0, 0.0) == 42.0  # a queue that was there before the test
-    assert rates.rate(KEY, 5000, 0.0, 1.0) == 0.0  # as RabbitMQ says: no rise seen yet
-    assert rates.rate(KEY, 10, 0.0, 2.0) == 0.0  # deleted and made again: counts start over
-    assert rates.rate(KEY, 510, 0.0, 7.0) is None
+    # RabbitMQ's 0 with messages counted: a new queue's first refresh, or a stopped one; which,
+    # a refresh tells (a new queue first seen at 176 read 0 for 5 s at 200 msg/s).
+    assert rates.rate(KEY, 5000, 0.0, 1.0) is None  # no rise seen yet: unknown for a refresh
+    assert rates.rate(KEY, 10, 0.0, 2.0) is None  # deleted and made again: counts start over
+    assert rates.rate(KEY, 10, 0.0, 6.0) is None
+    assert rates.rate(KEY, 510, 0.0, 7.0) is None  # the first rise: its start unknown
     assert rates.rate(KEY, 1010, 0.0, 12.0) == 100.0
-    assert rates.rate(("/", "other", "publish"), 510, 0.0, 6.0) == 0.0  # each queue its own
+    idle = ("/", "other", "publish")  # each queue its own
+    assert rates.rate(idle, 510, 0.0, 6.0) is None
+    assert rates.rate(idle, 510, 0.0, 11.6) == 0.0  # a refresh overdue and no rise: idle
