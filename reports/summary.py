@@ -126,11 +126,13 @@ def rate_of(buckets: Counter[int], cut_s: int | None = None, span_s: float | Non
     return Rate(sum(whole) / len(whole), float(min(whole)), float(max(whole)))
 
 
-def _span_s(seconds: RateSeconds, cut_s: int | None) -> float | None:
-    """From the cut (or the first row) to the last row, in seconds; None where unknown."""
+def _rate_since(seconds: RateSeconds, cut_s: int | None) -> Rate:
+    """`rate_of` a rate file's counts, with the time from the cut (or the first row) to the last
+    row for a run with no whole second."""
     start = cut_s * 1_000_000 if cut_s is not None else seconds.first_ata_us
     end = seconds.last_ata_us
-    return (end - start) / 1e6 if start is not None and end is not None and end > start else None
+    span_s = (end - start) / 1e6 if start is not None and end is not None and end > start else None
+    return rate_of(seconds.per_second, cut_s, span_s)
 
 
 def summarize(test_dir: Path, peers: Peers | None = None, record: TestRecord | None = None) -> TestFigures:
@@ -142,7 +144,8 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: TestRecord | N
     senders, receivers = _senders(peers), _receivers(peers)
     # No warm-up: everything counts, including receivers' intervals begun before the senders.
     warm_up_end_us = max((a.warm_up_end_ns // 1000 for _, _, a in senders if a.warm_up_s > 0), default=0)
-    cut_s = whole_second_at_or_after(warm_up_end_us) // 1_000_000 or None  # the counts' first second, if cut
+    cut_us = whole_second_at_or_after(warm_up_end_us)  # 0: no warm-up, nothing cut
+    cut_s = cut_us // 1_000_000 or None  # the counts' first second, if cut
 
     sent_by_key: dict[str, int] = {}
     peer_of_key: dict[str, str] = {}
@@ -156,7 +159,7 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: TestRecord | N
         streams |= account.senders
         sut_of_key |= {key: sut_of(peer, client.client) for key, client in account.senders.items()}
         clients += [(sut_of(peer, client.client), client.client) for client in account.senders.values()]
-        _add(sends, directory, peer.files, whole_second_at_or_after(warm_up_end_us))
+        _add(sends, directory, peer.files, cut_us)
 
     bitsets: dict[str, list[bytes]] = {}
     deliveries: Counter[str] = Counter()
@@ -174,7 +177,7 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: TestRecord | N
         if sequences.exists():
             for key, text in json.loads(sequences.read_text()).items():
                 bitsets.setdefault(key, []).append(load_bitset(text))
-    receives = receive_seconds(peers, whole_second_at_or_after(warm_up_end_us))
+    receives = receive_seconds(peers, cut_us)
 
     received = lost = duplicates = 0
     per_sender = []
@@ -203,6 +206,7 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: TestRecord | N
         )
     first_send = sends.first_ata_us
     end = max((x for x in (sends.last_ata_us, receives.last_ata_us) if x is not None), default=None)
+    send_rate = _rate_since(sends, cut_s)  # a closed system's throughput too: a row per reply
     return TestFigures(
         test_id=test_dir.name,
         duration_s=(end - first_send) / 1e6 if first_send is not None and end is not None else 0.0,
@@ -212,8 +216,8 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: TestRecord | N
         duplicates=duplicates,
         foreign=dict(foreign),
         skipped_by_sut=skipped,
-        send_rate=rate_of(sends.per_second, cut_s, _span_s(sends, cut_s)),
-        receive_rate=rate_of(receives.per_second, cut_s, _span_s(receives, cut_s)),
+        send_rate=send_rate,
+        receive_rate=_rate_since(receives, cut_s),
         latency_us=Percentiles(**_percentiles(latency), max=float(latency.get_max_value())),
         latency_samples=latency.get_total_count(),
         latency_distribution_us=tuple((p, float(latency.get_value_at_percentile(p))) for p in DISTRIBUTION),
@@ -226,7 +230,7 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: TestRecord | N
         clock_problems=tuple(problem for c in corrections.values() for problem in c.problems),
         clock_paths=tuple(sorted({path for c in corrections.values() for path in c.path.split("+") if path})),
         load_model="closed" if any(a.request_reply for _, _, a in senders) else "open",
-        request_reply=_request_reply(senders, warm_up_end_us, sends, corrections),
+        request_reply=_request_reply(senders, warm_up_end_us, send_rate.mean, corrections),
     )
 
 
@@ -242,10 +246,10 @@ _REQUESTER_LOGS = {
 def _request_reply(
     senders: list[tuple[Path, PeerRecord, SenderAccount]],
     warm_up_end_us: int,
-    answered: RateSeconds,
+    throughput: float,
     corrections: dict[str, Correction],
 ) -> RequestReplyFigures | None:
-    """A closed system's figures, merged over its requesters: counts, throughput (`answered`:
+    """A closed system's figures, merged over its requesters: counts, throughput (the rate of
     their rate files, a row per request answered in time, by the reply's second), response time
     and its legs after warm-up, and Little's law as a check on them all. The legs cross from a
     requester's clock to a replier's and back: where the repliers run on other hosts they were
@@ -258,8 +262,6 @@ def _request_reply(
     counts: Counter[str] = Counter()
     foreign: Counter[str] = Counter()
     totals = {name: new_histogram() for name in _REQUESTER_LOGS}
-    cut_s = whole_second_at_or_after(warm_up_end_us) // 1_000_000 or None
-    throughput = rate_of(answered.per_second, cut_s, _span_s(answered, cut_s)).mean
     clients = think_weighted = lived_weighted = 0.0
     for directory, account, mine in requesters:
         counts.update(replies=mine.replies, timed_out=mine.timed_out, late=mine.late, duplicates=mine.duplicates)
