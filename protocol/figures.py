@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from protocol.json_value import JsonObject
+
 __all__ = [
     "SUMMARY_KEYS",
     "Accounting",
@@ -61,7 +63,7 @@ class Rate:
     min: float = 0.0
     max: float = 0.0
 
-    def to_json(self) -> dict[str, float]:
+    def to_json(self) -> JsonObject:
         return {"mean": self.mean, "min": self.min, "max": self.max}
 
     @classmethod
@@ -80,8 +82,12 @@ class Percentiles:
     p999: float = 0.0
     max: float = 0.0
 
-    def to_json(self) -> dict[str, float]:
-        return {"p50": self.p50, "p90": self.p90, "p99": self.p99, "p999": self.p999, "max": self.max}
+    def items(self) -> tuple[tuple[str, float], ...]:
+        """Each percentile's key and figure, in summary.json's order."""
+        return ("p50", self.p50), ("p90", self.p90), ("p99", self.p99), ("p999", self.p999), ("max", self.max)
+
+    def to_json(self) -> JsonObject:
+        return dict(self.items())
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Percentiles:
@@ -100,7 +106,7 @@ class TimeFigures:
     max: float = 0.0
     samples: int = 0
 
-    def to_json(self) -> dict[str, float | int]:
+    def to_json(self) -> JsonObject:
         return {
             "p50": self.p50,
             "p90": self.p90,
@@ -128,7 +134,7 @@ class LittlesLaw:
     throughput_x_time: float = 0.0
     deviation_percent: float = 0.0
 
-    def to_json(self) -> dict[str, float]:
+    def to_json(self) -> JsonObject:
         return {
             "clients": self.clients,
             "throughput_x_time": self.throughput_x_time,
@@ -166,7 +172,7 @@ class RequestReplyFigures:
     hints: tuple[str, ...] = ()
     littles_law: LittlesLaw = LittlesLaw()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "replies": self.replies,
             "timed_out": self.timed_out,
@@ -223,7 +229,7 @@ class SenderFigures:
     duplicates: int = 0
     out_of_order: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "sender": self.sender,
             "key": self.key,
@@ -269,7 +275,7 @@ class AccountingRow:
     accepted: int | None = None
     received: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "sender": self.sender,
             "sut": self.sut,
@@ -311,7 +317,7 @@ class Accounting:
     per_sender: tuple[AccountingRow, ...] = ()
     sut_counters: tuple[Mapping[str, Any], ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "intended": self.intended,
             "sent": self.sent,
@@ -353,8 +359,8 @@ class PeerFigures:
     generator_bound: str | None = None  # why the load generator, not the SUT, was the limit
     inspector_shortfall: tuple[str, ...] = ()  # its series are missing or thin
 
-    def to_json(self) -> dict[str, Any]:
-        row: dict[str, Any] = {"name": self.name, "role": self.role, "host": self.host, "failure": self.failure}
+    def to_json(self) -> JsonObject:
+        row: JsonObject = {"name": self.name, "role": self.role, "host": self.host, "failure": self.failure}
         row |= {name: value for name in _PEER_OPTIONAL if (value := getattr(self, name)) is not None}
         if self.generator_bound:
             row["generator_bound"] = self.generator_bound
@@ -430,10 +436,10 @@ class TestFigures:
     def judged(self, latency_untrusted: str | None) -> TestFigures:
         return replace(self, latency_untrusted=latency_untrusted)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         if self.error is not None:
             return {"error": self.error}
-        out: dict[str, Any] = {
+        out: JsonObject = {
             "test_id": self.test_id,
             "duration_s": self.duration_s,
             "sent": self.sent,
@@ -509,7 +515,7 @@ class TestFigures:
         except (TypeError, KeyError, AttributeError) as exc:
             raise ValueError(f"not a test's figures ({type(exc).__name__}: {exc})") from exc
 
-    def summary_json(self, outcome: str | None, reason: str | None) -> dict[str, Any]:
+    def summary_json(self, outcome: str | None, reason: str | None) -> JsonObject:
         """summary.json: DESIGN.md's keys and the two on latency's trust, with the outcome and
         reason as the coordinator judged them; no latency where it is no figure."""
         full = self.to_json() | {"outcome": outcome, "reason": reason, "latency_untrusted": self.latency_untrusted}

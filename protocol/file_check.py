@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from protocol.json_value import JsonObject
+
 __all__ = ["DamagedFileError", "FileCheck", "check_file", "check_files", "rows_of", "verify_file"]
 
 
@@ -34,7 +36,7 @@ class FileCheck:
     sha256: str
     rows: int | None = None  # a rate file's rows, a latency log's intervals; None for other files
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"bytes": self.bytes, "rows": self.rows, "sha256": self.sha256}
 
     @classmethod

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from protocol.json_value import JsonObject
+
 __all__ = ["BUSY_CPU_PERCENT", "BUSY_LOOP_LAG_MS", "FinalCounts", "LiveCounters", "LivePeer", "LivePoint", "LiveUpdate"]
 
 # A sender this busy was the limit itself: its figures describe the load generator, not the SUT.
@@ -106,8 +108,8 @@ class LiveCounters:
     cpu_percent: float | None = None
     loop_lag_ms: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {}
         for name in _LIVE_FIELDS:
             value = getattr(self, name)
             if value is None:
@@ -170,7 +172,7 @@ class LivePeer:
     counters: LiveCounters = LiveCounters()
     elapsed_s: float | None = None  # of its run, when it last reported
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         out = {"name": self.name, "role": self.role, "host": self.host, "state": self.state} | self.counters.to_json()
         return out | ({} if self.elapsed_s is None else {"elapsed_s": self.elapsed_s})
 
@@ -216,8 +218,8 @@ class LivePoint:
     response_p50_us: float | None = None
     response_p99_us: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        out = {
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {
             "elapsed_s": self.elapsed_s,
             "send_rate": self.send_rate,
             "receive_rate": self.receive_rate,
@@ -259,7 +261,7 @@ class FinalCounts:
     duplicates: int | None = None
     peers: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # by name: sent or received
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         counts = {k: v for k in ("sent", "received", "lost", "duplicates") if (v := getattr(self, k)) is not None}
         return counts | {"peers": {name: dict(c) for name, c in self.peers.items()}}
 
@@ -297,8 +299,8 @@ class LiveUpdate:
     reason: str | None = None
     summary: FinalCounts | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        out = {
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {
             "test_id": self.test_id,
             "name": self.name,
             "kind": self.kind,

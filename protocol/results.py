@@ -21,6 +21,7 @@ from typing import Any
 
 from protocol.atomic import write_text_atomically
 from protocol.file_check import DamagedFileError, FileCheck
+from protocol.json_value import JsonObject
 from protocol.secrets import redact
 
 __all__ = [
@@ -88,10 +89,10 @@ class ClientSent:
     intended: int | None = None
     accepted: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """Only the counts it has: a requester has neither, a sender without acknowledgements
         no `accepted`."""
-        out: dict[str, Any] = {"client": self.client, "sent": self.sent}
+        out: JsonObject = {"client": self.client, "sent": self.sent}
         if self.intended is not None:
             out["intended"] = self.intended
         if self.accepted is not None:
@@ -127,7 +128,7 @@ class RequestReplyAccount:
     foreign: Mapping[str, int] = field(default_factory=dict)
     skipped_by_sut: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
 
     @classmethod
@@ -164,8 +165,8 @@ class SenderAccount:
     schedule_lag_us: Mapping[str, float] | None = None  # "50", "99", "99.9", "max"
     request_reply: RequestReplyAccount | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {
             "sent": self.sent,
             "warm_up_end_ns": self.warm_up_end_ns,
             "warm_up_s": self.warm_up_s,
@@ -231,7 +232,7 @@ class SenderDeliveries:
             missing_below_highest=self.highest_sequence + 1 - distinct,
         )
 
-    def to_json(self) -> dict[str, int]:
+    def to_json(self) -> JsonObject:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
@@ -287,8 +288,8 @@ class ReceiverAccount:
             replier=replier,
         )
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {
             "received": self.received,
             "foreign": dict(self.foreign),
             "latency_clamped": self.latency_clamped,
@@ -341,7 +342,7 @@ class InspectorSummary:
     last_error: str | None = None
     files: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
 
 
@@ -393,8 +394,8 @@ class PeerRecord:
     # A worker's client library and the settings it ran with, defaults named (worker.drivers)
     client_settings: Mapping[str, str] | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {name: _plain(getattr(self, name)) for name in _COMMON}
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {name: _plain(getattr(self, name)) for name in _COMMON}
         worker = self.role in ("sender", "receiver")
         for name in _RUN:
             value = getattr(self, name)

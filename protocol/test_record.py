@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from protocol.figures import Percentiles, TestFigures, TimeFigures
+from protocol.json_value import JsonObject, JsonValue
 from protocol.secrets import redact
 
 __all__ = [
@@ -60,7 +61,7 @@ def _maybe(data: Mapping[str, Any], key: str) -> Any:
     return data.get(key, UNSET)
 
 
-def _put(out: dict[str, Any], key: str, value: object) -> None:
+def _put(out: JsonObject, key: str, value: JsonValue) -> None:
     """Write `key` unless its value is None (a key this record has not)."""
     if value is not None:
         out[key] = value
@@ -75,7 +76,7 @@ class ClockEstimate:
     rtt_us: float = 0.0
     path: str = ""  # udp: measured directly; mqtt: through the control broker
 
-    def to_json(self) -> dict[str, float | str]:
+    def to_json(self) -> JsonObject:
         return {
             "offset_us": self.offset_us,
             "uncertainty_us": self.uncertainty_us,
@@ -103,8 +104,8 @@ class ClockSampleRow:
     uncertainty_us: float
     path: str | None = None
 
-    def to_json(self) -> list[int | float | str]:
-        row: list[int | float | str] = [self.at_us, self.offset_us, self.uncertainty_us]
+    def to_json(self) -> list[JsonValue]:
+        row: list[JsonValue] = [self.at_us, self.offset_us, self.uncertainty_us]
         return row if self.path is None else [*row, self.path]
 
     @classmethod
@@ -130,8 +131,8 @@ class PeerClock:
     before: ClockEstimate | Unset | None = UNSET
     after: ClockEstimate | Unset | None = UNSET
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {}
         if self.samples is not None:
             out["samples"] = [row.to_json() for row in self.samples]
         for key, value in (("before", self.before), ("after", self.after)):
@@ -170,8 +171,8 @@ class PeerEntry:
     clock: PeerClock = PeerClock()
     lost: bool | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        out = {
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {
             "name": self.name,
             "host": self.host,
             "role": self.role,
@@ -204,7 +205,7 @@ class Outage:
     back: str | None = None
     seconds: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"lost": self.lost, "back": self.back, "seconds": self.seconds}
 
     @classmethod
@@ -243,8 +244,8 @@ class PhaseRow:
     reply: ReplyRow | None = None
     point: Mapping[str, Any] | None = None  # a sweep's: the values it set
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {} if self.point is None else {"point": dict(self.point)}
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {} if self.point is None else {"point": dict(self.point)}
         out |= {
             "test_id": self.test_id,
             "rate_per_client": self.rate_per_client,
@@ -300,7 +301,7 @@ class Estimate:
     stdev: float
     ci95: tuple[float, float]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"n": self.n, "mean": self.mean, "stdev": self.stdev, "ci95": list(self.ci95)}
 
     @classmethod
@@ -360,8 +361,8 @@ class TestRecord:
         """The record with one more note."""
         return replace(self, notes=(*(self.notes or ()), note))
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {
             "test_id": self.test_id,
             "name": self.name,
             "kind": self.kind,
@@ -455,7 +456,7 @@ class TestRecord:
 _Row = TypeVar("_Row", Outage, PhaseRow)
 
 
-def _rows(rows: Sequence[Outage | PhaseRow] | None) -> list[dict[str, Any]] | None:
+def _rows(rows: Sequence[Outage | PhaseRow] | None) -> list[JsonObject] | None:
     return None if rows is None else [row.to_json() for row in rows]
 
 

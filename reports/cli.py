@@ -93,7 +93,7 @@ def _build_reports(args: argparse.Namespace, tests: list[Path], baseline: Path |
     try:
         for test_dir in tests:
             try:
-                folder, summary = build_report(spark, test_dir, baseline, thresholds)
+                folder, comparison = build_report(spark, test_dir, baseline, thresholds)
             except Exception as exc:  # this test's files: the other tests' reports are still built
                 built.failed.append(
                     f"{test_dir.name}: {_one_line(exc, root / '.logs' / f'report-{test_dir.name}.log')}"
@@ -101,12 +101,12 @@ def _build_reports(args: argparse.Namespace, tests: list[Path], baseline: Path |
                 print(f"report of {built.failed[-1]}", file=sys.stderr)
                 continue
             print(f"report: {folder / 'index.html'}")
-            if comparison := summary.get("baseline"):
-                said = comparison.get("reason") or comparison["regressions"] or ""
-                print(f"against {comparison['test_id']}: {comparison['verdict']} {said}")
-                if comparison["verdict"] == "regression":
+            if comparison is not None:
+                said = comparison.reason or comparison.regressions or ""
+                print(f"against {comparison.test_id}: {comparison.verdict} {said}")
+                if comparison.verdict == "regression":
                     built.regressions.append(test_dir.name)
-                elif comparison["verdict"] == "invalid":
+                elif comparison.verdict == "invalid":
                     built.not_compared.append(test_dir.name)
     finally:
         spark.stop()

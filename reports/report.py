@@ -21,7 +21,7 @@ from protocol.figures import RequestReplyFigures, TestFigures
 from protocol.options import megabytes_per_s
 from protocol.test_record import Outage, PeerClock, TestRecord
 from reports.accounting import destination_of
-from reports.baseline import Thresholds, compare
+from reports.baseline import Comparison, Judged, Thresholds, compare
 from reports.clocks import clock_corrections
 from reports.compare_page import PICKED_JS, index_cell, previous_link
 from reports.comparison import previous_runs
@@ -144,19 +144,22 @@ def _distribution_chart(figures: TestFigures) -> str:
 
 def build_report(
     spark: Any, test_dir: Path, baseline: Path | None = None, thresholds: Thresholds | None = None
-) -> tuple[Path, dict[str, Any]]:
-    """Write `<test_dir>/report/`; the folder and the summary. With a baseline test folder, the
-    summary carries a `baseline` comparison (the one key beyond DESIGN's list, only then)."""
+) -> tuple[Path, Comparison | None]:
+    """Write `<test_dir>/report/`; the folder, and the comparison with a baseline test folder if
+    one is given (summary.json's `baseline`, the one key beyond DESIGN's list, only then)."""
     record = read_test_record(test_dir) or TestRecord(test_dir.name)
     if record.steps:
-        return build_series_report(test_dir, record)  # its phases have reports of their own
+        return build_series_report(test_dir, record), None  # its phases have reports of their own
     peers = read_peers(test_dir)
     figures = judged(summarize(test_dir, peers, record), record)
     summary = figures.summary_json(record.outcome, record.reason)
+    comparison = None
     if baseline is not None:
         base_record = read_test_record(baseline) or TestRecord(baseline.name)
-        base = summary_json(summarize(baseline, record=base_record), base_record)
-        summary["baseline"] = compare(summary, base, thresholds or Thresholds())
+        base_figures = judged(summarize(baseline, record=base_record), base_record)
+        base = Judged(base_figures, base_record.outcome, base_record.reason)
+        comparison = compare(Judged(figures, record.outcome, record.reason), base, thresholds or Thresholds())
+        summary["baseline"] = comparison.to_json()
     corrections = clock_corrections(record.peers or ())
     series = report_series(spark, peers, corrections)
     rates, rows = series.rates, series.rows
@@ -179,12 +182,12 @@ def build_report(
         *(
             [{"figure": leg, "value": f"no figure: {untrusted}"}]
             if untrusted
-            else ({"figure": f"{leg} {k}, ms", "value": v / 1000} for k, v in figures.latency_us.to_json().items())
+            else ({"figure": f"{leg} {k}, ms", "value": v / 1000} for k, v in figures.latency_us.items())
         ),
         {"figure": "duration, s", "value": figures.duration_s},
         *price_performance(figures.receive_rate.mean, record.labels),
     ]
-    verdict = _baseline_section(summary.get("baseline"))
+    verdict = _baseline_section(comparison)
     events = record.events or ()
     windows = windows_from_events(events)
     # Two more Spark passes over the rate files: only for a test that had faults to measure.
@@ -240,7 +243,7 @@ Rates and latency leave the warm-up out; counts cover the whole test.</p>
 {_client_settings_section(peers)}
 </body></html>"""
     (out / "index.html").write_text(page)
-    return out, summary
+    return out, comparison
 
 
 _LOSS_COLUMNS = [
@@ -417,30 +420,27 @@ def _faults_section(faults: list[dict[str, Any]]) -> str:
     )
 
 
-def _baseline_section(comparison: dict[str, Any] | None) -> str:
-    if not comparison:
+def _baseline_section(comparison: Comparison | None) -> str:
+    if comparison is None:
         return ""
-    verdict = comparison["verdict"]
+    verdict = comparison.verdict
     css = "success" if verdict == "pass" else "failure"
     if verdict == "invalid":
-        head = (
-            f'<h2>Against baseline {html.escape(comparison["test_id"])}: <span class="{css}">not compared</span></h2>'
-        )
-        return head + f'<p class="failure">{html.escape(comparison["reason"])}</p>'
+        head = f'<h2>Against baseline {html.escape(comparison.test_id)}: <span class="{css}">not compared</span></h2>'
+        return head + f'<p class="failure">{html.escape(comparison.reason or "")}</p>'
     rows = [
         {
             "figure": name,
-            "baseline": c["baseline"],
-            "current": c["current"],
-            "change": f"{c.get('change_percent', 100 * c.get('change_points', 0)):+.2f} %",
-            "allowed": f"{c.get('threshold_percent', 100 * c.get('threshold_points', 0)):.2f} %",
-            "regression": "REGRESSION" if c["regression"] else "ok",
+            "baseline": c.baseline,
+            "current": c.current,
+            "change": f"{100 * c.change:+.2f} %",
+            "allowed": f"{100 * c.threshold:.2f} %",
+            "regression": "REGRESSION" if c.regression else "ok",
         }
-        for name, c in comparison["changes"].items()
+        for name, c in comparison.changes.items()
     ]
-    return (
-        f'<h2>Against baseline {html.escape(comparison["test_id"])}: <span class="{css}">{verdict}</span></h2>'
-        + table(rows, ["figure", "baseline", "current", "change", "allowed", "regression"])
+    return f'<h2>Against baseline {html.escape(comparison.test_id)}: <span class="{css}">{verdict}</span></h2>' + table(
+        rows, ["figure", "baseline", "current", "change", "allowed", "regression"]
     )
 
 

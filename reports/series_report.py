@@ -28,7 +28,7 @@ from reports.summary import summarize
 __all__ = ["build_series_report"]
 
 
-def build_series_report(test_dir: Path, record: TestRecord) -> tuple[Path, dict[str, Any]]:
+def build_series_report(test_dir: Path, record: TestRecord) -> Path:
     steps = list(record.steps or ())
     kind = record.kind
     out = test_dir / "report"
@@ -75,7 +75,7 @@ started {html.escape(record.started or "")}. Each phase has its own report.</p>
 {table(rows, columns, raw=frozenset({"phase"}))}
 </body></html>"""
     (out / "index.html").write_text(page)
-    return out, summary
+    return out
 
 
 def _link(test_id: str) -> str:
