@@ -24,6 +24,7 @@ from protocol.codes import Activity, Role
 from protocol.concurrency import wait_event
 from protocol.daemon_cli import daemon_parser, run_daemon
 from protocol.file_check import check_files
+from protocol.json_value import JsonObject
 from protocol.notes import (
     Note,
     OkResponse,
@@ -100,7 +101,9 @@ class Inspector(Peer):
         if note.inspector in self._running:
             raise PeerError(f"inspector {note.inspector} runs already")
         url = note.url or self.settings.management_url
-        interval = float(note.options.get("interval_s", self.settings.inspector_interval_s))
+        interval = note.options.get("interval_s", self.settings.inspector_interval_s)
+        if isinstance(interval, bool) or not isinstance(interval, int | float):
+            raise PeerError(f"interval_s must be a number of seconds, not {interval!r:.40}")
         if interval < MIN_INTERVAL_S:
             raise PeerError(f"interval {interval:g} s: at least {MIN_INTERVAL_S:g} s")
         try:
@@ -184,7 +187,7 @@ class Inspector(Peer):
         self._running.clear()
         self.state = Activity.IDLE
 
-    def counters(self) -> dict[str, Any]:
+    def counters(self) -> JsonObject:
         counters = super().counters()
         counters["inspectors"] = {name: r.summary().to_json() for name, r in self._running.items()}
         return counters

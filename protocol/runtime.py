@@ -27,6 +27,7 @@ from protocol.codec import DEFAULT_MAX_NOTE_BYTES, ProtocolError
 from protocol.codes import Activity, ErrorCode, NoteType, Role
 from protocol.concurrency import call_in_loop
 from protocol.failures import describe
+from protocol.json_value import JsonObject
 from protocol.memory import trim_forever
 from protocol.notes import (
     DrainRequest,
@@ -435,7 +436,7 @@ class Peer:
     def check_options(self, settings: TestOptions) -> None:
         """Role-specific checks of parsed options; raise OptionError to refuse the SET."""
 
-    def counters(self) -> dict[str, Any]:
+    def counters(self) -> JsonObject:
         return {"protocol_errors": self.protocol_errors}
 
     # --- the test ------------------------------------------------------------------------------

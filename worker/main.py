@@ -16,6 +16,7 @@ from protocol.codes import Activity, Role
 from protocol.daemon_cli import daemon_parser, run_daemon
 from protocol.failures import describe
 from protocol.file_check import FileCheck, check_files
+from protocol.json_value import JsonObject
 from protocol.notes import (
     DrainComplete,
     DrainRequest,
@@ -350,7 +351,7 @@ class Worker(Peer):
         cls, endpoint = parse_endpoint(urls[0], "send_url" if sending else "receive_url")
         return cls(endpoint, 0).settings(sending)
 
-    def counters(self) -> dict[str, Any]:
+    def counters(self) -> JsonObject:
         counters = super().counters()
         if self._run is not None:
             counters.update(self._run.counters())

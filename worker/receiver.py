@@ -24,6 +24,7 @@ import numpy as np
 
 from protocol.fail import FailConditions
 from protocol.hdr import counts_at_or_below, sum_of, value_at_percentile
+from protocol.json_value import JsonObject
 from protocol.live import LiveCounters
 from protocol.options import Delay
 from protocol.precise_timer import PreciseTimer
@@ -439,7 +440,7 @@ class ReceiverRun:
             replier=ReplierAccount(stats.replied, dict(stats.reply_errors)) if self.plan.reply else None,
         )
 
-    def counters(self) -> dict[str, Any]:
+    def counters(self) -> JsonObject:
         return {"received": self.stats.received, "foreign": dict(self.stats.foreign)}
 
     def per_sender(self) -> dict[str, SenderDeliveries]:

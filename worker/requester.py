@@ -31,11 +31,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from protocol.concurrency import wait_event
 from protocol.fail import FailConditions
 from protocol.hdr import value_at_percentile
+from protocol.json_value import JsonObject
 from protocol.live import LiveCounters
 from protocol.options import Delay, Duration, MessageSize
 from protocol.precise_timer import PreciseTimer
@@ -325,7 +325,7 @@ class RequesterRun(SendingRun[RequesterPlan, RequesterStats]):
         )
         return replace(super().account(), request_reply=closed)
 
-    def counters(self) -> dict[str, Any]:
+    def counters(self) -> JsonObject:
         s = self.stats
         return {"sent": s.sent, "replies": s.replies, "timed_out": s.timed_out, "errors": dict(s.errors)}
 

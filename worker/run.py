@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from protocol.fail import FailConditions
+from protocol.json_value import JsonObject
 from protocol.live import LiveCounters
 from protocol.results import ClientSent, ReceiverAccount, SenderAccount
 from worker.drivers.base import DriverError
@@ -58,7 +59,7 @@ class Run(Protocol):
     def idle_on_purpose(self) -> bool: ...
     def verdict(self, conditions: FailConditions, watch: Watch, now: float) -> str | None: ...
     def account(self) -> SenderAccount | ReceiverAccount: ...
-    def counters(self) -> dict[str, Any]: ...
+    def counters(self) -> JsonObject: ...
 
 
 class SendingPlan(Protocol):
@@ -127,7 +128,7 @@ class SendingRun(Generic[P, S]):
             senders={f"{key:016x}": ClientSent(client, s.sent_per_client[client]) for client, key in self.keys.items()},
         )
 
-    def counters(self) -> dict[str, Any]:
+    def counters(self) -> JsonObject:
         return {"sent": self.stats.sent, "errors": dict(self.stats.errors)}
 
 
