@@ -11,7 +11,7 @@ record lacks its default, so the results of earlier versions still read.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from protocol.json_value import JsonObject
@@ -20,14 +20,20 @@ __all__ = [
     "SUMMARY_KEYS",
     "Accounting",
     "AccountingRow",
+    "AddressCounters",
     "LittlesLaw",
+    "PartitionCounts",
     "PeerFigures",
     "Percentiles",
+    "QueueCounters",
     "Rate",
     "RequestReplyFigures",
     "SenderFigures",
+    "SutCounters",
     "TestFigures",
     "TimeFigures",
+    "TopicCounters",
+    "sut_counters_from_json",
 ]
 
 # The keys of summary.json: DESIGN.md's, which tools outside the code rely on, and the two on
@@ -303,19 +309,157 @@ class AccountingRow:
         )
 
 
+def _counts_json(record: SutCounters, source: str) -> JsonObject:
+    """A SUT counters record as summary.json has it: `source` first, then its fields in order
+    (`since` written as "from"), `caught_up` last. The keys a record read from an older file
+    lacked (`absent`: a queue's `from` and `left_before` came later) stay out, so its figures are
+    written again as they were, and a missing first reading is not claimed to be none."""
+    out: JsonObject = {"source": source}
+    for f in fields(record):
+        key = "from" if f.name == "since" else f.name
+        if f.name == "absent" or key in record.absent:
+            continue
+        value = getattr(record, f.name)
+        out[key] = [v.to_json() for v in value] if isinstance(value, tuple) else value
+    return out
+
+
+def _counts_of(cls: _CountsClass, data: Mapping[str, Any]) -> SutCounters:
+    """The record `cls` from its JSON; a key an older record lacks keeps its default."""
+    given: dict[str, Any] = {}
+    absent = set()
+    for f in fields(cls):
+        key = "from" if f.name == "since" else f.name
+        if key in data:
+            given[f.name] = data[key]
+        elif f.name != "absent":
+            absent.add(key)
+    given["absent"] = frozenset(absent)
+    if "per_partition" in given:
+        given["per_partition"] = tuple(PartitionCounts(**p) for p in given["per_partition"])
+    return cls(**given)
+
+
+@dataclass(frozen=True)
+class QueueCounters:
+    """A RabbitMQ queue's own counts over the test, as an inspector read them (reports.accounting):
+    taken in, delivered for the first time, held before and after, and dropped undelivered."""
+
+    vhost: str = ""
+    queue: str = ""
+    since: str | None = None  # the first reading's time; None for a queue the test made
+    at: str = ""  # the last reading's
+    published: int = 0
+    delivered: int = 0
+    left_before: int = 0
+    left: int = 0
+    dropped: int = 0
+    caught_up: bool = False  # the reading had counted all our senders sent and receivers got
+    absent: frozenset[str] = field(default=frozenset(), compare=False, repr=False)  # see _counts_json
+
+    def to_json(self) -> JsonObject:
+        return _counts_json(self, "rabbitmq")
+
+
+@dataclass(frozen=True)
+class PartitionCounts:
+    """One Kafka partition's share of a topic's counts: offsets from `high_before` to `high`."""
+
+    partition: int = 0
+    high_before: int = 0
+    low: int = 0
+    high: int = 0
+    took: int = 0
+    kept: int = 0
+    deleted: int = 0
+
+    def to_json(self) -> JsonObject:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class TopicCounters:
+    """A Kafka topic's watermarks over the test: what it took, of that what it keeps, and what
+    its low watermark passed (deleted, read or not)."""
+
+    topic: str = ""
+    since: str | None = None
+    at: str = ""
+    partitions: int = 0
+    took: int = 0
+    kept: int = 0
+    deleted: int = 0
+    per_partition: tuple[PartitionCounts, ...] = ()
+    caught_up: bool = False  # it took at least what it acknowledged to our senders
+    absent: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+
+    def to_json(self) -> JsonObject:
+        return _counts_json(self, "kafka")
+
+
+@dataclass(frozen=True)
+class AddressCounters:
+    """A router's counts of one address (Qpid Dispatch Router's endpoint links): taken in, what
+    it answered the senders, delivered out, what its consumers accepted, and what it acknowledged
+    beyond that (dropped)."""
+
+    address: str = ""
+    since: str | None = None
+    at: str = ""
+    links_in: int = 0
+    links_out: int = 0
+    took: int = 0
+    delivered: int = 0
+    accepted: int = 0
+    released: int = 0
+    modified: int = 0
+    rejected: int = 0
+    unsettled: int = 0
+    consumers_accepted: int = 0
+    dropped: int = 0
+    caught_up: bool = False  # it took what it acknowledged and delivered what our receivers got
+    absent: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+
+    def to_json(self) -> JsonObject:
+        return _counts_json(self, "router")
+
+    def plus(self, other: AddressCounters) -> AddressCounters:
+        """Two routers' counts of the address: added up, from the earlier first reading to the
+        later last."""
+        summed = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self) if f.type == "int"}
+        since = min((s for s in (self.since, other.since) if s is not None), default=None)
+        return replace(self, **summed, since=since, at=max(self.at, other.at))
+
+
+SutCounters = QueueCounters | TopicCounters | AddressCounters
+_CountsClass = type[QueueCounters] | type[TopicCounters] | type[AddressCounters]
+_BY_SOURCE: dict[str, _CountsClass] = {
+    "rabbitmq": QueueCounters,
+    "kafka": TopicCounters,
+    "router": AddressCounters,
+}
+
+
+def sut_counters_from_json(data: Mapping[str, Any]) -> SutCounters:
+    """One SUT's counters by their `source`; a ValueError for a source this version does not know."""
+    cls = _BY_SOURCE.get(str(data.get("source")))
+    if cls is None:
+        raise ValueError(f"SUT counters of an unknown source {data.get('source')!r}")
+    return _counts_of(cls, data)
+
+
 @dataclass(frozen=True)
 class Accounting:
     """The three counts in total (null where one sender's is: a sum of some is no figure) and
-    per sender, and the SUT's own counters where an inspector read them. Those differ by SUT
-    (a queue's, a topic's with its partitions): each is kept as the inspector's reading gave it,
-    with its `source`."""
+    per sender, and the SUT's own counters where an inspector read them: a queue's, a topic's with
+    its partitions, a router's address's, each with its `source` in JSON."""
 
     intended: int | None = None
     sent: int | None = None
     accepted: int | None = None
     received: int | None = None
     per_sender: tuple[AccountingRow, ...] = ()
-    sut_counters: tuple[Mapping[str, Any], ...] = ()
+    sut_counters: tuple[SutCounters, ...] = ()
 
     def to_json(self) -> JsonObject:
         return {
@@ -324,7 +468,7 @@ class Accounting:
             "accepted": self.accepted,
             "received": self.received,
             "per_sender": [row.to_json() for row in self.per_sender],
-            "sut_counters": [dict(c) for c in self.sut_counters],
+            "sut_counters": [c.to_json() for c in self.sut_counters],
         }
 
     @classmethod
@@ -335,7 +479,7 @@ class Accounting:
             accepted=_int_or_none(data.get("accepted")),
             received=_int_or_none(data.get("received")),
             per_sender=tuple(AccountingRow.from_json(row) for row in data.get("per_sender", ())),
-            sut_counters=tuple(dict(c) for c in data.get("sut_counters", ())),
+            sut_counters=tuple(sut_counters_from_json(c) for c in data.get("sut_counters", ())),
         )
 
 

@@ -11,11 +11,20 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
-from protocol.figures import Accounting, AccountingRow, SenderFigures
+from protocol.figures import (
+    Accounting,
+    AccountingRow,
+    AddressCounters,
+    PartitionCounts,
+    QueueCounters,
+    SenderFigures,
+    SutCounters,
+    TopicCounters,
+)
 from protocol.results import PeerRecord
 from protocol.sut_url import Endpoint, SutUrlError, parse_sut_url
 
@@ -39,7 +48,7 @@ def client_of(sender: str) -> int:
     return int(number) if number.isdigit() else 0
 
 
-def accounting(per_sender: Iterable[SenderFigures], sut: list[dict[str, Any]]) -> Accounting:
+def accounting(per_sender: Iterable[SenderFigures], sut: list[SutCounters]) -> Accounting:
     """The three counts per sender (the loss table's rows: `expected` is what it sent) and in
     total. A total is null where one sender's count is: a sum of some is no figure."""
     rows = [
@@ -57,15 +66,20 @@ def accounting(per_sender: Iterable[SenderFigures], sut: list[dict[str, Any]]) -
         )
         for row in per_sender
     ]
-    as_json = [row.to_json() for row in rows]
     return Accounting(
         **{name: _total(getattr(row, name) for row in rows) for name in _COUNTS},
         per_sender=tuple(rows),
-        sut_counters=tuple(_caught_up(c, as_json) for c in sut),
+        sut_counters=tuple(replace(c, caught_up=_caught_up(c, rows)) for c in sut),
     )
 
 
-def _caught_up(counters: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _took(row: AccountingRow) -> int:
+    """What the SUT took of a sender's at least: what it acknowledged, or where it acknowledged
+    nothing, what was sent."""
+    return row.sent if row.accepted is None else row.accepted
+
+
+def _caught_up(counters: SutCounters, rows: list[AccountingRow]) -> bool:
     """A queue's or topic's counters, and whether they had caught up with ours when read.
 
     A queue's counted every message our senders sent to it and every one our receivers got from
@@ -74,23 +88,18 @@ def _caught_up(counters: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str
     acknowledged to our senders (what they sent, where nothing was acknowledged): a first reading
     from after the senders began, or a broker that numbers batches rather than records (tansu),
     shows fewer. Such a reading is shown, never cited."""
-    if counters["source"] == "router":
+    if isinstance(counters, AddressCounters):
         # A router took at least what it acknowledged, and its consumer links carried at least
         # what our receivers got; a reading from before they had (its links vanish as they detach,
         # up to an interval after their last reading) is shown, never cited.
-        ours = [row for row in rows if _address_of(row["sut"], client_of(row["sender"])) == counters["address"]]
-        took = sum(row["sent"] if row["accepted"] is None else row["accepted"] for row in ours)
-        received = sum(row["received"] for row in ours)
-        return counters | {"caught_up": counters["took"] >= took and counters["delivered"] >= received}
-    if counters["source"] == "kafka":
-        ours = [row for row in rows if row["topic"] == counters["topic"]]
-        took = sum(row["sent"] if row["accepted"] is None else row["accepted"] for row in ours)
-        return counters | {"caught_up": counters["took"] >= took}
-    ours = [row for row in rows if row["queue"] == counters["queue"]]
-    caught_up = counters["published"] >= sum(row["sent"] for row in ours) and counters["delivered"] >= sum(
-        row["received"] for row in ours
+        ours = [row for row in rows if _address_of(row.sut, client_of(row.sender)) == counters.address]
+        return counters.took >= sum(map(_took, ours)) and counters.delivered >= sum(row.received for row in ours)
+    if isinstance(counters, TopicCounters):
+        return counters.took >= sum(_took(row) for row in rows if row.topic == counters.topic)
+    ours = [row for row in rows if row.queue == counters.queue]
+    return counters.published >= sum(row.sent for row in ours) and counters.delivered >= sum(
+        row.received for row in ours
     )
-    return counters | {"caught_up": caught_up}
 
 
 def _total(counts: Iterable[int | None]) -> int | None:
@@ -146,14 +155,14 @@ def _address_of(url: str | None, client: int = 0) -> str | None:
     return endpoint.destination_for(client)
 
 
-def sut_counters(test_dir: Path, clients: Iterable[Client]) -> list[dict[str, Any]]:
+def sut_counters(test_dir: Path, clients: Iterable[Client]) -> list[SutCounters]:
     """The SUT's own counts of where the senders' clients sent: RabbitMQ's queues, then Kafka's
     topics, then a router's addresses."""
     sent = list(clients)
     return _rabbitmq_counters(test_dir, sent) + _kafka_counters(test_dir, sent) + _router_counters(test_dir, sent)
 
 
-def _rabbitmq_counters(test_dir: Path, suts: Iterable[Client]) -> list[dict[str, Any]]:
+def _rabbitmq_counters(test_dir: Path, suts: Iterable[Client]) -> list[SutCounters]:
     """Each queue the senders sent to as a RabbitMQ inspector read it, from its first reading
     (before the senders start) to its last: what the queue took meanwhile (`published`), handed
     out for the first time (`delivered`), held at the end (`left`, `left_before` at the start),
@@ -174,7 +183,7 @@ def _rabbitmq_counters(test_dir: Path, suts: Iterable[Client]) -> list[dict[str,
             where = (row.get("vhost", ""), row.get("queue", ""))
             if where in wanted:
                 spans[where] = (first.get(where), row)
-    found = []
+    found: list[SutCounters] = []
     for (vhost, name), (before, row) in sorted(spans.items()):
         start = _queue_counts(before)
         end = _queue_counts(row)
@@ -183,18 +192,17 @@ def _rabbitmq_counters(test_dir: Path, suts: Iterable[Client]) -> list[dict[str,
         published, delivered = end[0] - start[0], end[1] - start[1]
         left, left_before = end[2], start[2]
         found.append(
-            {
-                "source": "rabbitmq",
-                "vhost": vhost,
-                "queue": name,
-                "from": before["timestamp"] if before else None,
-                "at": row["timestamp"],
-                "published": published,
-                "delivered": delivered,
-                "left_before": left_before,
-                "left": left,
-                "dropped": max(0, published - delivered - (left - left_before)),
-            }
+            QueueCounters(
+                vhost=vhost,
+                queue=name,
+                since=before["timestamp"] if before else None,
+                at=row["timestamp"],
+                published=published,
+                delivered=delivered,
+                left_before=left_before,
+                left=left,
+                dropped=max(0, published - delivered - (left - left_before)),
+            )
         )
     return found
 
@@ -206,7 +214,7 @@ def _queue_counts(row: dict[str, str] | None) -> tuple[int, int, int]:
     return int(row["published"]), int(row["delivered"]) - int(row["redelivered"]), int(row["messages"])
 
 
-def _kafka_counters(test_dir: Path, suts: Iterable[Client]) -> list[dict[str, Any]]:
+def _kafka_counters(test_dir: Path, suts: Iterable[Client]) -> list[SutCounters]:
     """Each topic the senders sent to as a Kafka inspector read its watermarks (its
     `kafka-partitions.csv`), from its first reading (before the senders start) to its last:
     what the topic took meanwhile (`took`: the high watermark's advance), of that what it still
@@ -214,7 +222,7 @@ def _kafka_counters(test_dir: Path, suts: Iterable[Client]) -> list[dict[str, An
     retention or a DeleteRecords), in total and per partition. The broker does not know what
     was read, so `deleted` counts read and unread alike."""
     wanted = {topic for url, client in suts if (topic := _topic_of(url, client)) is not None}
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, SutCounters] = {}
     for path in sorted(test_dir.glob("inspector/*/kafka-partitions.csv")):
         with path.open(newline="") as f:
             rows = [row for row in csv.DictReader(f) if row.get("high")]
@@ -237,15 +245,16 @@ def _kafka_counters(test_dir: Path, suts: Iterable[Client]) -> list[dict[str, An
         for topic in sorted({topic for topic, _ in last}):
             keys = sorted(key for key in last if key[0] == topic)
             partitions = [_partition_counts(key[1], before[key], last[key]) for key in keys]
-            found[topic] = {
-                "source": "kafka",
-                "topic": topic,
-                "from": rows[0]["timestamp"],
-                "at": max(last[key]["timestamp"] for key in keys),
-                "partitions": len(partitions),
-                **{name: sum(p[name] for p in partitions) for name in ("took", "kept", "deleted")},
-                "per_partition": partitions,
-            }
+            found[topic] = TopicCounters(
+                topic=topic,
+                since=rows[0]["timestamp"],
+                at=max(last[key]["timestamp"] for key in keys),
+                partitions=len(partitions),
+                took=sum(p.took for p in partitions),
+                kept=sum(p.kept for p in partitions),
+                deleted=sum(p.deleted for p in partitions),
+                per_partition=tuple(partitions),
+            )
     return [found[topic] for topic in sorted(found)]
 
 
@@ -256,20 +265,20 @@ def _apart_s(first: dict[str, str], row: dict[str, str]) -> float:
     return (datetime.fromisoformat(row["timestamp"]) - datetime.fromisoformat(first["timestamp"])).total_seconds()
 
 
-def _partition_counts(partition: int, high_before: int, row: dict[str, str]) -> dict[str, int]:
+def _partition_counts(partition: int, high_before: int, row: dict[str, str]) -> PartitionCounts:
     """One partition's share: the test's messages are the offsets from `high_before` to its
     high watermark; those under its low watermark are gone."""
     low, high = int(row["low"]), int(row["high"])
     start = high_before if high >= high_before else 0  # a partition made anew numbers from 0 again
-    return {
-        "partition": partition,
-        "high_before": start,
-        "low": low,
-        "high": high,
-        "took": high - start,
-        "kept": high - max(low, start),
-        "deleted": max(0, low - start),
-    }
+    return PartitionCounts(
+        partition=partition,
+        high_before=start,
+        low=low,
+        high=high,
+        took=high - start,
+        kept=high - max(low, start),
+        deleted=max(0, low - start),
+    )
 
 
 # A router names a mobile address with its class and phase first: "M0orders" for `orders`, where
@@ -277,7 +286,7 @@ def _partition_counts(partition: int, high_before: int, row: dict[str, str]) -> 
 _MOBILE = "M0"
 
 
-def _router_counters(test_dir: Path, suts: Iterable[Client]) -> list[dict[str, Any]]:
+def _router_counters(test_dir: Path, suts: Iterable[Client]) -> list[SutCounters]:
     """Each address the AMQP 1.0 senders sent to, as amqp-management inspectors read a Qpid
     Dispatch Router's endpoint links (`amqp-management-links.csv`) and addresses: what the router
     took on its in-links (`took`), and what it answered the senders (`accepted`, `released`,
@@ -295,7 +304,7 @@ def _router_counters(test_dir: Path, suts: Iterable[Client]) -> list[dict[str, A
     wanted = {address for url, client in suts if (address := _address_of(url, client)) is not None}
     if not wanted:
         return []
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, AddressCounters] = {}
     for path in sorted(test_dir.glob("inspector/*/amqp-management-links.csv")):
         links = _csv_rows(path)
         addresses = _csv_rows(path.with_name("amqp-management-addresses.csv"))
@@ -303,10 +312,8 @@ def _router_counters(test_dir: Path, suts: Iterable[Client]) -> list[dict[str, A
             counts = _router_address(address, links, addresses)
             if counts is None:
                 continue
-            if (seen := found.get(address)) is not None:
-                counts |= {name: seen[name] + n for name, n in counts.items() if isinstance(n, int)}
-                counts |= {"from": min(seen["from"], counts["from"]), "at": max(seen["at"], counts["at"])}
-            found[address] = counts
+            seen = found.get(address)
+            found[address] = counts if seen is None else seen.plus(counts)
     return [found[address] for address in sorted(found)]
 
 
@@ -320,7 +327,7 @@ def _csv_rows(path: Path) -> _Rows:
         return list(csv.DictReader(f))
 
 
-def _router_address(address: str, links: _Rows, addresses: _Rows) -> dict[str, Any] | None:
+def _router_address(address: str, links: _Rows, addresses: _Rows) -> AddressCounters | None:
     """One address's counts in one router's readings (see _router_counters), or None where no
     endpoint link of it was read."""
     name = _MOBILE + address
@@ -338,23 +345,22 @@ def _router_address(address: str, links: _Rows, addresses: _Rows) -> dict[str, A
 
     ingress, at = _ingress(name, addresses)
     accepted, consumers_accepted = moved("accepted_count", "in"), moved("accepted_count", "out")
-    return {
-        "source": "router",
-        "address": address,
-        "from": links[0]["timestamp"],
-        "at": max([row["timestamp"] for row in last.values()] + [at]),
-        "links_in": sum(row["link_dir"] == "in" for row in last.values()),
-        "links_out": sum(row["link_dir"] == "out" for row in last.values()),
-        "took": max(moved("delivery_count", "in"), ingress),
-        "delivered": moved("delivery_count", "out"),
-        "accepted": accepted,
-        "released": moved("released_count", "in"),
-        "modified": moved("modified_count", "in"),
-        "rejected": moved("rejected_count", "in"),
-        "unsettled": sum(int(row["unsettled_count"]) for row in last.values() if row["link_dir"] == "in"),
-        "consumers_accepted": consumers_accepted,
-        "dropped": max(0, accepted - consumers_accepted),
-    }
+    return AddressCounters(
+        address=address,
+        since=links[0]["timestamp"],
+        at=max([row["timestamp"] for row in last.values()] + [at]),
+        links_in=sum(row["link_dir"] == "in" for row in last.values()),
+        links_out=sum(row["link_dir"] == "out" for row in last.values()),
+        took=max(moved("delivery_count", "in"), ingress),
+        delivered=moved("delivery_count", "out"),
+        accepted=accepted,
+        released=moved("released_count", "in"),
+        modified=moved("modified_count", "in"),
+        rejected=moved("rejected_count", "in"),
+        unsettled=sum(int(row["unsettled_count"]) for row in last.values() if row["link_dir"] == "in"),
+        consumers_accepted=consumers_accepted,
+        dropped=max(0, accepted - consumers_accepted),
+    )
 
 
 def _ingress(name: str, rows: _Rows) -> tuple[int, str]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from protocol.figures import RequestReplyFigures, TestFigures
+from protocol.figures import RequestReplyFigures, SutCounters, TestFigures
 from protocol.options import megabytes_per_s
 from protocol.test_record import Outage, PeerClock, TestRecord
 from reports.accounting import destination_of
@@ -293,13 +293,13 @@ def _megabytes(figures: TestFigures, size: object) -> list[dict[str, Any]]:
     ]
 
 
-def _sut_counters_section(counters: Sequence[Mapping[str, Any]]) -> str:
+def _sut_counters_section(counters: Sequence[SutCounters]) -> str:
     """The SUT's own counts of the queues and topics the senders sent to, as an inspector read
     them: a table per kind of SUT, each with what its figures mean."""
     tables = "".join(
         table(rows, columns) + f"<p>{html.escape(legend)}</p>"
         for source, (columns, legend) in _SUT_COUNTERS.items()
-        if (rows := [dict(c) for c in counters if c["source"] == source])
+        if (rows := [row for c in counters if (row := c.to_json())["source"] == source])
     )
     return f"<h3>The SUT's own counters</h3>{tables}" if tables else ""
 

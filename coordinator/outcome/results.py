@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
 
 from coordinator.definitions import FixedRateTest, TestDefinition, to_dict, workload
 from coordinator.registry import PeerInfo
 from protocol.clock_correction import untrusted_latency
-from protocol.figures import Accounting, AccountingRow, TestFigures
+from protocol.figures import (
+    Accounting,
+    AccountingRow,
+    AddressCounters,
+    QueueCounters,
+    SutCounters,
+    TestFigures,
+    TopicCounters,
+)
 from protocol.options import megabytes_per_s
 from protocol.sut_url import SutUrlError, parse_sut_url
 from protocol.test_record import Estimate, Outage, PeerClock, PeerEntry, PhaseRow, ReplyRow, TestRecord
@@ -330,7 +337,7 @@ def accounting_verdict(accounting: Accounting, max_loss_ratio: float) -> tuple[s
             )
         elif accepted is not None and accepted - received > max_loss_ratio * accepted:
             topic = _topic_counters(row.topic, counters)
-            if topic is not None and not topic["deleted"]:
+            if topic is not None and not topic.deleted:
                 continue
             # Messages the SUT did not acknowledge may have arrived all the same, and hide as many
             # acknowledged ones that did not: exact only where it acknowledged all it was sent.
@@ -346,45 +353,41 @@ def accounting_verdict(accounting: Accounting, max_loss_ratio: float) -> tuple[s
     return failure, unreconciled[:1]
 
 
-def _topic_counters(topic: str | None, counters: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def _topic_counters(topic: str | None, counters: Sequence[SutCounters]) -> TopicCounters | None:
     """The Kafka topic's own counters, where they had caught up with ours when read."""
-    return next((c for c in counters if c["source"] == "kafka" and c["topic"] == topic and c["caught_up"]), None)
+    return next((c for c in counters if isinstance(c, TopicCounters) and c.topic == topic and c.caught_up), None)
 
 
-def _sut_agrees(row: AccountingRow, rows: Sequence[AccountingRow], counters: Sequence[Mapping[str, Any]]) -> str:
+def _sut_agrees(row: AccountingRow, rows: Sequence[AccountingRow], counters: Sequence[SutCounters]) -> str:
     """The SUT's own counters of the sender's queue or topic where they show drops and had
     caught up with ours when read (reports.accounting): a witness. A topic witnesses where it
     deleted some of what it took and no longer holds as many as its senders' receivers missed."""
     if (router := _address_counters(row.sut, counters)) is not None:
         return _router_says(router, rows)
     if (topic := _topic_counters(row.topic, counters)) is not None:
-        ours = [r for r in rows if r.topic == topic["topic"] and r.accepted is not None]
+        ours = [r for r in rows if r.topic == topic.topic and r.accepted is not None]
         missed = sum((r.accepted or 0) - r.received for r in ours)
-        if not topic["deleted"] or missed <= topic["kept"]:
+        if not topic.deleted or missed <= topic.kept:
             return ""
         return (
-            f"; its own counters agree: topic {topic['topic']} took {topic['took']:,}, kept {topic['kept']:,}"
-            f" and deleted {topic['deleted']:,} (its low watermark moved past them)"
+            f"; its own counters agree: topic {topic.topic} took {topic.took:,}, kept {topic.kept:,}"
+            f" and deleted {topic.deleted:,} (its low watermark moved past them)"
         )
-    seen = [
-        c
-        for c in counters
-        if c["source"] == "rabbitmq" and c["queue"] == row.queue and c["dropped"] and c.get("caught_up")
-    ]
+    seen = [c for c in counters if isinstance(c, QueueCounters) and c.queue == row.queue and c.dropped and c.caught_up]
     return "".join(
-        f"; its own counters agree: queue {c['queue']} took {c['published']:,}, delivered {c['delivered']:,},"
-        f" held {c['left']:,}"
-        + (f" ({c['left_before']:,} before the test)" if c.get("left_before") else "")
-        + f" and dropped {c['dropped']:,}"
+        f"; its own counters agree: queue {c.queue} took {c.published:,}, delivered {c.delivered:,},"
+        f" held {c.left:,}"
+        + (f" ({c.left_before:,} before the test)" if c.left_before else "")
+        + f" and dropped {c.dropped:,}"
         for c in seen[:1]
     )
 
 
-def _address_counters(sut: str | None, counters: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def _address_counters(sut: str | None, counters: Sequence[SutCounters]) -> AddressCounters | None:
     """A router's counters of the address an AMQP 1.0 sender sent to, where they had caught up
     with ours when read."""
     address = _address_of(sut)
-    return next((c for c in counters if c["source"] == "router" and c["address"] == address and c["caught_up"]), None)
+    return next((c for c in counters if isinstance(c, AddressCounters) and c.address == address and c.caught_up), None)
 
 
 def _address_of(url: str | None) -> str | None:
@@ -396,27 +399,27 @@ def _address_of(url: str | None) -> str | None:
     return endpoint.destination if endpoint is not None and endpoint.scheme in ("amqp10", "amqp10s") else None
 
 
-def _router_says(router: Mapping[str, Any], rows: Sequence[AccountingRow]) -> str:
+def _router_says(router: AddressCounters, rows: Sequence[AccountingRow]) -> str:
     """What a router's counters of the sender's address say of what the receivers missed, as a
     queue's do (_sut_agrees). A router keeps nothing: it acknowledges a delivery when a consumer
     accepts it, so its acknowledging more than its consumers accepted is its drop, and a witness.
     Where they accepted more than the test's receivers got, it passed the missing ones on, to a
     consumer outside the test (seen with Qpid Dispatch Router 1.19.0: a second consumer on the
     address took 109 of 1,000) or to receivers that lost them: that is said too."""
-    address, took = router["address"], router["took"]
-    if router["dropped"]:
+    address, took = router.address, router.took
+    if router.dropped:
         return (
-            f"; its own counters agree: address {address} took {took:,}, delivered {router['delivered']:,},"
-            f" released {router['released']:,}, modified {router['modified']:,} and acknowledged"
-            f" {router['dropped']:,} that no consumer accepted"
+            f"; its own counters agree: address {address} took {took:,}, delivered {router.delivered:,},"
+            f" released {router.released:,}, modified {router.modified:,} and acknowledged"
+            f" {router.dropped:,} that no consumer accepted"
         )
     got = sum(r.received for r in rows if _address_of(r.sut) == address)
-    if router["consumers_accepted"] <= got:
+    if router.consumers_accepted <= got:
         return ""
     return (
         f"; the router's own counters say it passed them on: address {address} took {took:,} and its"
-        f" {router['links_out']} consumer links accepted {router['consumers_accepted']:,},"
-        f" {router['consumers_accepted'] - got:,} more than the test's receivers got"
+        f" {router.links_out} consumer links accepted {router.consumers_accepted:,},"
+        f" {router.consumers_accepted - got:,} more than the test's receivers got"
     )
 
 

@@ -242,7 +242,7 @@ def test_a_routers_reading_from_before_the_last_deliveries_is_not_cited(tmp_path
     # acknowledged: not caught up, so the reason is the tool's counts alone.
     folder = cut_before("second-consumer", "2026-11-28T08:37:29", tmp_path)
     accounting = run_accounting("second-consumer", folder)
-    assert [(c["took"], c["caught_up"]) for c in accounting.sut_counters] == [(994, False)]
+    assert [(c.took, c.caught_up) for c in accounting.sut_counters] == [(994, False)]
     assert accounting_verdict(accounting, 0.0) == (_THIEF_DROPPED, [])
 
 

@@ -40,7 +40,7 @@ def test_the_golden_runs_hold_what_each_record_is_for() -> None:
     assert rr.request_reply.requests == rr.request_reply.replies == 4293
     assert rr.request_reply.response_time_us.samples > 0 and rr.request_reply.littles_law.clients == 2
     (queue,) = amqp.accounting.sut_counters
-    assert (queue["source"], queue["queue"], queue["caught_up"]) == ("rabbitmq", "gold.fixed", True)
+    assert (queue.to_json()["source"], queue.queue, queue.caught_up) == ("rabbitmq", "gold.fixed", True)
     assert amqp.accounting.per_sender[0].guarantee == "at-least-once"
     assert [p.role for p in amqp.peers].count("receiver") == 1
     receiver = next(p for p in amqp.peers if p.role == "receiver")

@@ -10,7 +10,7 @@ from typing import Any
 from support.router_runs import RUNS, run_accounting, senders
 from support.synthetic import KEY, edit_peer_json, one_loss_one_duplicate
 
-from protocol.figures import AccountingRow, SenderFigures
+from protocol.figures import AccountingRow, SenderFigures, sut_counters_from_json
 from reports.accounting import accounting, sut_counters
 from reports.report import _sut_counters_section
 from reports.summary import summarize
@@ -100,7 +100,7 @@ def test_the_rabbitmq_queues_last_counters_show_what_it_dropped(tmp_path: Path) 
             row | {"timestamp": _T2, "queue": "q2", "messages": 0, "published": 9, "delivered": 0},  # not ours
         ],
     )
-    assert summarize(test).accounting.sut_counters == (
+    assert tuple(c.to_json() for c in summarize(test).accounting.sut_counters) == (
         {
             "source": "rabbitmq",
             "vhost": "/",
@@ -131,7 +131,7 @@ def test_a_queue_made_during_the_test_or_made_again_counts_from_0(tmp_path: Path
         ],
     )
     [counters] = summarize(test).accounting.sut_counters
-    assert (counters["published"], counters["delivered"], counters["dropped"], counters["caught_up"]) == (
+    assert (counters.published, counters.delivered, counters.dropped, counters.caught_up) == (
         40,
         39,
         1,
@@ -148,7 +148,7 @@ def test_a_queue_made_during_the_test_or_made_again_counts_from_0(tmp_path: Path
         ],
     )
     [counters] = summarize(test).accounting.sut_counters
-    assert (counters["from"], counters["published"], counters["left_before"], counters["dropped"]) == (None, 40, 0, 0)
+    assert (counters.since, counters.published, counters.left_before, counters.dropped) == (None, 40, 0, 0)
 
 
 def test_a_numbered_destination_is_each_clients_own_queue(tmp_path: Path) -> None:
@@ -168,9 +168,7 @@ def test_a_numbered_destination_is_each_clients_own_queue(tmp_path: Path) -> Non
     )
     counts = summarize(test).accounting
     assert [(r.sender, r.queue) for r in counts.per_sender] == [("s1/0", "orders-3")]
-    assert [(c["queue"], c["published"], c["dropped"], c["caught_up"]) for c in counts.sut_counters] == [
-        ("orders-3", 40, 1, True)
-    ]
+    assert [(c.queue, c.published, c.dropped, c.caught_up) for c in counts.sut_counters] == [("orders-3", 40, 1, True)]
 
 
 _KAFKA = "kafka://127.0.0.1:9092/t1?acks=all"
@@ -201,7 +199,7 @@ def test_a_kafka_topics_watermarks_give_what_it_took_kept_and_deleted_in_the_tes
         ],
     )
     [counters] = summarize(test).accounting.sut_counters
-    assert counters == {
+    assert counters.to_json() == {
         "source": "kafka",
         "topic": "t1",
         "from": _T0,
@@ -227,7 +225,7 @@ def test_a_kafka_topic_that_took_fewer_than_it_acknowledged_has_not_caught_up(tm
     edit_peer_json(test / "sender" / "s1" / "peer.json", _sent_to(_KAFKA, 40, 40))
     _partition_rows(test / "inspector" / "i1" / "kafka-partitions.csv", [(_T0, "t1", 0, 0, 5), (_T1, "t1", 0, 0, 44)])
     [counters] = summarize(test).accounting.sut_counters
-    assert (counters["took"], counters["kept"], counters["deleted"], counters["caught_up"]) == (39, 39, 0, False)
+    assert (counters.took, counters.kept, counters.deleted, counters.caught_up) == (39, 39, 0, False)
 
 
 def test_a_topic_made_after_the_first_reading_counts_from_offset_0_though_it_comes_first_in_the_next(
@@ -239,7 +237,7 @@ def test_a_topic_made_after_the_first_reading_counts_from_offset_0_though_it_com
     rows = [(_T0, "u", 0, 0, 9), (_T1, "t1", 0, 0, 25), (_T1, "u", 0, 0, 9), (_T2, "t1", 0, 0, 40), (_T2, "u", 0, 0, 9)]
     _partition_rows(test / "inspector" / "i1" / "kafka-partitions.csv", rows)
     [counters] = summarize(test).accounting.sut_counters
-    assert (counters["took"], counters["kept"], counters["deleted"], counters["caught_up"]) == (40, 40, 0, True)
+    assert (counters.took, counters.kept, counters.deleted, counters.caught_up) == (40, 40, 0, True)
 
 
 def test_the_loss_tables_sut_counters_show_each_kind_with_its_own_columns() -> None:
@@ -247,7 +245,7 @@ def test_the_loss_tables_sut_counters_show_each_kind_with_its_own_columns() -> N
     queue |= {"delivered": 27, "left_before": 5, "left": 1, "dropped": 17, "caught_up": False}
     topic = {"source": "kafka", "topic": "t1", "from": "T0", "at": "T2", "partitions": 3, "took": 44, "kept": 33}
     topic |= {"deleted": 11, "per_partition": [], "caught_up": True}
-    page = _sut_counters_section([queue, topic])
+    page = _sut_counters_section([sut_counters_from_json(queue), sut_counters_from_json(topic)])
     assert page.startswith("<h3>The SUT's own counters</h3>")
     queue_row = (
         "<tr><td>rabbitmq</td><td>q1</td><td>T0</td><td>T2</td><td>40</td><td>27</td><td>5</td><td>1</td><td>17</td>"
@@ -264,13 +262,13 @@ def test_the_loss_tables_sut_counters_show_each_kind_with_its_own_columns() -> N
 def _router(address: str, read: tuple[str, str], **counts: Any) -> dict[str, Any]:
     """A router's counters of `address`, read from the first to the last of `read`."""
     first, last = read
-    fixed = {"links_in": 1, "rejected": 0, "dropped": 0}  # one sender, and nothing rejected or dropped
+    fixed = {"links_in": 1, "rejected": 0, "dropped": 0, "caught_up": False}  # one sender, nothing rejected or dropped
     return {"source": "router", "address": address, "from": first, "at": last} | fixed | counts
 
 
 def test_a_routers_address_in_a_clean_run_took_and_delivered_every_message() -> None:
     [sender] = senders("clean")
-    assert sut_counters(RUNS / "clean", [(sender.sut, 0)]) == [
+    assert [c.to_json() for c in sut_counters(RUNS / "clean", [(sender.sut, 0)])] == [
         _router(
             "maestro.clean1",
             ("2026-11-28T08:34:06.999Z", "2026-11-28T08:34:14.884Z"),
@@ -288,7 +286,7 @@ def test_a_routers_address_in_a_clean_run_took_and_delivered_every_message() -> 
         )
     ]
     [counters] = run_accounting("clean").sut_counters
-    assert counters["caught_up"]  # took 1,000 >= 1,000 accepted, delivered 1,000 >= 1,000 received
+    assert counters.caught_up  # took 1,000 >= 1,000 accepted, delivered 1,000 >= 1,000 received
 
 
 def test_without_the_address_the_senders_vanished_link_leaves_the_router_behind(tmp_path: Path) -> None:
@@ -297,7 +295,7 @@ def test_without_the_address_the_senders_vanished_link_leaves_the_router_behind(
     shutil.copytree(RUNS / "clean", tmp_path / "clean")
     (tmp_path / "clean" / "inspector" / "i1" / "amqp-management-addresses.csv").unlink()
     [counters] = run_accounting("clean", tmp_path / "clean").sut_counters
-    assert (counters["took"], counters["delivered"], counters["caught_up"]) == (993, 1000, False)
+    assert (counters.took, counters.delivered, counters.caught_up) == (993, 1000, False)
 
 
 def test_a_consumer_that_left_holding_deliveries_shows_as_released_and_modified() -> None:
@@ -305,7 +303,7 @@ def test_a_consumer_that_left_holding_deliveries_shows_as_released_and_modified(
     # router gave them back to the sender (modified, released), which had 875 accepted; the
     # receiver got 875.
     [counters] = run_accounting("consumer-left").sut_counters
-    assert counters == _router(
+    assert counters.to_json() == _router(
         "maestro.release",
         ("2026-11-28T08:39:27.625Z", "2026-11-28T08:39:39.526Z"),
         links_out=2,
@@ -323,7 +321,7 @@ def test_a_consumer_that_left_holding_deliveries_shows_as_released_and_modified(
 
 def test_a_second_consumer_on_the_address_shows_as_a_second_link_that_accepted_them() -> None:
     [counters] = run_accounting("second-consumer").sut_counters
-    assert counters == _router(
+    assert counters.to_json() == _router(
         "maestro.thief",
         ("2026-11-28T08:37:22.839Z", "2026-11-28T08:37:30.507Z"),
         links_out=2,
@@ -385,9 +383,9 @@ def test_a_router_counts_each_link_from_the_tests_first_reading_and_each_address
         [(_T0, 600), (_T1, 610), (_T2, 12)],
     )
     [counters] = sut_counters(tmp_path, [(url, 0), ("amqp://rabbit/q", 0)])
-    assert (counters["address"], counters["took"], counters["accepted"], counters["delivered"]) == ("a", 30, 29, 30)
-    assert (counters["links_in"], counters["links_out"], counters["consumers_accepted"]) == (1, 1, 29)
-    assert (counters["from"], counters["at"]) == (_T0, _T2)
+    assert (counters.address, counters.took, counters.accepted, counters.delivered) == ("a", 30, 29, 30)
+    assert (counters.links_in, counters.links_out, counters.consumers_accepted) == (1, 1, 29)
+    assert (counters.since, counters.at) == (_T0, _T2)
     # A second inspector, on a second router the address spans: its counts add up.
     _router_files(
         tmp_path / "inspector" / "i2",
@@ -395,7 +393,7 @@ def test_a_router_counts_each_link_from_the_tests_first_reading_and_each_address
         [],
     )
     [both] = sut_counters(tmp_path, [(url, 0)])
-    assert (both["took"], both["delivered"], both["links_out"], both["consumers_accepted"]) == (30, 35, 2, 34)
+    assert (both.took, both.delivered, both.links_out, both.consumers_accepted) == (30, 35, 2, 34)
     assert sut_counters(tmp_path, [("amqp10://router:5672/elsewhere", 0)]) == []
 
 
@@ -405,7 +403,7 @@ def test_a_folders_summary_carries_the_routers_counters(tmp_path: Path) -> None:
     edit_peer_json(test / "sender" / "s1" / "peer.json", _sent_to(str(sender.sut), 40, 40))
     shutil.copytree(RUNS / "second-consumer" / "inspector", test / "inspector")
     [counters] = summarize(test).accounting.sut_counters
-    assert (counters["source"], counters["address"], counters["took"], counters["caught_up"]) == (
+    assert (counters.to_json()["source"], counters.address, counters.took, counters.caught_up) == (
         "router",
         "maestro.thief",
         1000,
