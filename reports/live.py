@@ -21,19 +21,19 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 
+from protocol.json_value import JsonObject
 from protocol.live import LivePoint, LiveUpdate
 from reports.auth import check_token
 from reports.json_body import json_body
 from reports.live_page import live_page
 from reports.paths import UnsafePathError, check_test_id
 
-__all__ = ["LiveTest", "LiveTests", "live_router"]
+__all__ = ["LiveRow", "LiveTest", "LiveTests", "live_router"]
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class LiveTest:
             return "silent"
         return state
 
-    def view(self, since: int = 0) -> dict[str, Any]:
+    def view(self, since: int = 0) -> JsonObject:
         """The latest update, with the points from index `since` on."""
         points = [point.to_json() for point in self.points[since:]]
         bound = [why for peer in self.update.peers if (why := peer.generator_bound())]
@@ -110,24 +110,42 @@ class LiveTests:
             if test.state != "running" and now - test.seen_mono > FORGET_AFTER_S:
                 del self.tests[test_id]
 
-    def listing(self) -> list[dict[str, Any]]:
+    def listing(self) -> list[LiveRow]:
         self.forget_old()
         return [_row(test) for test in sorted(self.tests.values(), key=lambda t: -t.update.started_s)]
 
 
-def _row(test: LiveTest) -> dict[str, Any]:
+@dataclass(frozen=True)
+class LiveRow:
+    """A test as /api/live lists it, and the data server's front page."""
+
+    test_id: str
+    name: str | None
+    kind: str | None
+    state: str
+    outcome: str | None
+    elapsed_s: float
+    expected_s: float | None
+    progress: float | None  # of the expected time; None where none is expected
+    peers: int
+
+    def to_json(self) -> JsonObject:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _row(test: LiveTest) -> LiveRow:
     u = test.update
-    return {
-        "test_id": u.test_id,
-        "name": u.name,
-        "kind": u.kind,
-        "state": test.state,
-        "outcome": u.outcome,
-        "elapsed_s": round(u.elapsed_s, 1),
-        "expected_s": u.expected_s,
-        "progress": min(1.0, u.elapsed_s / u.expected_s) if u.expected_s else None,
-        "peers": len(u.peers),
-    }
+    return LiveRow(
+        test_id=u.test_id,
+        name=u.name,
+        kind=u.kind,
+        state=test.state,
+        outcome=u.outcome,
+        elapsed_s=round(u.elapsed_s, 1),
+        expected_s=u.expected_s,
+        progress=min(1.0, u.elapsed_s / u.expected_s) if u.expected_s else None,
+        peers=len(u.peers),
+    )
 
 
 live_router = APIRouter()
@@ -145,8 +163,8 @@ def _checked(test_id: str) -> str:
         raise HTTPException(400, str(exc)) from exc
 
 
-@live_router.post("/api/live/{test_id}")
-async def post_live(test_id: str, request: Request) -> dict[str, Any]:
+@live_router.post("/api/live/{test_id}", response_model=None)
+async def post_live(test_id: str, request: Request) -> JsonObject:
     check_token(request)
     _checked(test_id)
     body = await json_body(request, MAX_UPDATE_BYTES, "a live update")
@@ -159,11 +177,12 @@ async def post_live(test_id: str, request: Request) -> dict[str, Any]:
     tests = _tests(request)
     await tests.post(test_id, update)
     stop = tests.tests[test_id].stop
-    return {"test_id": test_id, "status": "taken"} | ({"stop": stop} if stop else {})
+    answer: JsonObject = {"test_id": test_id, "status": "taken"}
+    return answer | ({"stop": stop} if stop else {})
 
 
-@live_router.post("/api/live/{test_id}/stop")
-async def stop_live(test_id: str, request: Request) -> dict[str, Any]:
+@live_router.post("/api/live/{test_id}/stop", response_model=None)
+async def stop_live(test_id: str, request: Request) -> JsonObject:
     """The live page's stop button: the coordinator learns it from the answer to its next post
     (a second at most) and stops the test as Ctrl-C would, its files collected."""
     check_token(request)
@@ -181,13 +200,13 @@ async def stop_live(test_id: str, request: Request) -> dict[str, Any]:
 
 
 # The routes that read the tests run on the event loop, as the posts that change them do.
-@live_router.get("/api/live")
-async def list_live(request: Request) -> list[dict[str, Any]]:
-    return _tests(request).listing()
+@live_router.get("/api/live", response_model=None)
+async def list_live(request: Request) -> list[JsonObject]:
+    return [row.to_json() for row in _tests(request).listing()]
 
 
-@live_router.get("/api/live/{test_id}")
-async def show_live(test_id: str, request: Request) -> dict[str, Any]:
+@live_router.get("/api/live/{test_id}", response_model=None)
+async def show_live(test_id: str, request: Request) -> JsonObject:
     test = _tests(request).tests.get(_checked(test_id))
     if test is None:
         raise HTTPException(404, f"no running test {test_id} (finished tests are under /results/{test_id})")

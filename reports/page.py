@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import plotly
 import plotly.graph_objects as go
@@ -13,6 +12,7 @@ import plotly.graph_objects as go
 from protocol.clock_correction import untrusted_latency
 from protocol.fail import FailConditions
 from protocol.figures import SUMMARY_KEYS, TestFigures
+from protocol.json_value import JsonObject
 from protocol.test_record import TestRecord
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "PLOTLY_JS",
     "STYLE",
     "SUMMARY_KEYS",
+    "Row",
     "cell",
     "figure",
     "judged",
@@ -40,7 +41,7 @@ def judged(figures: TestFigures, record: TestRecord | None) -> TestFigures:
     )
 
 
-def summary_json(figures: TestFigures, record: TestRecord | None) -> dict[str, Any]:
+def summary_json(figures: TestFigures, record: TestRecord | None) -> JsonObject:
     """The summary.json keys (DESIGN.md's, and the two on latency's trust), the outcome and
     reason as the coordinator judged them, and the latency judged by the test's own bound."""
     outcome, reason = (record.outcome, record.reason) if record is not None else (None, None)
@@ -68,18 +69,22 @@ def percentile_chart(curves: Sequence[tuple[str, Sequence[tuple[float, float]]]]
     return figure(fig, title, "milliseconds")
 
 
-def table(rows: list[dict[str, Any]], columns: list[str], raw: frozenset[str] = frozenset()) -> str:
+# A table's row: its cells by column, each shown as `cell` shows it.
+Row = Mapping[str, object]
+
+
+def table(rows: Sequence[Row], columns: list[str], raw: frozenset[str] = frozenset()) -> str:
     """`raw`: columns whose cells are HTML already (links)."""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
 
-    def td(row: dict[str, Any], column: str) -> str:
+    def td(row: Row, column: str) -> str:
         return f"<td>{row.get(column, '') if column in raw else html.escape(cell(row.get(column)))}</td>"
 
     body = "".join("<tr>" + "".join(td(r, c) for c in columns) + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def cell(value: Any) -> str:
+def cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:,.3f}".rstrip("0").rstrip(".")
     if isinstance(value, int) and not isinstance(value, bool):

@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from reports.page import Row
+
 __all__ = ["HOURS_PER_MONTH", "price_performance"]
 
 HOURS_PER_MONTH = 730.0  # 8760 / 12: the month cloud price lists use
 
 
-def price_performance(receive_rate_per_s: float, labels: Mapping[str, Any]) -> list[dict[str, Any]]:
+def price_performance(receive_rate_per_s: float, labels: Mapping[str, Any]) -> list[Row]:
     """Key-figure rows; none without a price, or with a price that is not a positive number."""
     try:
         price = float(labels.get("price_per_hour", ""))

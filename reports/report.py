@@ -32,6 +32,7 @@ from reports.page import (
     PLOTLY_JS,
     STYLE,
     SUMMARY_KEYS,
+    Row,
     cell,
     figure,
     judged,
@@ -281,7 +282,7 @@ def _client_settings_section(peers: Peers) -> str:
     return f'<h2>Client settings</h2><div class="client-settings">{tables}</div>'
 
 
-def _megabytes(figures: TestFigures, size: object) -> list[dict[str, Any]]:
+def _megabytes(figures: TestFigures, size: object) -> list[Row]:
     """The mean rates in MB/s (10^6 B) beside msg/s, where the message size is known (a range
     of sizes by its mean)."""
     rates = {
@@ -379,7 +380,7 @@ def _request_reply_section(rr: RequestReplyFigures | None) -> str:
     if rr is None:
         return ""
     law = rr.littles_law
-    counts: list[dict[str, Any]] = [
+    counts: list[Row] = [
         {"figure": name.replace("_", " "), "value": getattr(rr, name)}
         for name in ("requests", "replies", "timed_out", "late", "duplicates")
     ]
@@ -457,10 +458,22 @@ def _offset(clock: PeerClock) -> str:
 _Cells = tuple[object, object, object, float | None]
 
 
-def _summary_cells(s: Mapping[str, Any]) -> _Cells:
-    """Sent, lost, the mean receive rate and the p99 in ms, from a report's summary.json."""
-    p99 = (s.get("latency_us") or {}).get("p99")
-    return s.get("sent"), s.get("lost"), (s.get("receive_rate") or {}).get("mean"), None if p99 is None else p99 / 1000
+def _read_summary(path: Path) -> TestFigures | None:
+    """A report's summary.json, or None where there is none or it is no summary (the index then
+    shows the figures test.json holds)."""
+    try:
+        return TestFigures.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError) as exc:
+        if path.exists():
+            log.warning("%s: not a summary (%s); the index shows test.json's figures", path, exc)
+        return None
+
+
+def _summary_cells(summary: TestFigures) -> _Cells:
+    """Sent, lost, the mean receive rate and the p99 in ms, from a report's summary.json (whose
+    latency is null where it is no figure)."""
+    p99 = None if summary.latency_untrusted else summary.latency_us.p99 / 1000
+    return summary.sent, summary.lost, summary.receive_rate.mean, p99
 
 
 def _record_cells(figures: TestFigures | None) -> _Cells:
@@ -484,8 +497,8 @@ def build_index(root: Path) -> Path:
     for test_dir in folders:
         summary_path = test_dir / "report" / "summary.json"
         record = records[test_dir.name]
-        s: dict[str, Any] = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-        figures = _summary_cells(s) if s else _record_cells(record.summary)
+        summary = _read_summary(summary_path)
+        figures = _summary_cells(summary) if summary is not None else _record_cells(record.summary)
         own = html.escape(test_dir.name)
         target = f"{own}/report/index.html" if summary_path.exists() else f"{own}/test.json"
         name = record.name

@@ -51,13 +51,13 @@ import stat
 import urllib.parse
 from collections.abc import AsyncIterator
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.background import BackgroundTask
 
+from protocol.json_value import JsonObject
 from protocol.test_record import TestRecord
 from protocol.upload import CHECKSUM_HEADER, MISMATCH_STATUS, REPLACE_HEADER
 from reports.auth import carries_token, check_token
@@ -72,7 +72,7 @@ from reports.comparison import (
 )
 from reports.history import History, Run, analyse, history_page
 from reports.json_body import json_body
-from reports.live import LiveTests, live_router
+from reports.live import LiveRow, LiveTests, live_router
 from reports.metrics import live_registry
 from reports.page import PLOTLY_JS, judged
 from reports.paths import (
@@ -198,30 +198,30 @@ _EMPTY_INDEX = (
 )
 
 
-def _running_section(tests: list[dict[str, Any]]) -> str:
+def _running_section(tests: list[LiveRow]) -> str:
     """The tests the data server hears of: those running (or gone silent) apart from those that
     ended lately, which link to their reports and show how they ended."""
 
-    def row(t: dict[str, Any]) -> str:
-        test_id = html.escape(str(t["test_id"]))
-        progress = "" if t["progress"] is None else f"{100 * t['progress']:.0f} %"
+    def row(t: LiveRow) -> str:
+        test_id = html.escape(t.test_id)
+        progress = "" if t.progress is None else f"{100 * t.progress:.0f} %"
         return (
-            f'<tr data-state="{html.escape(t["state"])}"><td><a href="/live/{test_id}">{test_id}</a></td>'
-            f"<td>{html.escape(str(t['name'] or ''))}</td><td>{html.escape(t['state'])}</td>"
-            f"<td>{t['elapsed_s']:.0f} s</td><td><progress max='1' value='{t['progress'] or 0}'></progress> "
-            f"{progress}</td><td>{t['peers']}</td></tr>"
+            f'<tr data-state="{html.escape(t.state)}"><td><a href="/live/{test_id}">{test_id}</a></td>'
+            f"<td>{html.escape(t.name or '')}</td><td>{html.escape(t.state)}</td>"
+            f"<td>{t.elapsed_s:.0f} s</td><td><progress max='1' value='{t.progress or 0}'></progress> "
+            f"{progress}</td><td>{t.peers}</td></tr>"
         )
 
-    def ended(t: dict[str, Any]) -> str:
-        test_id = html.escape(str(t["test_id"]))
+    def ended(t: LiveRow) -> str:
+        test_id = html.escape(t.test_id)
         return (
             f'<tr><td><a href="/results/{test_id}/report/">{test_id}</a></td>'
-            f"<td>{html.escape(str(t['name'] or ''))}</td><td>{html.escape(str(t['outcome'] or t['state']))}</td>"
-            f"<td>{t['elapsed_s']:.0f} s</td></tr>"
+            f"<td>{html.escape(t.name or '')}</td><td>{html.escape(t.outcome or t.state)}</td>"
+            f"<td>{t.elapsed_s:.0f} s</td></tr>"
         )
 
-    running = [t for t in tests if t["state"] in ("running", "silent")]
-    finished = [t for t in tests if t["state"] not in ("running", "silent")]
+    running = [t for t in tests if t.state in ("running", "silent")]
+    finished = [t for t in tests if t.state not in ("running", "silent")]
     sections = []
     if running:
         head = "<tr><th>test</th><th>name</th><th>state</th><th>elapsed</th><th>progress</th><th>peers</th></tr>"
@@ -248,9 +248,10 @@ def test_home(test_id: str, request: Request) -> RedirectResponse:
     return RedirectResponse(f"/results/{test_id}/report/index.html")
 
 
-@router.get("/api/results")
-def list_tests(request: Request) -> list[dict[str, Any]]:
-    tests = []
+@router.get("/api/results", response_model=None)
+def list_tests(request: Request) -> list[JsonObject]:
+    tests: list[JsonObject] = []
+    stamps: list[float] = []
     root = request.app.state.root
     for directory in result_dirs(root):
         try:  # through descriptors: a folder swapped for a link since the listing is left out
@@ -267,11 +268,12 @@ def list_tests(request: Request) -> list[dict[str, Any]]:
                 "modified_s": modified_s,
             }
         )
-    return sorted(tests, key=lambda t: t["modified_s"], reverse=True)
+        stamps.append(modified_s)
+    return [test for _, test in sorted(zip(stamps, tests, strict=True), key=lambda st: st[0], reverse=True)]
 
 
-@router.get("/api/results/{test_id}")
-def show_test(test_id: str, request: Request) -> dict[str, Any]:
+@router.get("/api/results/{test_id}", response_model=None)
+def show_test(test_id: str, request: Request) -> JsonObject:
     directory = inside(request, test_id)
     try:
         with open_folder(request.app.state.root, directory) as folder:
@@ -279,19 +281,19 @@ def show_test(test_id: str, request: Request) -> dict[str, Any]:
             record = read_test_record(directory, dir_fd=folder)
     except (FileNotFoundError, NotADirectoryError, UnsafePathError) as exc:
         raise HTTPException(404, f"no test {test_id}") from exc
-    files = [{"path": path, "bytes": size} for path, size in found]
+    files: list[JsonObject] = [{"path": path, "bytes": size} for path, size in found]
     return {"test_id": test_id, "test": {} if record is None else record.to_json(), "files": files}
 
 
-@router.get("/api/results/{test_id}/summary")
-def summary(test_id: str, request: Request) -> dict[str, Any]:
+@router.get("/api/results/{test_id}/summary", response_model=None)
+def summary(test_id: str, request: Request) -> JsonObject:
     """The test's figures from the files collected so far (the summary.json keys), latency
     corrected by the clock offsets test.json records."""
     return _summary(request, test_id, None)
 
 
-@router.post("/api/results/{test_id}/summary")
-async def summary_with_clocks(test_id: str, request: Request) -> dict[str, Any]:
+@router.post("/api/results/{test_id}/summary", response_model=None)
+async def summary_with_clocks(test_id: str, request: Request) -> JsonObject:
     """The same, corrected by the clocks the body carries: the coordinator asks before it has
     written test.json, and its result must carry the figures the report will show."""
     body = await json_body(request, MAX_RECORD_BYTES, "a record")
@@ -302,7 +304,7 @@ async def summary_with_clocks(test_id: str, request: Request) -> dict[str, Any]:
     return await asyncio.to_thread(_summary, request, test_id, record)
 
 
-def _summary(request: Request, test_id: str, record: TestRecord | None) -> dict[str, Any]:
+def _summary(request: Request, test_id: str, record: TestRecord | None) -> JsonObject:
     directory = inside(request, test_id)
     if not directory.is_dir():
         raise HTTPException(404, f"no test {test_id}")
@@ -314,8 +316,8 @@ def _summary(request: Request, test_id: str, record: TestRecord | None) -> dict[
     return {"outcome": info.outcome if info else None, "reason": info.reason if info else None, **figures.to_json()}
 
 
-@router.get("/api/history/{name:path}")
-async def history_json(name: str, request: Request) -> dict[str, Any]:
+@router.get("/api/history/{name:path}", response_model=None)
+async def history_json(name: str, request: Request) -> JsonObject:
     history = await asyncio.to_thread(_history, request, name)
     return history.as_dict()
 
@@ -339,8 +341,8 @@ async def compare(request: Request, ids: str = "") -> HTMLResponse:
     return HTMLResponse(compare_page(runs, noise, "/assets/plotly.min.js"))
 
 
-@router.get("/api/compare")
-async def compare_json(request: Request, ids: str = "") -> dict[str, Any]:
+@router.get("/api/compare", response_model=None)
+async def compare_json(request: Request, ids: str = "") -> JsonObject:
     runs, noise = await asyncio.to_thread(_compared, request, ids)
     return comparison_json(runs, delta_table(runs, noise))
 

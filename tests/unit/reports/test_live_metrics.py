@@ -116,10 +116,10 @@ def test_a_finished_test_counts_what_its_summary_counts() -> None:
 def test_a_test_that_stops_posting_turns_silent_and_is_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
     tests = LiveTests()
     asyncio.run(tests.post("t1", _update()))
-    assert tests.listing()[0]["state"] == "running" and tests.listing()[0]["progress"] == 0.25
+    assert tests.listing()[0].state == "running" and tests.listing()[0].progress == 0.25
     later = time.monotonic() + live.SILENT_AFTER_S + 1
     monkeypatch.setattr(live.time, "monotonic", lambda: later)
-    assert tests.listing()[0]["state"] == "silent"
+    assert tests.listing()[0].state == "silent"
     assert _value(_samples(tests), "maestro_test_state", test_id="t1", state="silent") == 1
     much_later = later + live.FORGET_AFTER_S
     monkeypatch.setattr(live.time, "monotonic", lambda: much_later)
