@@ -16,9 +16,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from protocol.figures import TestFigures
+from protocol.json_value import JsonObject
 from protocol.test_record import TestRecord
 from protocol.testbed import testbed_fingerprint
 from reports.history import COUNTED, FIGURES, Figure, Run, analyse, run_of, worse_by
@@ -170,7 +170,7 @@ def previous_runs(records: Iterable[TestRecord]) -> dict[str, str]:
     }
 
 
-def comparison_json(runs: Sequence[ComparedRun], rows: Sequence[FigureRow]) -> dict[str, Any]:
+def comparison_json(runs: Sequence[ComparedRun], rows: Sequence[FigureRow]) -> JsonObject:
     """The delta table as the data server's /api/compare answers it."""
     return {
         "runs": [

@@ -22,8 +22,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
 
+from protocol.json_value import JsonObject
 from reports.history import FIGURES, History, Run
 from reports.verdict import GateVerdict, Verdict, not_measured
 
@@ -132,7 +132,7 @@ def _otava_time(started: str) -> str:
 
 def webhook_body(
     history: History, verdict: GateVerdict, *, slack: bool = False, report_url: str | None = None
-) -> dict[str, Any] | None:
+) -> JsonObject | None:
     """What a webhook is sent for this verdict, or None: only a regression, or a newest run
     that is invalid, is news worth a message."""
     newest = history.newest
@@ -140,7 +140,7 @@ def webhook_body(
     if verdict.verdict is not Verdict.REGRESSION and not invalid:
         return None
     what = "INVALID" if invalid and verdict.verdict is not Verdict.REGRESSION else verdict.verdict.value
-    body: dict[str, Any] = {
+    body: JsonObject = {
         "test": history.name,
         "event": what,
         "verdict": verdict.verdict.value,
@@ -156,7 +156,7 @@ def webhook_body(
     return body
 
 
-def post_webhook(url: str, body: dict[str, Any], timeout_s: float = 10.0) -> str | None:
+def post_webhook(url: str, body: JsonObject, timeout_s: float = 10.0) -> str | None:
     """POST `body` as JSON to `url`, tried three times a second apart; None once it is taken
     (2xx), else why not (the URL is not said: it may carry a token)."""
     data = json.dumps(body).encode()

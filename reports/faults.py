@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from protocol.hdr import HIGHEST_US, LOWEST_US, bucket_indexes, histogram_of
+from protocol.json_value import JsonObject
 from protocol.ratefile import rate_columns
 from reports.summary import Peers
 from reports.time_series import file_listing, rate_files
@@ -321,7 +322,7 @@ def windows_from_events(events: Iterable[Mapping[str, Any]]) -> list[Window]:
     return sorted(windows, key=lambda w: w.start_us)
 
 
-def fault_effects(windows: Sequence[Window], gather: Gather, events: PeerEvents | None = None) -> list[dict[str, Any]]:
+def fault_effects(windows: Sequence[Window], gather: Gather, events: PeerEvents | None = None) -> list[JsonObject]:
     """A row per window. "Before" and "after" stop where a neighbouring fault begins or ends, so
     that one fault's effect is not counted as another's."""
     events = events or PeerEvents()
@@ -369,7 +370,7 @@ def _row(
     counts: Cells,
     events: PeerEvents,
     origin: int,
-) -> dict[str, Any]:
+) -> JsonObject:
     s = span
     seconds_before = (s.t0 - s.seen_from) / 1e6
     baseline = counts.count(w, SEEN_BEFORE) / seconds_before if seconds_before > 0 else 0.0

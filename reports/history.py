@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import logging
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from urllib.parse import quote
 import plotly.graph_objects as go
 
 from protocol.figures import TestFigures
+from protocol.json_value import JsonObject
 from protocol.test_record import TestRecord
 from protocol.testbed import testbed_fingerprint
 from reports.baseline import Thresholds
@@ -142,7 +143,7 @@ def run_of(record: TestRecord) -> Run | None:
     )
 
 
-def facts_of(record: TestRecord) -> dict[str, Any]:
+def facts_of(record: TestRecord) -> JsonObject:
     """What a run ran against and on, as the results index keeps it beside its figures."""
     sut_kind, sut_version = sut_of(record)
     testbed = record.testbed or {}
@@ -203,7 +204,7 @@ class History:
             return "other testbed"
         return None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "name": self.name,
             "max_p": self.max_p,
@@ -215,7 +216,7 @@ class History:
         }
 
 
-def runs_from_dicts(rows: Iterable[dict[str, Any]]) -> list[Run]:
+def runs_from_dicts(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
     """Runs as `History.as_dict` (and the data server's /api/history) lists them."""
     return [
         Run(

@@ -18,6 +18,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from protocol.figures import RequestReplyFigures, SutCounters, TestFigures
+from protocol.json_value import JsonObject
 from protocol.options import megabytes_per_s
 from protocol.test_record import Outage, PeerClock, TestRecord
 from reports.accounting import destination_of
@@ -409,7 +410,7 @@ def _request_reply_section(rr: RequestReplyFigures | None) -> str:
     )
 
 
-def _faults_section(faults: list[dict[str, Any]]) -> str:
+def _faults_section(faults: list[JsonObject]) -> str:
     if not faults:
         return ""
     return (

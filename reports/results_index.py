@@ -26,6 +26,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import Connection, Engine
 
+from protocol.json_value import JsonObject
 from protocol.test_record import TestRecord
 from reports.history import FIGURES, Run, facts_of, run_of
 from reports.paths import result_dirs
@@ -81,7 +82,7 @@ class IndexStats:
     rows: int  # rows of this results folder now
 
 
-def index_row(record: TestRecord, test_dir: Path, size: int, mtime_ns: int) -> dict[str, Any]:
+def index_row(record: TestRecord, test_dir: Path, size: int, mtime_ns: int) -> JsonObject:
     """A test.json as its row. A run without figures (still running, a phase's parent) has a row
     too, `finished` false, so that the next sync does not read it again until it changes."""
     run = run_of(record)
@@ -193,7 +194,7 @@ class ResultsIndex:
         with self._connect() as connection:
             return [row.name for row in connection.execute(query) if row.name]
 
-    def row(self, test_id: str) -> dict[str, Any] | None:
+    def row(self, test_id: str) -> JsonObject | None:
         with self._connect() as connection:
             found = connection.execute(sa.select(RUNS).where(self._mine, RUNS.c.test_id == test_id)).first()
         return dict(found._mapping) if found else None

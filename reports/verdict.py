@@ -24,9 +24,9 @@ import re
 import statistics
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from protocol.codes import ExitCode
+from protocol.json_value import JsonObject
 from reports.history import COUNTED, FIGURES, Figure, History, Run, gate, how_worse, worse_by
 
 __all__ = ["GateRules", "GateVerdict", "Noise", "Threshold", "Verdict", "judge", "noise_of", "not_measured"]
@@ -129,7 +129,7 @@ class GateVerdict:
     def line(self) -> str:
         return f"{self.verdict.value}: {self.why}"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "verdict": self.verdict.value,
             "why": self.why,
