@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
-from coordinator.topology.graph import Graph, Node, is_port
-from coordinator.topology.yamlfile import TopologyError
+from coordinator.topology.graph import Entry, Graph, Node, is_port
+from coordinator.topology.yamlfile import TopologyError, plain
+from protocol.json_value import JsonObject
 
-__all__ = ["DEFAULT_ADDRESSES", "Ports", "generate"]
+__all__ = ["DEFAULT_ADDRESSES", "NodeConf", "Ports", "generate"]
 
 # The three address prefixes of seed 004 appendix C.
 DEFAULT_ADDRESSES: tuple[dict[str, str], ...] = (
@@ -51,22 +51,40 @@ class Ports:
         return port
 
 
-def generate(graph: Graph, ports: Ports | None = None) -> dict[str, Any]:
+@dataclass
+class NodeConf:
+    """One node's configuration variables: its sections (listener, connector, address, router,
+    broker…), each a list of entries with the keys qdrouterd or the broker's role knows."""
+
+    machine: str
+    type: str
+    sections: dict[str, list[Entry]] = field(default_factory=dict)
+
+    def section(self, name: str) -> list[Entry]:
+        return self.sections.setdefault(name, [])
+
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {"machine": self.machine, "type": self.type}
+        for name, entries in self.sections.items():
+            out[name] = [plain(entry) for entry in entries]  # YAML's own dicts and lists made plain
+        return out
+
+
+def generate(graph: Graph, ports: Ports | None = None) -> JsonObject:
     """{"confs": [{"machine": id, "type": ..., section: [entries]}, ...]} in graph order."""
     ports = ports or Ports()
     ports.reserved |= set(_claimed_ports(graph))
-    confs: dict[str, dict[str, Any]] = {}
+    confs: dict[str, NodeConf] = {}
     inter_router_port: dict[str, int] = {}
     client_port: dict[str, int] = {}
     dialled = {link.target for link in graph.links if _both_routers(graph, link.source, link.target)}
 
     for node in graph.nodes.values():  # listeners, addresses, the node's own sections
-        conf: dict[str, Any] = {"machine": node.id, "type": node.type}
-        conf.update({name: list(entries) for name, entries in node.sections.items()})
+        conf = NodeConf(node.id, node.type, {name: list(entries) for name, entries in node.sections.items()})
         if node.type == "router":
             _router_section(conf, node, graph)
         else:
-            conf["broker"] = conf.get("broker") or [{"name": node.id}]
+            conf.sections["broker"] = conf.sections.get("broker") or [{"name": node.id}]
         if node.default_connections:
             port = node.port or ports.take("client")
             client_port[node.id] = port
@@ -93,33 +111,33 @@ def generate(graph: Graph, ports: Ports | None = None) -> dict[str, Any]:
 
     result = list(confs.values())
     _check_clashes(graph, result)
-    return {"confs": result}
+    return {"confs": [conf.to_json() for conf in result]}
 
 
 def _both_routers(graph: Graph, a: str, b: str) -> bool:
     return graph.nodes[a].type == graph.nodes[b].type == "router"
 
 
-def _router_section(conf: dict[str, Any], node: Node, graph: Graph) -> None:
+def _router_section(conf: NodeConf, node: Node, graph: Graph) -> None:
     interior = any(graph.nodes[n].type == "router" for n in graph.neighbours(node.id))
-    given = (conf.get("router") or [{}])[-1]  # qdrouterd uses the last router section
-    conf["router"] = [{"id": node.id, "mode": "interior" if interior else "standalone", **given}]
+    given = (conf.sections.get("router") or [{}])[-1]  # qdrouterd uses the last router section
+    conf.sections["router"] = [{"id": node.id, "mode": "interior" if interior else "standalone", **given}]
 
 
-def _listener(port: int, role: str) -> dict[str, Any]:
+def _listener(port: int, role: str) -> Entry:
     return {"host": "0.0.0.0", "role": role, "port": port}
 
 
-def _normal_listener(port: int) -> dict[str, Any]:
+def _normal_listener(port: int) -> Entry:
     return {**_listener(port, "normal"), "authenticatePeer": "no", "saslMechanisms": "ANONYMOUS"}
 
 
-def _append(conf: dict[str, Any], section: str, entry: dict[str, Any]) -> None:
-    conf.setdefault(section, []).append(entry)
+def _append(conf: NodeConf, section: str, entry: Entry) -> None:
+    conf.section(section).append(entry)
 
 
-def _default_addresses(conf: dict[str, Any]) -> None:
-    given = {entry.get("prefix") for entry in conf.get("address", [])}
+def _default_addresses(conf: NodeConf) -> None:
+    given = {entry.get("prefix") for entry in conf.sections.get("address", [])}
     for address in DEFAULT_ADDRESSES:
         if address["prefix"] not in given:
             _append(conf, "address", dict(address))
@@ -128,11 +146,11 @@ def _default_addresses(conf: dict[str, Any]) -> None:
 def _own_port(node: Node, section: str, role: str | None) -> dict[str, int]:
     for entry in node.sections.get(section, []):
         if role is None or entry.get("role", "normal") == role:
-            return {node.id: int(entry["port"])}
+            return {node.id: _port(entry["port"], node, section)}
     return {}
 
 
-def _connect_routers(conf: dict[str, Any], source: Node, target: Node, inter_router_port: dict[str, int]) -> None:
+def _connect_routers(conf: NodeConf, source: Node, target: Node, inter_router_port: dict[str, int]) -> None:
     if target.id not in inter_router_port:
         raise TopologyError(
             f"router {target.id} has default_connections: false and no inter-router listener "
@@ -142,7 +160,7 @@ def _connect_routers(conf: dict[str, Any], source: Node, target: Node, inter_rou
     _append(conf, "connector", {"name": target.id, "host": target.address, "role": "inter-router", "port": port})
 
 
-def _connect_broker(conf: dict[str, Any], broker: Node, client_port: dict[str, int]) -> None:
+def _connect_broker(conf: NodeConf, broker: Node, client_port: dict[str, int]) -> None:
     if broker.id not in client_port:
         raise TopologyError(
             f"broker {broker.id} has default_connections: false and no acceptor to connect to "
@@ -168,20 +186,20 @@ def _claimed_ports(graph: Graph) -> Iterator[int]:
                     yield _port(entry["port"], node, section)
 
 
-def _port(value: Any, node: Node, section: str) -> int:
+def _port(value: object, node: Node, section: str) -> int:
     port = int(value) if isinstance(value, str) and value.isdigit() else value
-    if not is_port(port):
+    if not isinstance(port, int) or not is_port(port):
         raise TopologyError(f"node {node.id} (graph line {node.line}): {section} port {value!r} is not a port number")
-    return int(port)
+    return port
 
 
-def _check_clashes(graph: Graph, confs: list[dict[str, Any]]) -> None:
+def _check_clashes(graph: Graph, confs: list[NodeConf]) -> None:
     """Two listeners on one address and port: one of them would fail to start."""
     owners: dict[tuple[str, int], str] = {}
     for conf in confs:
-        node = graph.nodes[conf["machine"]]
+        node = graph.nodes[conf.machine]
         for section in _LISTENING:
-            for entry in conf.get(section, []):
+            for entry in conf.sections.get(section, []):
                 if "port" not in entry:
                     continue
                 key = (node.address, _port(entry["port"], node, section))

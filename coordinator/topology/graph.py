@@ -25,9 +25,11 @@ from typing import Any, Literal
 from coordinator.topology.inventory import Host, Inventory
 from coordinator.topology.yamlfile import TopologyError, line_of, load_yaml
 
-__all__ = ["KINDS", "NODE_KEYS", "Graph", "Link", "Node", "graph_from_inventory", "is_port", "read_graph"]
+__all__ = ["KINDS", "NODE_KEYS", "Entry", "Graph", "Link", "Node", "graph_from_inventory", "is_port", "read_graph"]
 
 NodeType = Literal["router", "broker"]
+# A section's entry as the graph file gives it: the keys qdrouterd (or the broker's role) knows.
+Entry = dict[str, object]
 NODE_TYPES: tuple[NodeType, ...] = ("router", "broker")
 KINDS = ("line", "circle", "complete")
 NODE_KEYS = frozenset({"id", "type", "default_connections", "link_route_prefix", "port"})
@@ -45,7 +47,7 @@ class Node:
     port: int | None = None
     link_route_prefix: str | None = None
     default_connections: bool = True
-    sections: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    sections: dict[str, list[Entry]] = field(default_factory=dict)
 
     @property
     def address(self) -> str:
@@ -178,7 +180,7 @@ def _node(raw: Any, path: Path, hosts: dict[str, tuple[Host, NodeType]], invento
     port = raw.get("port")
     if port is not None and not is_port(port):
         raise TopologyError(f"{path}:{line}: node {node_id}: port must be a number from 1 to 65535, not {port!r}")
-    sections: dict[str, list[dict[str, Any]]] = {}
+    sections: dict[str, list[Entry]] = {}
     for key, value in raw.items():
         if key in NODE_KEYS:
             continue
