@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from proton import Message
 from proton.utils import BlockingConnection, BlockingReceiver, BlockingSender
 
-from inspector.sources import Rows, Source, SourceError, redact
+from inspector.sources import Row, Rows, Source, SourceError, redact
 
 __all__ = ["ENTITY_TYPES", "AmqpManagementSource"]
 
@@ -151,7 +151,7 @@ class AmqpManagementSource(Source):
             self.close()  # the next sample connects afresh
             raise
 
-    def _query(self, entity_type: str, columns: dict[str, str]) -> list[dict[str, Any]]:
+    def _query(self, entity_type: str, columns: dict[str, str]) -> list[Row]:
         _, sender, receiver, reply_to = self._connect()
         # A string: the router's Python agent (which answers for the allocator) drops numeric
         # correlation ids, so their answers would come back uncorrelated (seen on 1.19.0).
@@ -174,7 +174,7 @@ class AmqpManagementSource(Source):
             raise SourceError(f"{where}: {self._scrub(exc)}") from None
         if answer.correlation_id != request_id:
             raise SourceError(f"{where}: the answer is to another request ({answer.correlation_id!r})")
-        properties: dict[str, Any] = dict(answer.properties or {})
+        properties: dict[str, object] = dict(answer.properties or {})
         status = properties.get("statusCode")
         if status != 200:
             description = properties.get("statusDescription", "")

@@ -4,9 +4,10 @@ as its first row names them. Each row is flushed, so a crash loses at most the r
 from __future__ import annotations
 
 import csv
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 __all__ = ["DataSetWriter"]
 
@@ -19,7 +20,7 @@ class DataSetWriter:
         self._file: IO[str] = path.open("w", newline="")
         self._writer: csv.DictWriter[str] | None = None
 
-    def write(self, row: dict[str, Any], when: datetime | None = None) -> None:
+    def write(self, row: Mapping[str, object], when: datetime | None = None) -> None:
         stamp = (when or datetime.now(UTC)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
         record = {"timestamp": stamp, **row}
         if self._writer is None:

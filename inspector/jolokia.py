@@ -10,10 +10,12 @@ one request asks for both ActiveMQ Classic's and Artemis's.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from inspector.sources import HttpJson, Rows, Source, SourceError
+from inspector.sources import HttpJson, Row, Rows, Source, SourceError
+from protocol.json_value import JsonObject
 
 __all__ = ["JolokiaSource"]
 
@@ -32,7 +34,7 @@ _ARTEMIS = (
     "org.apache.activemq.artemis:broker=*,component=addresses,address=*,subcomponent=queues,routing-type=*,queue=*"
 )
 _ARTEMIS_ATTRIBUTES = ["MessageCount", "ConsumerCount", "MessagesAcknowledged", "MessagesExpired", "MessagesAdded"]
-_REQUESTS: list[dict[str, Any]] = [
+_REQUESTS: list[JsonObject] = [
     {"type": "read", "mbean": "java.lang:type=Memory", "attribute": ["HeapMemoryUsage", "NonHeapMemoryUsage"]},
     {"type": "read", "mbean": "java.lang:type=MemoryPool,name=*", "attribute": "Usage"},
     {"type": "read", "mbean": "java.lang:type=OperatingSystem", "attribute": _OS_ATTRIBUTES},
@@ -65,7 +67,7 @@ class JolokiaSource(Source):
         memory, pools, system, classic, artemis = (self._value(a, i) for i, a in enumerate(answers))
         return {"broker": [self._broker(memory, pools, system)], "queues": _queues(classic, artemis)}
 
-    def _value(self, answer: Any, index: int) -> dict[str, Any]:
+    def _value(self, answer: Any, index: int) -> Mapping[str, Any]:
         status = answer.get("status") if isinstance(answer, dict) else None
         if status == 404 and index >= 3:
             return {}  # no destinations of that broker kind
@@ -76,10 +78,10 @@ class JolokiaSource(Source):
         return value if isinstance(value, dict) else {}
 
     @staticmethod
-    def _broker(memory: dict[str, Any], pools: dict[str, Any], system: dict[str, Any]) -> dict[str, Any]:
+    def _broker(memory: Mapping[str, Any], pools: Mapping[str, Any], system: Mapping[str, Any]) -> Row:
         free_memory = system.get("FreeMemorySize", system.get("FreePhysicalMemorySize"))
         max_fds, open_fds = system.get("MaxFileDescriptorCount"), system.get("OpenFileDescriptorCount")
-        row: dict[str, Any] = {
+        row: Row = {
             "load": system.get("SystemLoadAverage"),
             "open_fds": open_fds,
             "free_fds": max_fds - open_fds if isinstance(max_fds, int) and isinstance(open_fds, int) else None,
@@ -87,7 +89,7 @@ class JolokiaSource(Source):
             "free_swap": system.get("FreeSwapSpaceSize"),
             "swap_committed": system.get("CommittedVirtualMemorySize"),
         }
-        by_space: dict[str, dict[str, Any]] = {}
+        by_space: dict[str, Row] = {}
         for mbean, value in pools.items():
             pool = mbean.split("name=", 1)[-1].split(",")[0]
             usage = (value or {}).get("Usage") or {}
@@ -107,7 +109,7 @@ def _properties(mbean: str) -> dict[str, str]:
     return dict(part.split("=", 1) for part in mbean.split(":", 1)[-1].split(",") if "=" in part)
 
 
-def _queues(classic: dict[str, Any], artemis: dict[str, Any]) -> list[dict[str, Any]]:
+def _queues(classic: Mapping[str, Any], artemis: Mapping[str, Any]) -> list[Row]:
     rows = []
     for mbean, v in sorted(classic.items()):
         p = _properties(mbean)

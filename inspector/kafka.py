@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlsplit
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from inspector.sources import Rows, Source, SourceError, redact
+from inspector.sources import Row, Rows, Source, SourceError, redact
 
 __all__ = ["KafkaSource"]
 
@@ -87,7 +87,7 @@ class KafkaSource(Source):
         except KafkaException as exc:
             raise SourceError(f"{self._where}: {exc.args[0] if exc.args else exc}") from None
 
-    def _groups(self, admin: Any, high: dict[tuple[str, int], int]) -> list[dict[str, Any]]:
+    def _groups(self, admin: Any, high: dict[tuple[str, int], int]) -> list[Row]:
         listed = admin.list_consumer_groups(request_timeout=self.timeout_s).result()
         rows = []
         for group in sorted(g.group_id for g in listed.valid if g.group_id != self._group):

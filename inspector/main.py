@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from inspector.csvfile import DataSetWriter
 from inspector.registry import SOURCES
-from inspector.sources import Source, SourceError, redact
+from inspector.sources import Rows, Source, SourceError, redact
 from protocol.codes import Activity, Role
 from protocol.concurrency import wait_event
 from protocol.daemon_cli import daemon_parser, run_daemon
@@ -57,7 +57,7 @@ class _Running:
     last_error: str | None = None
     task: asyncio.Task[None] | None = None
 
-    def write(self, rows: dict[str, list[dict[str, Any]]]) -> None:
+    def write(self, rows: Rows) -> None:
         for data_set, entries in rows.items():
             writer = self.writers.get(data_set)
             if writer is None:

@@ -13,10 +13,11 @@ sequence). A server without JetStream gives `server` only.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from inspector.sources import HttpJson, Rows, Source, SourceError
+from inspector.sources import HttpJson, Row, Rows, Source, SourceError
 
 __all__ = ["NatsSource"]
 
@@ -46,7 +47,7 @@ class NatsSource(Source):
             raise SourceError(f"nats {self._http.base}/jsz: unexpected answer shape")
         return rows | _jetstream(jsz)
 
-    def _server(self, varz: dict[str, Any]) -> dict[str, Any]:
+    def _server(self, varz: Mapping[str, Any]) -> Row:
         now = time.monotonic()
         counters = {name: float(varz.get(name, 0)) for name in _COUNTERS}
         seconds = now - self._last_time if self._last else 0.0
@@ -68,10 +69,10 @@ class NatsSource(Source):
         }
 
 
-def _jetstream(jsz: dict[str, Any]) -> Rows:
+def _jetstream(jsz: Mapping[str, Any]) -> Rows:
     api = jsz.get("api", {})
-    streams: list[dict[str, Any]] = []
-    consumers: list[dict[str, Any]] = []
+    streams: list[Row] = []
+    consumers: list[Row] = []
     for account in jsz.get("account_details") or ():
         for stream in account.get("stream_detail") or ():
             state = stream.get("state", {})

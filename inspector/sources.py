@@ -14,13 +14,17 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["HostSource", "HttpJson", "RabbitMqSource", "Rows", "Source", "SourceError", "redact"]
+__all__ = ["Cell", "HostSource", "HttpJson", "RabbitMqSource", "Row", "Rows", "Source", "SourceError", "redact"]
 
-Rows = dict[str, list[dict[str, Any]]]
+# One cell of an inspector's CSV, a row of them by column, and a reading's rows by data set.
+Cell = str | int | float | bool | None
+Row = dict[str, Cell]
+Rows = dict[str, list[Row]]
 
 
 class SourceError(Exception):
@@ -204,7 +208,7 @@ class RabbitMqSource(Source):
             ],
         }
 
-    def _queue_rates(self, queue: dict[str, Any], now_s: float) -> dict[str, float | None]:
+    def _queue_rates(self, queue: Mapping[str, Any], now_s: float) -> dict[str, float | None]:
         stats = queue.get("message_stats", {})
         where = (str(queue.get("vhost", "")), str(queue.get("name", "")))
         return {
@@ -251,14 +255,14 @@ class RabbitMqSource(Source):
         }
 
 
-def _stream_of(entry: dict[str, Any]) -> dict[str, Any]:
+def _stream_of(entry: Mapping[str, Any]) -> Row:
     # RabbitMQ writes details it does not have yet as an empty list (an Erlang proplist), not {}.
     queue = entry.get("queue") or {}
     connection = entry.get("connection_details") or {}
     return {"vhost": queue.get("vhost", ""), "stream": queue.get("name", ""), "connection": connection.get("name", "")}
 
 
-def _rate(stats: dict[str, Any], name: str) -> float | None:
+def _rate(stats: Mapping[str, Any], name: str) -> float | None:
     """RabbitMQ's rate of `name`; None where it has no details of it yet (a queue it has not
     refreshed since it was made: it gives counts but no rate then), not 0."""
     details = stats.get(f"{name}_details")
