@@ -74,7 +74,7 @@ def headers_every(size: int) -> np.dtype[Any]:
     fields = HEADER_DTYPE.fields
     assert fields is not None
     names = list(fields)
-    layout: dict[str, Any] = {
+    layout: dict[str, object] = {
         "names": names,
         "formats": [fields[name][0] for name in names],
         "offsets": [fields[name][1] for name in names],

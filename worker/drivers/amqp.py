@@ -121,9 +121,9 @@ class AmqpDriver(Driver):
     def acknowledges(self) -> bool:
         return self.confirms
 
-    def _queue_arguments(self) -> dict[str, Any]:
+    def _queue_arguments(self) -> dict[str, object]:
         o = self.endpoint.options
-        arguments: dict[str, Any] = {}
+        arguments: dict[str, object] = {}
         if "queue_type" in o:
             arguments["x-queue-type"] = o["queue_type"]
         if "max_length" in o:
@@ -146,7 +146,7 @@ class AmqpDriver(Driver):
         o = self.endpoint.options
         return bool(o.get("durable", False) or o.get("queue_type") in ("quorum", "stream"))
 
-    def library_settings(self, sending: bool) -> dict[str, Any]:
+    def library_settings(self, sending: bool) -> dict[str, object]:
         """What connect() hands aio-pika, and the defaults it leaves to aio-pika and aiormq,
         read from them: the robust connection's parameters, and aiormq's own for the URL."""
         robust = {p.name: p.parse(p.default) for p in aio_pika.RobustConnection.PARAMETERS if p.default is not None}

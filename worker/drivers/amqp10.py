@@ -94,14 +94,14 @@ class Amqp10Driver(Driver):
     def _credit(self) -> int:
         return int(self.endpoint.options.get("credit", _CREDIT))
 
-    def connect_options(self) -> dict[str, Any]:
+    def connect_options(self) -> dict[str, object]:
         """What `Container.connect` is given besides the URL, the SSL domain and the
         credentials: nothing, proton's own for all. (It was heartbeat=10 and allowed_mechs="PLAIN
         ANONYMOUS", for no reason written; RabbitMQ takes proton's own choice of mechanism with a
         password, refuses a wrong one and lets a client without one in, as before.)"""
         return {}
 
-    def library_settings(self, sending: bool) -> dict[str, Any]:
+    def library_settings(self, sending: bool) -> dict[str, object]:
         """What the driver hands proton, and the defaults it leaves to proton, read from proton:
         `Container.connect`'s (reconnect None: proton's backoff; heartbeat None: no idle
         timeout asked), `delay_iter`'s backoff, and the MessagingHandler's."""
@@ -114,7 +114,7 @@ class Amqp10Driver(Driver):
             else connect["reconnect"]
         )
         handler = library_defaults(MessagingHandler, "auto_accept", "auto_settle")
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "proton heartbeat": connect["heartbeat"],
             "proton reconnect": reconnect,
             "proton allowed_mechs": connect.get("allowed_mechs") or "proton's choice among the broker's",

@@ -220,7 +220,7 @@ class Driver(ABC):
         out |= {key: shown(value) for key, value in self.library_settings(sending).items()}
         return out | {"everything else": "this driver's defaults (docs/sut-urls.md), then the library's"}
 
-    def library_settings(self, sending: bool) -> dict[str, Any]:
+    def library_settings(self, sending: bool) -> dict[str, object]:
         """The settings a sender's (`sending`) or a receiver's client runs with, each named as
         its library names it and prefixed with the library's name, read from what the driver
         hands the library and from the library's own defaults, never copied; no secret."""

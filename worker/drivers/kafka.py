@@ -530,7 +530,7 @@ class KafkaDriver(Driver):
 
 def _reply_address(message: Message) -> tuple[str, bytes | None]:
     """Where a request's reply goes, and its correlation: the headers the requester set."""
-    headers: dict[str, Any] = dict(message.headers() or ())
+    headers: dict[str, object] = dict(message.headers() or ())
     reply_to, correlation = headers.get("reply_to"), headers.get("correlation_id")
     topic = reply_to.decode(errors="replace") if isinstance(reply_to, bytes) else str(reply_to or "")
     return topic, correlation if isinstance(correlation, bytes) else None

@@ -160,7 +160,7 @@ class MqttDriver(Driver):
     def window(self) -> int:
         return int(self.endpoint.options.get("max_inflight", self.DEFAULT_WINDOW))
 
-    def library_settings(self, sending: bool) -> dict[str, Any]:
+    def library_settings(self, sending: bool) -> dict[str, object]:
         """Read back from the paho client this driver made (its connect arguments are its
         properties, or paho's defaults), and what the driver does in paho's stead."""
         client = self._client

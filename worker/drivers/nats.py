@@ -202,7 +202,7 @@ class NatsDriver(Driver):
             "skip_subject_validation": True,
         }
 
-    def library_settings(self, sending: bool) -> dict[str, Any]:
+    def library_settings(self, sending: bool) -> dict[str, object]:
         """nats-py's connect arguments in effect after the first connect (the driver's, then
         nats-py's defaults, read from its signature), a subscription's pending limits, and
         JetStream's publish acknowledgement or pull consumer."""

@@ -193,12 +193,12 @@ class RabbitStreamDriver(Driver):
         )
         return entity
 
-    def library_settings(self, sending: bool) -> dict[str, Any]:
+    def library_settings(self, sending: bool) -> dict[str, object]:
         """Read back from the Producer (sending) or Consumer rstream makes with this driver's
         options: its connections' pool, and what the driver does with it."""
         options = self._options()
         pool = self._made(Producer(**options))._pool if sending else self._made(Consumer(**options))._pool
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "rstream frame_max": pool._frame_max,
             "rstream heartbeat": pool._heartbeat,
             "rstream max_retries": pool.max_retries,
