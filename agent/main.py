@@ -32,6 +32,7 @@ from protocol.codes import Role
 from protocol.concurrency import run_blocking
 from protocol.daemon_cli import daemon_parser, run_daemon
 from protocol.file_check import check_files
+from protocol.json_value import JsonObject
 from protocol.notes import (
     AgentAction,
     AgentSource,
@@ -76,7 +77,7 @@ class Agent(Peer):
             **self.networks,
         }
         self.sources = HandlerSources(self.agent_config.handler_sources, config.data_dir / "sources")
-        self.events: list[dict[str, Any]] = []
+        self.events: list[JsonObject] = []
         self._changed: dict[str, Change] = {}  # what stands changed -> how to put it back
         self._lock = asyncio.Lock()  # one action at a time
 
@@ -249,7 +250,7 @@ class Agent(Peer):
                 await run_blocking(service.stop)
 
 
-def _write_events(f: IO[str], events: list[dict[str, Any]]) -> None:
+def _write_events(f: IO[str], events: list[JsonObject]) -> None:
     writer = csv.writer(f)
     writer.writerow(["time_ns", "action", "phase", "target", "detail"])
     for e in events:

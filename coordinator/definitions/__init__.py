@@ -9,7 +9,6 @@ A fixed-rate test (`coordinator.definitions.fixed_rate`) is one phase of load; t
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from coordinator.definitions.fixed_rate import (
     Action,
@@ -22,6 +21,7 @@ from coordinator.definitions.fixed_rate import (
 )
 from coordinator.definitions.request_reply import RequestReplyTest
 from coordinator.definitions.series_tests import IncrementalTest, RepeatedTest, SearchTest, SweepTest
+from protocol.json_value import JsonObject
 from protocol.secrets import redact_text
 from protocol.sut_url import split_urls
 
@@ -45,7 +45,7 @@ __all__ = [
 TestDefinition = FixedRateTest | IncrementalTest | SearchTest | RepeatedTest | SweepTest
 
 
-def to_dict(test: TestDefinition) -> dict[str, Any]:
+def to_dict(test: TestDefinition) -> JsonObject:
     """The definition as stored with the results (test.json)."""
     return {"kind": test.KIND, **dataclasses.asdict(test)}
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.fail import FailConditions
+from protocol.json_value import JsonObject
 from protocol.options import (
     OptionError,
     TestOptions,
@@ -105,7 +106,7 @@ class FixedRateTest:
     receivers: int = 1
     flows: tuple[Flow, ...] = ()
     fail: Fail = field(default_factory=Fail)
-    options: dict[str, Any] = field(default_factory=dict)  # more SET options: confirm_window, processes…
+    options: JsonObject = field(default_factory=dict)  # more SET options: confirm_window, processes…
     # A test profile (seed 004 §3.1): (at, rate per client, clients) steps changing the load
     # during the run, e.g. ((0, 100, 2), ("30s", 200, 4)); the first at 0. Overrides rate/parallel
     # for senders.
@@ -113,7 +114,7 @@ class FixedRateTest:
     inspectors: tuple[str, ...] = ()  # "name" or "name=management-url"
     agents: tuple[str, ...] = ()  # agent peer names that join the test (those named in actions do too)
     actions: tuple[Action, ...] = ()  # fault actions on a schedule
-    labels: dict[str, Any] = field(default_factory=dict)
+    labels: JsonObject = field(default_factory=dict)
     name: str = ""
     drain_timeout_s: float = 60.0
 
@@ -166,7 +167,7 @@ class FixedRateTest:
             return self.flows
         return (Flow(self.send_url, self.receive_url, self.senders, self.receivers, self.parallel),)
 
-    def sender_options(self, flow: Flow, test_id: str) -> dict[str, Any]:
+    def sender_options(self, flow: Flow, test_id: str) -> JsonObject:
         send, _ = flow.urls(test_id)
         profile = {}
         if self.profile:
@@ -187,7 +188,7 @@ class FixedRateTest:
             **profile,
         }
 
-    def receiver_options(self, flow: Flow, test_id: str) -> dict[str, Any]:
+    def receiver_options(self, flow: Flow, test_id: str) -> JsonObject:
         _, receive = flow.urls(test_id)
         return {
             **{k: v for k, v in self.options.items() if k not in ("duration",)},

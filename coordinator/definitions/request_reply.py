@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from coordinator.definitions.fixed_rate import DefinitionError, FixedRateTest
+from protocol.json_value import JsonObject
 from protocol.options import parse_delay, parse_seconds
 
 __all__ = ["RequestReplyTest"]
@@ -85,10 +86,10 @@ class RequestReplyTest(FixedRateTest):
         joiner = "&" if request.query else "?"
         return f"{request_url}{joiner}reply_to={address}"
 
-    def _request_reply_options(self) -> dict[str, Any]:
+    def _request_reply_options(self) -> JsonObject:
         return {"request_reply": True, "request_timeout_s": parse_seconds(self.request_timeout)}
 
-    def sender_options(self, flow: Any, test_id: str) -> dict[str, Any]:
+    def sender_options(self, flow: Any, test_id: str) -> JsonObject:
         options = super().sender_options(flow, test_id)
         options.pop("rate_per_s", None)
         return (
@@ -100,7 +101,7 @@ class RequestReplyTest(FixedRateTest):
             }
         )
 
-    def receiver_options(self, flow: Any, test_id: str) -> dict[str, Any]:
+    def receiver_options(self, flow: Any, test_id: str) -> JsonObject:
         options = super().receiver_options(flow, test_id)
         return options | self._request_reply_options() | {"service_time": str(parse_delay(self.service_time))}
 

@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from coordinator.definitions.fixed_rate import DefinitionError, FixedRateTest
+from protocol.json_value import JsonObject
 from protocol.sut_url import split_urls
 
 __all__ = ["IncrementalTest", "RepeatedTest", "SearchTest", "SweepTest"]
@@ -24,7 +25,7 @@ class _OnBase:
         return self.base.name
 
     @property
-    def labels(self) -> dict[str, Any]:
+    def labels(self) -> JsonObject:
         return self.base.labels
 
 
@@ -118,12 +119,12 @@ class SweepTest(_OnBase):
         for point in self.points():
             self.at(point)  # a bad key or value is refused now, not after hours of earlier points
 
-    def points(self) -> list[dict[str, Any]]:
+    def points(self) -> list[JsonObject]:
         return [dict(zip(self.grid, values, strict=True)) for values in itertools.product(*self.grid.values())]
 
-    def at(self, point: dict[str, Any]) -> FixedRateTest:
+    def at(self, point: JsonObject) -> FixedRateTest:
         test = self.base
-        fields: dict[str, Any] = {}
+        fields: dict[str, Any] = {}  # keyword arguments of replace()
         options = dict(test.options)
         query: dict[str, str] = {}
         for key, value in point.items():

@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from coordinator.bus.client import MaestroClient
 from coordinator.definitions import Action
 from coordinator.errors import PeerRequestError
 from coordinator.registry import PeerInfo
+from protocol.json_value import JsonObject
 from protocol.notes import AgentAction, CommandFinished, UserCommand
 
 __all__ = ["Actions"]
@@ -24,7 +24,7 @@ class Actions:
     client: MaestroClient
     agents: list[PeerInfo]
     due: list[Action]  # not fired yet, soonest first
-    events: list[dict[str, Any]] = field(default_factory=list)  # agents' reports, in order
+    events: list[JsonObject] = field(default_factory=list)  # agents' reports, in order
 
     @classmethod
     def of(cls, client: MaestroClient, agents: list[PeerInfo], actions: list[Action]) -> Actions:
