@@ -18,9 +18,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
+from protocol.json_value import JsonObject
 from protocol.runtime import PeerError, UnsupportedError
 
 __all__ = ["HandlerSources", "find_handler", "handler_argv"]
@@ -116,7 +116,7 @@ def find_handler(name: str, directories: list[Path]) -> Path:
     raise UnsupportedError(f"no action or handler {name!r} (handlers in {where})")
 
 
-def handler_argv(path: Path, args: list[str], context: dict[str, Any]) -> list[str]:
+def handler_argv(path: Path, args: list[str], context: JsonObject) -> list[str]:
     if path.suffix == ".py" and not os.access(path, os.X_OK):
         return [sys.executable, "-c", _PYTHON_RUNNER, str(path), json.dumps(context, default=str)]
     return [str(path), *args]

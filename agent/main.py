@@ -125,7 +125,7 @@ class Agent(Peer):
             self.spawn(self._act(note.command, target, params, duration_s))
             return OkResponse()
         path = find_handler(note.command, [*self.sources.directories, *self.agent_config.handler_dirs])
-        context = {
+        context: JsonObject = {
             "command": note.command,
             "args": list(note.args),
             "test_id": self.test_id,

@@ -16,6 +16,7 @@ from typing import Any
 from hdrh.histogram import HdrHistogram
 
 from protocol.hdr import value_at_percentile
+from protocol.json_value import JsonObject
 from protocol.parsing import OptionError, choice, number, parse_seconds
 
 __all__ = ["DEFAULT_STALL_S", "FailConditions"]
@@ -69,7 +70,7 @@ class FailConditions:
             except (ValueError, TypeError) as exc:
                 raise OptionError(f"fail_{f.name}", str(exc)) from exc
 
-    def options(self) -> dict[str, Any]:
+    def options(self) -> JsonObject:
         """As SET options: each field as `fail_<field>`."""
         return {f"fail_{f.name}": getattr(self, f.name) for f in fields(self)}
 

@@ -169,7 +169,7 @@ class Peer:
         # This test's options: typed, with the defaults filled in (what the peer acts on), and as
         # SET gave them with passwords redacted (what it shows: peer.json, STATS, GET).
         self.settings = TestOptions()
-        self.given: dict[str, Any] = {}
+        self.given: JsonObject = {}
         self._parsed: dict[str, Any] = {}  # what `settings` is made from, as SETs add up
         self._options_test = ""  # the test the options are for (see `starts_afresh`)
         self._options_taken = False  # a START_TEST took them
@@ -518,7 +518,7 @@ class Peer:
         )
 
     def _on_get(self, note: GetRequest) -> GetResponse:
-        answers: dict[str, Any] = {
+        answers: JsonObject = {
             "version": VERSION,
             "options": self.given,
             "data_dir": str(self.config.data_dir),

@@ -17,6 +17,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from protocol.json_value import JsonObject
+
 __all__ = ["CLIENT_LIBRARIES", "client_libraries", "host_facts", "testbed_fingerprint", "testbed_record"]
 
 # The distributions whose code sits between a worker and the SUT (the drivers' clients).
@@ -25,7 +27,7 @@ CLIENT_LIBRARIES = ("aio-pika", "aiormq", "python-qpid-proton", "confluent-kafka
 _FINGERPRINTED = ("cpu_model", "cores", "kernel", "virtual")
 
 
-def host_facts(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
+def host_facts(cpuinfo: Path = Path("/proc/cpuinfo")) -> JsonObject:
     """This machine: its name, CPU model, logical cores, kernel release and whether it is a
     virtual machine (the CPU's `hypervisor` flag; None where there is no /proc/cpuinfo)."""
     model, virtual = platform.processor() or platform.machine(), None
@@ -62,7 +64,7 @@ def client_libraries() -> dict[str, str]:
     return found
 
 
-def testbed_record(peer_hosts: Iterable[str]) -> dict[str, Any]:
+def testbed_record(peer_hosts: Iterable[str]) -> JsonObject:
     """test.json's `testbed`: the coordinator's machine, the hosts its peers said they run on,
     and the clients installed with the coordinator (the workers on this machine run these; on
     other hosts, the lab's installation keeps them alike)."""

@@ -15,9 +15,11 @@ import json
 import logging
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from hdrh.histogram import HdrHistogram
 
 from protocol.figures import (
     LittlesLaw,
@@ -312,7 +314,7 @@ _NAGLE_US = (36_000, 50_000)
 _NAGLE_SHARE = 0.25
 
 
-def _nagle_hints(histograms: dict[str, Any]) -> list[str]:
+def _nagle_hints(histograms: Mapping[str, HdrHistogram]) -> list[str]:
     """A hint for each series with a quarter or more of its samples at 36-50 ms."""
     hints = []
     for name, histogram in histograms.items():

@@ -169,10 +169,10 @@ class FixedRateTest:
 
     def sender_options(self, flow: Flow, test_id: str) -> JsonObject:
         send, _ = flow.urls(test_id)
-        profile = {}
+        profile: JsonObject = {}
         if self.profile:
             steps = [list(step) for step in self.profile]
-            profile = {"profile": steps, "parallel_count": max(int(step[2]) for step in steps)}
+            profile = {"profile": steps, "parallel_count": max(int(step[2]) for step in self.profile)}
         script = {
             "rate": self.rate if flow.rate is None else flow.rate,
             "size": self.size,
