@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 import signal
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,7 +159,7 @@ def _address(value: Any, where: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _proxies(table: dict[str, Any], path: Path) -> dict[str, ProxyConfig]:
+def _proxies(table: Mapping[str, Any], path: Path) -> dict[str, ProxyConfig]:
     proxies = {}
     for name, entry in table.items():
         where = f"{path}: [proxies.{name}]"
@@ -170,7 +171,7 @@ def _proxies(table: dict[str, Any], path: Path) -> dict[str, ProxyConfig]:
     return proxies
 
 
-def _networks(table: dict[str, Any], path: Path) -> dict[str, NetworkConfig]:
+def _networks(table: Mapping[str, Any], path: Path) -> dict[str, NetworkConfig]:
     networks = {}
     for name, entry in table.items():
         where = f"{path}: [networks.{name}]"

@@ -24,7 +24,7 @@ __all__ = ["DEFAULT_STALL_S", "FailConditions"]
 DEFAULT_STALL_S = 30.0
 
 
-def _parses(parser: Callable[[Any], Any]) -> dict[str, Any]:
+def _parses(parser: Callable[[Any], Any]) -> dict[str, Callable[[Any], Any]]:
     return {"parse": parser}
 
 

@@ -223,7 +223,7 @@ def _http_url(value: Any) -> str:
     return url
 
 
-def _parses(parser: Callable[[Any], Any]) -> dict[str, Any]:
+def _parses(parser: Callable[[Any], Any]) -> dict[str, Callable[[Any], Any]]:
     return {"parse": parser}
 
 
@@ -314,9 +314,9 @@ IN_THE_URL = {
 }
 
 
-def parse_options(raw: Mapping[str, Any]) -> dict[str, Any]:
+def parse_options(raw: Mapping[str, Any]) -> dict[str, object]:
     """Parse every option or none: raises OptionError naming the first bad one."""
-    parsed: dict[str, Any] = {}
+    parsed: dict[str, object] = {}
     for name in sorted(raw):
         parser = OPTIONS.get(name)
         if name in IN_THE_URL:

@@ -170,7 +170,7 @@ class Peer:
         # SET gave them with passwords redacted (what it shows: peer.json, STATS, GET).
         self.settings = TestOptions()
         self.given: JsonObject = {}
-        self._parsed: dict[str, Any] = {}  # what `settings` is made from, as SETs add up
+        self._parsed: dict[str, object] = {}  # what `settings` is made from, as SETs add up
         self._options_test = ""  # the test the options are for (see `starts_afresh`)
         self._options_taken = False  # a START_TEST took them
         self.topics = Topics(config.topic_prefix)

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,7 @@ def _known(cls: type, table: dict[str, Any], where: str) -> dict[str, Any]:
     return table
 
 
-def build_test(kind: str, table: dict[str, Any]) -> TestDefinition:
+def build_test(kind: str, table: Mapping[str, Any]) -> TestDefinition:
     """A test from plain values (a TOML file's, or the command line's)."""
     if kind not in KINDS:
         raise DefinitionError(f"unknown test kind {kind!r} (known: {', '.join(KINDS)})")
@@ -132,7 +133,7 @@ def read_test_file(path: Path) -> tuple[dict[str, Any], str]:
         raise DefinitionError(f"{path}: not valid TOML: {exc}") from exc
 
 
-def load_test_file(path: Path, overrides: dict[str, Any] | None = None) -> tuple[TestDefinition, str]:
+def load_test_file(path: Path, overrides: Mapping[str, Any] | None = None) -> tuple[TestDefinition, str]:
     """The test a file declares, with `overrides` (a table of the same shape: the command
     line's flags) over its values, and the file's text (stored with the results)."""
     table, text = read_test_file(path)
