@@ -10,10 +10,13 @@ record lacks its default, so the results of earlier versions still read.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
+from protocol.atomic import write_text_atomically
 from protocol.json_value import JsonObject
 
 __all__ = [
@@ -33,7 +36,9 @@ __all__ = [
     "TestFigures",
     "TimeFigures",
     "TopicCounters",
+    "read_summary_json",
     "sut_counters_from_json",
+    "write_summary_json",
 ]
 
 # The keys of summary.json: DESIGN.md's, which tools outside the code rely on, and the two on
@@ -671,3 +676,20 @@ class TestFigures:
     def hints_all(self) -> Sequence[str]:
         """The figures' hints and the closed system's, for a person to read."""
         return (*self.hints, *(self.request_reply.hints if self.request_reply else ()))
+
+
+def write_summary_json(directory: Path, summary: JsonObject) -> Path:
+    """A report's `summary.json` (`TestFigures.summary_json`, and a baseline's comparison where
+    there is one), whole or not at all; its path."""
+    path = directory / "summary.json"
+    write_text_atomically(path, json.dumps(summary, indent=2))
+    return path
+
+
+def read_summary_json(path: Path) -> TestFigures:
+    """A report's `summary.json` as figures (what it leaves out keeps its default); a ValueError
+    naming the file when it is not one."""
+    try:
+        return TestFigures.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: not a test's summary ({exc})") from exc

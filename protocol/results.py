@@ -23,8 +23,10 @@ from protocol.atomic import write_text_atomically
 from protocol.file_check import DamagedFileError, FileCheck
 from protocol.json_value import JsonObject
 from protocol.secrets import redact
+from protocol.sequences import encode_bitset, load_bitset
 
 __all__ = [
+    "SEQUENCES_FILE",
     "ClientSent",
     "InspectorSummary",
     "PeerRecord",
@@ -36,8 +38,14 @@ __all__ = [
     "SenderAccount",
     "SenderDeliveries",
     "read_peer_json",
+    "read_sequences",
     "write_peer_json",
+    "write_sequences",
 ]
+
+# A receiver's sequence numbers received, per sender: the reports merge several receivers'
+# to tell lost from duplicated across them.
+SEQUENCES_FILE = "receiver-sequences.json"
 
 
 def _counts(value: Mapping[str, int] | None) -> dict[str, int]:
@@ -468,6 +476,28 @@ def write_peer_json(directory: Path, record: PeerRecord) -> None:
     data = json.loads(json.dumps(redact(record.to_json()), default=str))  # as a reader will parse it
     data[_SELF_CHECK] = _sha256_of(data)
     write_text_atomically(directory / "peer.json", json.dumps(data, indent=2, sort_keys=True))
+
+
+def write_sequences(directory: Path, bitsets: Mapping[str, bytes]) -> None:
+    """`receiver-sequences.json`: per sender key (16 hex digits), the bitset of the sequence
+    numbers received (bit n: sequence n), compressed and base64-encoded; whole or not at all."""
+    text = json.dumps({key: encode_bitset(bits) for key, bits in bitsets.items()})
+    write_text_atomically(directory / SEQUENCES_FILE, text)
+
+
+def read_sequences(directory: Path) -> dict[str, bytes]:
+    """A receiver's `receiver-sequences.json` (none: no bitsets); a ValueError naming the file
+    when it is not one."""
+    path = directory / SEQUENCES_FILE
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    try:
+        data = json.loads(text)
+        return {str(key): load_bitset(value) for key, value in data.items()}
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{path}: not a receiver's sequences ({type(exc).__name__}: {exc})") from exc
 
 
 def read_peer_json(path: Path) -> PeerRecord:

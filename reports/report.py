@@ -17,7 +17,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from protocol.figures import RequestReplyFigures, SutCounters, TestFigures
+from protocol.figures import RequestReplyFigures, SutCounters, TestFigures, read_summary_json, write_summary_json
 from protocol.json_value import JsonObject
 from protocol.options import megabytes_per_s
 from protocol.test_record import Outage, PeerClock, TestRecord
@@ -169,7 +169,7 @@ def build_report(
     out = test_dir / "report"
     out.mkdir(exist_ok=True)
     shutil.copyfile(PLOTLY_JS, out / "plotly.min.js")
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_summary_json(out, summary)
     outcome = record.outcome or "unknown"
     untrusted = figures.latency_untrusted
     leg = "request leg" if figures.request_reply is not None else "latency"  # a closed system's is one leg
@@ -181,9 +181,12 @@ def build_report(
         {"figure": "send rate, mean msg/s", "value": figures.send_rate.mean},
         {"figure": "receive rate, mean msg/s", "value": figures.receive_rate.mean},
         *_megabytes(figures, record.definition.get("size")),
+        *_response_time_rows(figures.request_reply),
         *(
             [{"figure": leg, "value": f"no figure: {untrusted}"}]
             if untrusted
+            else [{"figure": leg, "value": "none: no message arrived after the warm-up"}]
+            if not figures.latency_samples
             else ({"figure": f"{leg} {k}, ms", "value": v / 1000} for k, v in figures.latency_us.items())
         ),
         {"figure": "duration, s", "value": figures.duration_s},
@@ -389,7 +392,10 @@ def _request_reply_section(rr: RequestReplyFigures | None) -> str:
     counts.append({"figure": "think time planned, ms", "value": rr.think_time_mean_s * 1000})
     counts.append({"figure": "think time lived, ms", "value": rr.think_time_measured_s * 1000})
     legs = [
-        {"time": label, **{k: getattr(getattr(rr, key), k) / 1000 for k in ("p50", "p90", "p99", "max", "mean")}}
+        # A time with no sample is none, not 0 ms (a test with no reply in time has no response time).
+        {"time": label, **{k: getattr(times, k) / 1000 for k in ("p50", "p90", "p99", "max", "mean")}}
+        if (times := getattr(rr, key)).samples
+        else {"time": label, "p50": "none: no sample"}
         for label, key in (
             ("response (intended → reply)", "response_time_us"),
             ("request leg", "request_leg_us"),
@@ -398,6 +404,12 @@ def _request_reply_section(rr: RequestReplyFigures | None) -> str:
         )
     ]
     spread = rr.legs_uncertainty_us
+    littles_law = (
+        f"<p>Little's law: {law.clients:g} clients waiting or thinking; throughput x (response + think as lived)"
+        f" = {law.throughput_x_time:.2f} ({law.deviation_percent:+.1f} %).</p>"
+        if rr.response_time_us.samples
+        else "<p>Little's law: not checked, with no response time to check it by.</p>"
+    )
     return (
         "<h2>Request/reply</h2>"
         + table(counts, ["figure", "value"])
@@ -405,9 +417,20 @@ def _request_reply_section(rr: RequestReplyFigures | None) -> str:
         + (f", ± {spread / 1000:.3f} ms" if spread else " (one host, one clock)")
         + ".</p>"
         + table(legs, ["time", "p50", "p90", "p99", "max", "mean"])
-        + f"<p>Little's law: {law.clients:g} clients waiting or thinking; throughput x (response + think as lived)"
-        f" = {law.throughput_x_time:.2f} ({law.deviation_percent:+.1f} %).</p>"
+        + littles_law
     )
+
+
+def _response_time_rows(rr: RequestReplyFigures | None) -> list[Row]:
+    """A closed system's headline: its response time (intended send to reply), before its legs."""
+    if rr is None:
+        return []
+    times = rr.response_time_us
+    if not times.samples:
+        return [{"figure": "response time", "value": "none: no reply came in time"}]
+    return [
+        {"figure": f"response time {k}, ms", "value": getattr(times, k) / 1000} for k in ("p50", "p90", "p99", "max")
+    ]
 
 
 def _faults_section(faults: list[JsonObject]) -> str:
@@ -463,8 +486,8 @@ def _read_summary(path: Path) -> TestFigures | None:
     """A report's summary.json, or None where there is none or it is no summary (the index then
     shows the figures test.json holds)."""
     try:
-        return TestFigures.from_json(json.loads(path.read_text()))
-    except (OSError, ValueError) as exc:
+        return read_summary_json(path)
+    except ValueError as exc:
         if path.exists():
             log.warning("%s: not a summary (%s); the index shows test.json's figures", path, exc)
         return None

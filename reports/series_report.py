@@ -13,7 +13,6 @@ id, outcome and reason.
 from __future__ import annotations
 
 import html
-import json
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from protocol.figures import write_summary_json
 from protocol.test_record import Estimate, PhaseRow, TestRecord
 from reports.page import ERRORS_JS, PLOTLY_JS, STYLE, figure, summary_json, table
 from reports.summary import summarize
@@ -38,7 +38,7 @@ def build_series_report(test_dir: Path, record: TestRecord) -> Path:
     stands_for = record.max_sustainable or record.best or (steps[-1] if steps else None)
     figures = summarize(test_dir.parent / stands_for.test_id) if stands_for else summarize(test_dir)
     summary = summary_json(figures, record) | {"test_id": test_dir.name}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_summary_json(out, summary)
 
     sections = []
     if kind == "repeated":

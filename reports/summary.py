@@ -11,7 +11,6 @@ leave the warm-up out. Rates cut it at the first whole second after the senders'
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections import Counter
@@ -35,8 +34,16 @@ from protocol.file_check import DamagedFileError, verify_file
 from protocol.hdr import new_histogram, read_intervals, read_total
 from protocol.live import BUSY_CPU_PERCENT, BUSY_LOOP_LAG_MS
 from protocol.ratefile import PIECE_SUFFIX, RatePiece, RateSeconds, rate_seconds, whole_second_at_or_after
-from protocol.results import ClientSent, PeerRecord, ReceiverAccount, SelfMonitorSummary, SenderAccount, read_peer_json
-from protocol.sequences import load_bitset, merge_bitsets
+from protocol.results import (
+    ClientSent,
+    PeerRecord,
+    ReceiverAccount,
+    SelfMonitorSummary,
+    SenderAccount,
+    read_peer_json,
+    read_sequences,
+)
+from protocol.sequences import merge_bitsets
 from protocol.test_record import TestRecord
 from reports.accounting import accounting, sut_counters, sut_of
 from reports.clocks import Correction, clock_corrections, left_to_shift, shifted
@@ -175,10 +182,8 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: TestRecord | N
         for key, counts in got.per_sender.items():
             deliveries[key] += counts.deliveries
             out_of_order[key] += counts.out_of_order
-        sequences = directory / "receiver-sequences.json"
-        if sequences.exists():
-            for key, text in json.loads(sequences.read_text()).items():
-                bitsets.setdefault(key, []).append(load_bitset(text))
+        for key, bits in read_sequences(directory).items():
+            bitsets.setdefault(key, []).append(bits)
     receives = receive_seconds(peers, cut_us)
 
     received = lost = duplicates = 0

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import multiprocessing
 import multiprocessing.synchronize
 import queue
@@ -29,8 +28,8 @@ from protocol.failures import describe
 from protocol.hdr import clear, new_histogram
 from protocol.live import LiveCounters
 from protocol.ratefile import RateFileWriter
-from protocol.results import ReceiverAccount, SendCounts, SenderDeliveries
-from protocol.sequences import encode_bitset, union_bitsets
+from protocol.results import SEQUENCES_FILE, ReceiverAccount, SendCounts, SenderDeliveries, write_sequences
+from protocol.sequences import union_bitsets
 from worker.drivers.base import DriverError, GroupShare
 from worker.latency import LatencyRecorder
 from worker.receiver import ReceiverPlan, ReceiverRun
@@ -417,7 +416,7 @@ class MultiProcessReceiver(ReceiverRun):
 
     def files(self) -> list[str]:
         children = sorted(name for report in self._done.values() for name in report.files)
-        return [*children, "receiver-latency.hlog", "receiver-service-latency.hlog", "receiver-sequences.json"]
+        return [*children, "receiver-latency.hlog", "receiver-service-latency.hlog", SEQUENCES_FILE]
 
     async def close(self) -> None:
         self._children_stop.set()
@@ -430,7 +429,6 @@ class MultiProcessReceiver(ReceiverRun):
         self._drain_reports()
         self.rate_file.close()  # its own holds no rows: the children's files carry them
         self.latency.close()
-        sequences = {key: encode_bitset(bits) for key, bits in self._merged_bitsets().items()}
-        (self._directory / "receiver-sequences.json").write_text(json.dumps(sequences))
+        write_sequences(self._directory, self._merged_bitsets())
         with contextlib.suppress(Exception):
             self._reports.close()

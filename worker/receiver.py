@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import random
 import time
@@ -29,8 +28,8 @@ from protocol.live import LiveCounters
 from protocol.options import Delay
 from protocol.precise_timer import PreciseTimer
 from protocol.ratefile import RateFileWriter
-from protocol.results import ReceiverAccount, ReplierAccount, SenderDeliveries
-from protocol.sequences import SequenceTracker, dump_bitsets
+from protocol.results import SEQUENCES_FILE, ReceiverAccount, ReplierAccount, SenderDeliveries, write_sequences
+from protocol.sequences import SequenceTracker
 from worker.drivers import driver_for_client
 from worker.drivers.base import FIRST_CONNECT_S, Burst, Driver, DriverError, GroupShare, SendError, connect_within
 from worker.heap import HeapHold
@@ -386,7 +385,7 @@ class ReceiverRun:
 
     def files(self) -> list[str]:
         names = self.rate_file.names()
-        return [*names, "receiver-latency.hlog", "receiver-service-latency.hlog", "receiver-sequences.json"]
+        return [*names, "receiver-latency.hlog", "receiver-service-latency.hlog", SEQUENCES_FILE]
 
     async def close(self) -> None:
         self._heap.release()  # first: a close that fails must not leave the daemon's heap frozen
@@ -402,8 +401,7 @@ class ReceiverRun:
         self.rate_file.close()
         self.latency.close()
         if self.latency.directory is not None:  # else a parent process writes it, merged
-            path = self.latency.directory / "receiver-sequences.json"
-            path.write_text(json.dumps(dump_bitsets(self.trackers)))
+            write_sequences(self.latency.directory, {f"{key:016x}": t.bitset for key, t in self.trackers.items()})
 
     # --- the Run surface ----------------------------------------------------------------------
 

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from protocol.figures import SUMMARY_KEYS, Accounting, PeerFigures, RequestReplyFigures, TestFigures
+from protocol.figures import (
+    SUMMARY_KEYS,
+    Accounting,
+    PeerFigures,
+    RequestReplyFigures,
+    TestFigures,
+    read_summary_json,
+    write_summary_json,
+)
 
 GOLDEN = Path(__file__).parent / "golden"
 # Real runs of 2026-11-28 on this tree: `maestro demo` (Kafka through tansu, its report's
@@ -88,3 +96,14 @@ def test_summary_json_has_no_latency_where_it_is_no_figure() -> None:
     summary = figures.judged("latency not measured: 3 samples clamped").summary_json("invalid", "why")
     assert summary["latency_us"] is None and summary["latency_untrusted"] == "latency not measured: 3 samples clamped"
     assert (summary["outcome"], summary["reason"]) == ("invalid", "why")
+
+
+def test_a_summary_json_is_written_whole_and_read_back_as_figures(tmp_path: Path) -> None:
+    figures = TestFigures(test_id="t1", sent=10, received=9, lost=1)
+    path = write_summary_json(tmp_path, figures.summary_json("failed", "lost 1 of 10"))
+    assert tuple(json.loads(path.read_text())) == SUMMARY_KEYS
+    back = read_summary_json(path)
+    assert (back.test_id, back.sent, back.received, back.lost) == ("t1", 10, 9, 1)
+    path.write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"summary\.json: not a test's summary"):
+        read_summary_json(path)

@@ -5,11 +5,13 @@ hand-worked sums."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from protocol.results import (
+    SEQUENCES_FILE,
     ClientSent,
     PeerRecord,
     ReceiverAccount,
@@ -17,7 +19,9 @@ from protocol.results import (
     SenderAccount,
     SenderDeliveries,
     read_peer_json,
+    read_sequences,
     write_peer_json,
+    write_sequences,
 )
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -93,3 +97,14 @@ def test_a_sender_account_writes_only_what_its_kind_has() -> None:
     assert scheduled.to_json()["retries"] == 0 and "request_reply" not in scheduled.to_json()
     assert json.loads(json.dumps(scheduled.to_json()))["senders"] == {"ab": {"client": 0, "sent": 2}}
     assert SenderAccount.from_json(scheduled.to_json()) == scheduled
+
+
+def test_a_receivers_sequences_are_written_whole_and_read_back_bit_for_bit(tmp_path: Path) -> None:
+    bitsets = {f"{0xC3:016x}": bytes([0b101, 0, 0xFF]), f"{7:016x}": b""}
+    write_sequences(tmp_path, bitsets)
+    assert read_sequences(tmp_path) == bitsets
+    assert [p.name for p in tmp_path.iterdir()] == [SEQUENCES_FILE]  # no temporary file left beside it
+    assert read_sequences(tmp_path / "no-receiver-here") == {}
+    (tmp_path / SEQUENCES_FILE).write_text('{"00000000000000c3": "not base64 of zlib"}')
+    with pytest.raises(ValueError, match=re.escape(SEQUENCES_FILE) + ": not a receiver's sequences"):
+        read_sequences(tmp_path)
