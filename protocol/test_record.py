@@ -357,6 +357,14 @@ class TestRecord:
         """When it ended, where it did."""
         return None if self.ended is UNSET else self.ended
 
+    @property
+    def message_size(self) -> object:
+        """The definition's message size as it was given (bytes, "1KiB", a range), a series' from
+        the test it repeats or steps through; None where it has none."""
+        size = self.definition.get("size")
+        base = self.definition.get("base")
+        return base.get("size") if size is None and isinstance(base, Mapping) else size
+
     def noted(self, note: str) -> TestRecord:
         """The record with one more note."""
         return replace(self, notes=(*(self.notes or ()), note))

@@ -180,7 +180,7 @@ def build_report(
         {"figure": "duplicates", "value": figures.duplicates},
         {"figure": "send rate, mean msg/s", "value": figures.send_rate.mean},
         {"figure": "receive rate, mean msg/s", "value": figures.receive_rate.mean},
-        *_megabytes(figures, record.definition.get("size")),
+        *_megabytes(figures, record.message_size),
         *_response_time_rows(figures.request_reply),
         *(
             [{"figure": leg, "value": f"no figure: {untrusted}"}]

@@ -112,7 +112,7 @@ class TestResult:
                     f" ({law.deviation_percent:+.1f} %)"
                 )
         if s.error is None:
-            size = self.record.definition.get("size")
+            size = self.record.message_size
             if self.steps:  # a series: its figures are one phase's, which says so
                 text += f"\n  figures of {self._stands_for()}:"
             text += (
@@ -131,7 +131,7 @@ class TestResult:
                 f" (received {best.receive_rate or 0:,.1f} msg/s; {best.test_id})"
             )
         for name, e in (self.record.statistics or {}).items():
-            text += f"\n  {_estimate_line(name, e)}"
+            text += f"\n  {_estimate_line(name, e, self.record.message_size)}"
         for row in self.record.comparison or ():
             point = ", ".join(f"{k}={v}" for k, v in (row.point or {}).items())
             p99 = (row.latency_us.p99 if row.latency_us else 0) / 1000
@@ -139,13 +139,15 @@ class TestResult:
         return text
 
 
-def _estimate_line(name: str, e: Estimate) -> str:
-    """A repeated test's figure as its mean and 95 % interval: times in ms, rates per second."""
+def _estimate_line(name: str, e: Estimate, size: object = None) -> str:
+    """A repeated test's figure as its mean and 95 % interval: times in ms, rates per second,
+    a message rate's mean in MB/s beside it where the size is known."""
     (low, high), label = e.ci95, name.removesuffix("_us").replace("_", " ")
     if name.endswith("_us"):
         return f"{label}: mean {e.mean / 1000:,.3f} ms, 95% CI [{low / 1000:,.3f}, {high / 1000:,.3f}] ms (n={e.n})"
-    unit = "requests/s" if name == "throughput" else "msg/s"
-    return f"{label}: mean {e.mean:,.1f} {unit}, 95% CI [{low:,.1f}, {high:,.1f}] {unit} (n={e.n})"
+    if name == "throughput":
+        return f"{label}: mean {e.mean:,.1f} requests/s, 95% CI [{low:,.1f}, {high:,.1f}] requests/s (n={e.n})"
+    return f"{label}: mean {_rate(e.mean, size)}, 95% CI [{low:,.1f}, {high:,.1f}] msg/s (n={e.n})"
 
 
 def _rate(per_s: float, size: object) -> str:

@@ -116,3 +116,15 @@ def test_a_series_says_which_phase_its_figures_are() -> None:
     failed = TestResult("r", "failure", "run03: ...", _summary(), TestRecord("r", kind="repeated"), "", phases)
     assert "  figures of r.run03, the last phase:" in str(failed).splitlines()
     assert "figures of" not in str(phases[0])  # one run's figures are its own
+
+
+def test_a_series_rates_carry_mb_per_s_from_the_size_of_the_test_it_repeats() -> None:
+    """A series' definition holds its size in `base`: its lines had no MB/s at all."""
+    statistics = {"receive_rate": {"mean": 10_000.0, "ci95": [9_000.0, 11_000.0], "n": 3}}
+    record = TestRecord.from_json(
+        {"kind": "repeated", "definition": {"kind": "repeated", "base": {"size": 1024}}, "statistics": statistics}
+    )
+    first = TestResult("r01", "success", None, _summary(), record, "")
+    lines = str(TestResult("rep", "success", None, _summary(), record, "", steps=[first], best=first)).splitlines()
+    assert "  send rate 10,000.0 msg/s (10.24 MB/s)  receive rate 9,500.0 msg/s (9.73 MB/s)" in lines
+    assert lines[-1] == "  receive rate: mean 10,000.0 msg/s (10.24 MB/s), 95% CI [9,000.0, 11,000.0] msg/s (n=3)"
