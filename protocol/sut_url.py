@@ -166,10 +166,15 @@ class Endpoint:
     def destination_for(self, client: int) -> str:
         """The destination of client number `client`: `perf-test-%d` with `destinations=1-100`
         spreads clients over perf-test-1 .. perf-test-100 (seed 002's 100 queues)."""
-        if "%d" not in self.destination:
-            return self.destination
+        return self.numbered(self.destination, client)
+
+    def numbered(self, text: str, client: int) -> str:
+        """`text` with every %d in it the number of client `client`'s destination (`orders-%d`
+        and `routing_key=rk-%d` with `destinations=1-2`: client 1 sends to orders-2 by rk-2)."""
+        if "%d" not in text:
+            return text
         low, high = self.options["destinations"]  # parse_sut_url refuses a %d without them
-        return self.destination.replace("%d", str(low + client % (high - low + 1)))
+        return text.replace("%d", str(low + client % (high - low + 1)))
 
     def ssl_context(self) -> ssl.SSLContext | None:
         if not self.tls:
@@ -226,6 +231,11 @@ def parse_sut_url(url: str) -> Endpoint:
         raise SutUrlError(
             f"{safe}: a %d in the destination and destinations=LOW-HIGH go together; {missing} is missing "
             "(perf-test-%d?destinations=1-100 spreads the clients over perf-test-1 .. perf-test-100)"
+        )
+    if "%d" in str(options.get("routing_key", "")) and "destinations" not in options:
+        raise SutUrlError(
+            f"{safe}: routing_key's %d is the client's destination number: it needs a %d in the destination "
+            "and destinations=LOW-HIGH (orders-%d?destinations=1-4&exchange=x&routing_key=rk-%d)"
         )
     return Endpoint(
         url=url,

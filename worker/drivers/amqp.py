@@ -97,7 +97,7 @@ class AmqpDriver(Driver):
         self.delivery_mode = (
             aio_pika.DeliveryMode.PERSISTENT if o.get("persistent", False) else aio_pika.DeliveryMode.NOT_PERSISTENT
         )
-        self.routing_key: str = o.get("routing_key", self.destination)
+        self.routing_key: str = endpoint.numbered(o.get("routing_key", self.destination), client)
         self._connection: AbstractRobustConnection | None = None
         self._channel: AbstractChannel | None = None
         self._exchange: AbstractExchange | None = None

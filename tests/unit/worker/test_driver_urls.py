@@ -117,6 +117,16 @@ def test_destinations_spread_clients_over_numbered_queues() -> None:
         "perf-test-51",
     ]
     assert parse_endpoint("amqp://h/plain")[1].destination_for(7) == "plain"
+    # Every %d is the number: a name that repeats it repeats the number.
+    assert parse_endpoint("amqp://h/t%d-q%d?destinations=3-4")[1].destination_for(1) == "t4-q4"
+
+
+def test_a_routing_keys_percent_d_is_the_clients_destination_number() -> None:
+    """`routing_key=rk-%d` was sent literally: every client published with the key "rk-%d"."""
+    url = "amqp://h/orders-%d?destinations=1-2&exchange=x&routing_key=rk-%d"
+    keys = [(d.destination, d.routing_key) for d in (AmqpDriver(parse_endpoint(url)[1], c) for c in range(3))]
+    assert keys == [("orders-1", "rk-1"), ("orders-2", "rk-2"), ("orders-1", "rk-1")]
+    assert AmqpDriver(parse_endpoint("amqp://h/q?exchange=x&routing_key=k")[1], 5).routing_key == "k"
 
 
 @pytest.mark.parametrize(
@@ -144,6 +154,7 @@ def test_destinations_spread_clients_over_numbered_queues() -> None:
         ("kafka://h/topic?destinations=1-10", "a %d in the destination (only %d is replaced) is missing"),
         ("amqp://h/q-%05d?destinations=1-10", "a %d in the destination (only %d is replaced) is missing"),
         ("amqp://h/q-%d", "go together; destinations=LOW-HIGH is missing"),
+        ("amqp://h/q?exchange=x&routing_key=rk-%d", "routing_key's %d is the client's destination number"),
         ("mqtt://h/", "names no queue, topic or address"),
         ("mqtt:///t", "names no host"),
         ("mqtt://h:99999/t", "out of range"),
