@@ -41,6 +41,7 @@ __all__ = [
     "Run",
     "Shift",
     "analyse",
+    "distribution_from",
     "gate",
     "history_page",
     "history_table",
@@ -112,6 +113,9 @@ class Run:
     reason: str | None = None
     workload: str = ""  # reports.run_facts.workload_hash of its definition
     testbed: str = ""  # protocol.testbed.testbed_fingerprint of its testbed
+    # Its latency after the warm-up as (percentile, µs), the whole curve the gate compares; none
+    # where the latency is no figure, or a closed system's (its response time has no curve).
+    distribution: tuple[tuple[float, float], ...] = ()
 
     @property
     def excluded(self) -> str | None:
@@ -140,7 +144,30 @@ def run_of(record: TestRecord) -> Run | None:
         reason=record.reason,
         workload=workload_hash(record.definition),
         testbed=testbed_fingerprint(record.testbed),
+        distribution=_distribution_of(figures),
     )
+
+
+def _distribution_of(figures: TestFigures) -> tuple[tuple[float, float], ...]:
+    if figures.request_reply is not None or figures.latency_untrusted or not figures.latency_samples:
+        return ()
+    return tuple((float(p), float(us)) for p, us in figures.latency_distribution_us)
+
+
+def distribution_from(value: object) -> tuple[tuple[float, float], ...]:
+    """A run's distribution as JSON gave it back ([[percentile, µs], ...]); () for none or a
+    value that is no such list."""
+    if not isinstance(value, list | tuple):
+        return ()
+    points = []
+    for point in value:
+        if not isinstance(point, list | tuple) or len(point) != 2:
+            return ()
+        p, us = (_number(v) for v in point)
+        if p is None or us is None:
+            return ()
+        points.append((p, us))
+    return tuple(points)
 
 
 def facts_of(record: TestRecord) -> JsonObject:
@@ -228,6 +255,7 @@ def runs_from_dicts(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
             reason=r.get("reason"),
             workload=str(r.get("workload") or ""),
             testbed=str(r.get("testbed") or ""),
+            distribution=distribution_from(r.get("distribution")),
         )
         for r in rows
     ]

@@ -29,6 +29,7 @@ from sqlalchemy.engine import Connection, Engine
 from protocol.json_value import JsonObject
 from protocol.test_record import TestRecord
 from reports.history import FIGURES, Run, facts_of, run_of
+from reports.history import distribution_from as _distribution
 from reports.paths import result_dirs
 from reports.summary import read_test_record
 
@@ -68,6 +69,7 @@ RUNS = sa.Table(
     sa.Column("path", sa.Text, nullable=False),
     sa.Column("record_bytes", sa.BigInteger, nullable=False),
     sa.Column("record_mtime_ns", sa.BigInteger, nullable=False),
+    sa.Column("latency_distribution", sa.JSON),  # [[percentile, µs], ...] (revision 0002)
 )
 
 
@@ -111,6 +113,7 @@ def index_row(record: TestRecord, test_dir: Path, size: int, mtime_ns: int) -> J
         "path": str(test_dir),
         "record_bytes": size,
         "record_mtime_ns": mtime_ns,
+        "latency_distribution": [list(point) for point in run.distribution] if run else None,
     }
 
 
@@ -128,6 +131,7 @@ def _run_of_row(row: Any) -> Run:
         reason=row.reason,
         workload=row.workload_hash,
         testbed=row.testbed_hash,
+        distribution=_distribution(row.latency_distribution),
     )
 
 

@@ -9,7 +9,10 @@ The newest run is judged two ways, and either finds a regression:
 - a lasting change: the last change point among the comparable runs (reports.history) made a
   figure worse beyond its threshold;
 - one night: the newest run is worse than the median of the comparable runs since their last
-  change point by more than the threshold.
+  change point by more than the threshold;
+- its whole latency curve: at a percentile the figures do not gate (p90, p99.99…), the newest
+  run is worse than the comparable runs' median beyond both the latency threshold and that
+  percentile's own noise band (a tail that moved where p99 did not).
 
 Noise is each figure's own, on this testbed, from those same runs: a robust standard deviation
 (1.4826 x the median absolute deviation, so that one outlier night does not widen it), relative
@@ -28,6 +31,8 @@ from enum import StrEnum
 from protocol.codes import ExitCode
 from protocol.json_value import JsonObject
 from reports.history import COUNTED, FIGURES, Figure, History, Run, gate, how_worse, worse_by
+
+_P999 = next(fig for fig in FIGURES if fig.key == "latency_p999_us")  # a latency: higher is worse
 
 __all__ = ["GateRules", "GateVerdict", "Noise", "Threshold", "Verdict", "judge", "noise_of", "not_measured"]
 
@@ -165,6 +170,8 @@ def judge(history: History, rules: GateRules) -> GateVerdict:
             noise[fig.key] = found
         elif found is not None:
             (regressions if found[0] is Verdict.REGRESSION else doubts).append(found[1])
+    if (shape := _distribution_finding(history, before, rules)) is not None:
+        regressions.append(shape)
     # A change that lasts is a regression whatever the noise of the night against its median.
     limits = {fig.key: limit for fig in FIGURES if (limit := _change_limit(fig, before, noise, rules)) is not None}
     regressions += [f"{why} (a change point)" for why in gate(history, limits)]
@@ -236,6 +243,44 @@ def _judge_figure(
     if noisy:
         return Verdict.INCONCLUSIVE, f"{fig.title}: noise ±{_noise(fig, noise)} on this testbed, threshold {threshold}"
     return noise
+
+
+# The percentiles of a run's latency curve the figures do not gate already (p50, p99, p99.9),
+# short of its ends: the least and the most are one message each.
+_CURVE_PERCENTILES = (10.0, 25.0, 75.0, 90.0, 95.0, 99.5, 99.95, 99.99)
+
+
+def _distribution_finding(history: History, before: list[Run], rules: GateRules) -> str | None:
+    """Why the newest run's latency curve is worse than the comparable runs', or None. Each
+    percentile is held to the median of the runs since the latency's last change point, beyond
+    both the latency threshold and 3 robust standard deviations of that percentile over those
+    runs: never a doubt, as a tail noisier than its threshold says nothing either way."""
+    newest = history.runs[-1]
+    curve = dict(newest.distribution)
+    since = [r for r in _since_last_change(history, _P999, before) if r.distribution]
+    if not curve or len(since) < rules.min_runs:
+        return None
+    beyond: list[tuple[float, str, str]] = []  # (how far past its band, percentile, why)
+    for p in _CURVE_PERCENTILES:
+        values = [v for r in since if (v := dict(r.distribution).get(p)) is not None]
+        value = curve.get(p)
+        if value is None or len(values) < rules.min_runs:
+            continue
+        noise = noise_of(values)
+        band = max(rules.latency_rise.of(noise.sigma), noise.band)
+        worse = worse_by(_P999, noise.median, value)
+        if worse > band:
+            why = (
+                f"Latency p{p:g} rose {100 * worse:.1f} % ({value / 1000:.3f} ms against {noise.median / 1000:.3f} ms;"
+                f" threshold {rules.latency_rise}, noise ±{100 * noise.band:.1f} % (3 sigma of {noise.runs} runs)):"
+                f" {newest.test_id}'s latency curve against the median of {noise.runs} comparable runs"
+            )
+            beyond.append((worse / band, f"p{p:g}", why))
+    if not beyond:
+        return None
+    worst = max(beyond, key=lambda b: b[0])  # the first of equals: the lower percentile
+    others = [name for _, name, _ in beyond if name != worst[1]]
+    return worst[2] + (f" ({', '.join(others)} too)" if others else "")
 
 
 def _noise(fig: Figure, noise: Noise) -> str:

@@ -12,9 +12,12 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from alembic import command
+from alembic.config import Config
 from support.synthetic import history_run
 
 from protocol.codes import ExitCode
+from reports import results_index
 from reports.results_index import DEFAULT_INDEX_FILE, ResultsIndex, ResultsIndexError
 
 NAME = "nightly rabbitmq"
@@ -94,7 +97,44 @@ def test_the_index_in_postgresql(tmp_path: Path, pg_url: str) -> None:
     with psycopg.connect(PG) as check:  # Alembic's version table, in the test's schema
         schema = pg_url.rsplit("%3D", 1)[1]
         [(version,)] = check.execute(f"SELECT version_num FROM {schema}.maestro_index_version").fetchall()
-        assert version == "0001"
+        assert version == "0002"
+
+
+def _tail_nights_and_an_index_from_before_curves(root: Path, url: str | None) -> None:
+    """Six nights with their latency curves, the seventh's p99.99 60 % up where p99 is not; an
+    index made at revision 0001 (no curves) is upgraded as it opens, and reads every record again."""
+    for n, rate in enumerate(NIGHTS):
+        history_run(root, NAME, n, rate, tail=1.0)
+    history_run(root, NAME, len(NIGHTS), 10_000.0, tail=1.6)
+    with ResultsIndex(root, url) as index:
+        assert index.sync().read == 7
+        [curve] = {r.distribution for r in index.runs(NAME)[:-1]}
+        assert dict(curve)[99.99] == 10_000.0 and dict(index.runs(NAME)[-1].distribution)[99.99] == 16_000.0
+        with index._engine.begin() as connection:  # back to the index as revision 0001 left it
+            config = Config()
+            config.set_main_option("script_location", str(Path(results_index.__file__).parent / "index_migrations"))
+            config.attributes["connection"] = connection
+            command.downgrade(config, "0001")
+    with ResultsIndex(root, url) as index:
+        assert index.sync().read == 7  # every row read again: its curve is back
+        assert len([r for r in index.runs(NAME) if r.distribution]) == 7
+    args = ("--db", url) if url else ()
+    run = _maestro("history", NAME, "--results", str(root), *args, "--gate")
+    assert run.returncode == ExitCode.REGRESSION, run.stderr
+    line = run.stderr.strip().splitlines()[-1]
+    assert line.startswith("gate: REGRESSION: Latency p99.95 rose 60.0 % (9.600 ms against 6.000 ms; threshold 10 %"), (
+        line
+    )
+    assert line.endswith("against the median of 6 comparable runs (p99.99 too)"), line
+
+
+def test_a_tail_regression_in_sqlite_and_an_index_from_before_curves(tmp_path: Path) -> None:
+    _tail_nights_and_an_index_from_before_curves(tmp_path, None)
+
+
+@pytest.mark.postgresql
+def test_a_tail_regression_in_postgresql_and_an_index_from_before_curves(tmp_path: Path, pg_url: str) -> None:
+    _tail_nights_and_an_index_from_before_curves(tmp_path, pg_url)
 
 
 def test_a_database_out_of_reach_is_one_line(tmp_path: Path) -> None:

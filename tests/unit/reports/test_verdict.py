@@ -135,3 +135,39 @@ def test_a_threshold_in_noise_units_judges_a_change_point_by_the_noise_it_can_kn
     assert found.verdict is Verdict.REGRESSION
     assert found.why.startswith("Latency p99 rose 3900.0 % (threshold 0 %) from run 9 (run-08) on"), found.why
     assert found.doubts == ["Latency p99: 3 comparable runs since its last change point, 5 needed"]
+
+
+def _curve(scale: float, tail: float = 1.0) -> tuple[tuple[float, float], ...]:
+    """A latency curve in µs: 1 ms at p50 rising to 20 ms at p99.99; `tail` scales p99.99."""
+    points = {10: 600.0, 25: 800.0, 50: 1000.0, 75: 1300.0, 90: 2000.0, 95: 2600.0, 99: 5000.0, 99.5: 6500.0}
+    points |= {99.9: 9000.0, 99.95: 12_000.0, 99.99: 20_000.0 * tail, 99.999: 30_000.0, 100: 40_000.0}
+    return tuple((float(p), us * scale) for p, us in points.items())
+
+
+def _night(n: int, scale: float, tail: float = 1.0) -> Run:
+    """A night whose scalar latency figures are its curve's p50, p99 and p99.9."""
+    curve = _curve(scale, tail)
+    run = _run(n, 100.0, latency_p50_us=1000 * scale, latency_p99_us=5000 * scale, latency_p999_us=9000 * scale)
+    return Run(**{**run.__dict__, "distribution": curve})
+
+
+def test_a_tail_that_moved_where_p99_and_p999_did_not_is_a_regression() -> None:
+    """The curve's p99.99 rose 60 % (20 to 32 ms) while p50, p99 and p99.9 stayed within 1 %."""
+    scales = (1.0, 1.02, 0.98, 1.01, 0.99)
+    runs = [_night(n, s) for n, s in enumerate(scales)] + [_night(9, 1.005, tail=1.6)]
+    found = judge(analyse("t", runs), GateRules())
+    assert found.verdict is Verdict.REGRESSION, found.why
+    assert found.why.startswith("Latency p99.99 rose 60.8 % (32.160 ms against 20.000 ms; threshold 10 %,"), found.why
+    assert found.why.endswith("run-09's latency curve against the median of 5 comparable runs"), found.why
+    # The same night without the tail's rise passes; so does a rise within the noise of a noisy tail.
+    calm = [*runs[:-1], _night(9, 1.005)]
+    assert judge(analyse("t", calm), GateRules()).verdict is Verdict.PASS
+    noisy = [_night(n, 1.0, tail=t) for n, t in enumerate((1.0, 1.5, 0.7, 1.3, 0.8))] + [_night(9, 1.0, tail=1.6)]
+    assert judge(analyse("t", noisy), GateRules()).verdict is Verdict.PASS
+
+
+def test_runs_without_a_curve_are_not_judged_by_one() -> None:
+    """A closed system, an index made before curves were kept: the scalar figures judge alone."""
+    runs = [_night(n, s) for n, s in enumerate((1.0, 1.02, 0.98, 1.01))] + [_run(5, 100.0), _night(9, 1.0, 1.6)]
+    found = judge(analyse("t", runs), GateRules())
+    assert not [f for f in found.findings if "curve" in f], found.findings  # 4 curves, 5 needed
