@@ -125,7 +125,9 @@ def _tail_nights_and_an_index_from_before_curves(root: Path, url: str | None) ->
     assert line.startswith("gate: REGRESSION: Latency p99.95 rose 60.0 % (9.600 ms against 6.000 ms; threshold 10 %"), (
         line
     )
-    assert line.endswith("against the median of 6 comparable runs (p99.99 too)"), line
+    assert line.endswith(
+        "noise band ±0.0 % of 6 runs): nightly-rabbitmq-006's latency curve against their median (p99.99 too)"
+    ), line
 
 
 def test_a_tail_regression_in_sqlite_and_an_index_from_before_curves(tmp_path: Path) -> None:

@@ -6,11 +6,20 @@ Five comparable nights at 100, 102, 98, 101, 99 msg/s: median 100, absolute devi
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from protocol.codes import ExitCode
-from reports.history import FIGURES, Run, analyse
-from reports.verdict import GateRules, Threshold, Verdict, judge, noise_of
+from reports.history import FIGURES, History, Run, analyse
+from reports.verdict import (
+    GateRules,
+    Threshold,
+    Verdict,
+    _distribution_finding,
+    curve_band_sigmas,
+    judge,
+    noise_of,
+)
 
 BASE = (100.0, 102.0, 98.0, 101.0, 99.0)
 
@@ -158,7 +167,8 @@ def test_a_tail_that_moved_where_p99_and_p999_did_not_is_a_regression() -> None:
     found = judge(analyse("t", runs), GateRules())
     assert found.verdict is Verdict.REGRESSION, found.why
     assert found.why.startswith("Latency p99.99 rose 60.8 % (32.160 ms against 20.000 ms; threshold 10 %,"), found.why
-    assert found.why.endswith("run-09's latency curve against the median of 5 comparable runs"), found.why
+    # 5 runs 1.48 % apart (sigma): a band of 36.6 of them, 54.3 %, which 60.8 % crosses.
+    assert found.why.endswith("noise band ±54.3 % of 5 runs): run-09's latency curve against their median"), found.why
     # The same night without the tail's rise passes; so does a rise within the noise of a noisy tail.
     calm = [*runs[:-1], _night(9, 1.005)]
     assert judge(analyse("t", calm), GateRules()).verdict is Verdict.PASS
@@ -171,3 +181,43 @@ def test_runs_without_a_curve_are_not_judged_by_one() -> None:
     runs = [_night(n, s) for n, s in enumerate((1.0, 1.02, 0.98, 1.01))] + [_run(5, 100.0), _night(9, 1.0, 1.6)]
     found = judge(analyse("t", runs), GateRules())
     assert not [f for f in found.findings if "curve" in f], found.findings  # 4 curves, 5 needed
+
+
+def test_the_curve_band_is_where_one_night_in_1200_of_normal_noise_reaches() -> None:
+    """The table's bands drawn again: (new - median) / (1.4826 x MAD) over n normal runs."""
+    rng = np.random.default_rng(11)
+    for runs in (10, 19):
+        past, new = rng.standard_normal((400_000, runs)), rng.standard_normal(400_000)
+        median = np.median(past, axis=1)
+        mad = 1.4826 * np.median(np.abs(past - median[:, None]), axis=1)
+        drawn = float(np.quantile((new - median) / mad, 1 - 0.01 / 12))
+        assert drawn == pytest.approx(curve_band_sigmas(runs), rel=0.12), (runs, drawn)
+    assert curve_band_sigmas(4) == float("inf") and curve_band_sigmas(22) == pytest.approx(4.718)
+
+
+def test_eight_percentiles_of_noise_cry_wolf_under_once_in_100_nights() -> None:
+    """A/A: 400 histories of 12 nights whose curve percentiles each move by 5 % normal noise of
+    their own, the 12th judged. A plain 3 sigma band on each percentile cried wolf in about 1
+    night of 10 here (39 of 400); the curve's band in at most 1 of 100 (4)."""
+    rng = np.random.default_rng(2026)
+    base = dict(_curve(1.0))
+    alarms = plain_alarms = 0
+    for _ in range(400):
+        runs = [
+            Run(
+                f"n{n:02d}",
+                f"{n:02d}",
+                "success",
+                {},
+                distribution=tuple((p, us * (1 + 0.05 * rng.standard_normal())) for p, us in base.items()),
+            )
+            for n in range(12)
+        ]
+        history = History("aa", runs)
+        alarms += _distribution_finding(history, runs[:-1], GateRules()) is not None
+        newest = dict(runs[-1].distribution)
+        plain_alarms += any(
+            newest[p] / (n := noise_of([dict(r.distribution)[p] for r in runs[:-1]])).median - 1 > max(0.10, n.band)
+            for p in (10.0, 25.0, 75.0, 90.0, 95.0, 99.5, 99.95, 99.99)
+        )
+    assert alarms <= 4 < plain_alarms, (alarms, plain_alarms)
