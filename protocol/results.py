@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zlib
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -495,9 +496,17 @@ def read_sequences(directory: Path) -> dict[str, bytes]:
         return {}
     try:
         data = json.loads(text)
-        return {str(key): load_bitset(value) for key, value in data.items()}
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise ValueError(f"{path}: not a receiver's sequences ({type(exc).__name__}: {exc})") from exc
+    except ValueError as exc:
+        raise ValueError(f"{path}: not a receiver's sequences (not JSON: {exc})") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a receiver's sequences (a JSON object of sender keys was expected)")
+    bitsets = {}
+    for key, value in data.items():
+        try:
+            bitsets[str(key)] = load_bitset(value)
+        except (ValueError, TypeError, zlib.error) as exc:
+            raise ValueError(f"{path}: not a receiver's sequences (sender {key}: no compressed bitset)") from exc
+    return bitsets
 
 
 def read_peer_json(path: Path) -> PeerRecord:

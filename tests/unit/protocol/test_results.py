@@ -108,3 +108,19 @@ def test_a_receivers_sequences_are_written_whole_and_read_back_bit_for_bit(tmp_p
     (tmp_path / SEQUENCES_FILE).write_text('{"00000000000000c3": "not base64 of zlib"}')
     with pytest.raises(ValueError, match=re.escape(SEQUENCES_FILE) + ": not a receiver's sequences"):
         read_sequences(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('{"00": "AAA', "not JSON"),
+        ("[1, 2]", "a JSON object of sender keys was expected"),
+        ('{"00000000000000c3": 5}', "sender 00000000000000c3: no compressed bitset"),
+        ('{"00000000000000c3": "eHg="}', "sender 00000000000000c3: no compressed bitset"),
+    ],
+)
+def test_a_damaged_sequences_file_is_named_with_what_is_wrong(tmp_path: Path, text: str, why: str) -> None:
+    (tmp_path / SEQUENCES_FILE).write_text(text)
+    with pytest.raises(ValueError, match=re.escape(f"{SEQUENCES_FILE}: not a receiver's sequences ({why}")) as caught:
+        read_sequences(tmp_path)
+    assert "Error" not in str(caught.value)
