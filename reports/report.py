@@ -493,19 +493,13 @@ def _read_summary(path: Path) -> TestFigures | None:
         return None
 
 
-def _summary_cells(summary: TestFigures) -> _Cells:
-    """Sent, lost, the mean receive rate and the p99 in ms, from a report's summary.json (whose
-    latency is null where it is no figure)."""
-    p99 = None if summary.latency_untrusted else summary.latency_us.p99 / 1000
-    return summary.sent, summary.lost, summary.receive_rate.mean, p99
-
-
-def _record_cells(figures: TestFigures | None) -> _Cells:
-    """The same from test.json's figures: none where it has none, and no p99 where its latency is
-    no figure or has no sample."""
+def _cells(figures: TestFigures | None, *, counts_samples: bool) -> _Cells:
+    """Sent, lost, the mean receive rate and the p99 in ms: none where there are no figures, and
+    no p99 where the latency is no figure, or has no sample where the figures count them
+    (test.json's do; summary.json's do not, and hold a null latency where it is no figure)."""
     if figures is None or figures.error is not None:
         return None, None, None, None
-    no_latency = figures.latency_untrusted or not figures.latency_samples
+    no_latency = figures.latency_untrusted or (counts_samples and not figures.latency_samples)
     return figures.sent, figures.lost, figures.receive_rate.mean, None if no_latency else figures.latency_us.p99 / 1000
 
 
@@ -522,7 +516,11 @@ def build_index(root: Path) -> Path:
         summary_path = test_dir / "report" / "summary.json"
         record = records[test_dir.name]
         summary = _read_summary(summary_path)
-        figures = _summary_cells(summary) if summary is not None else _record_cells(record.summary)
+        figures = (
+            _cells(summary, counts_samples=False)
+            if summary is not None
+            else _cells(record.summary, counts_samples=True)
+        )
         own = html.escape(test_dir.name)
         target = f"{own}/report/index.html" if summary_path.exists() else f"{own}/test.json"
         name = record.name
