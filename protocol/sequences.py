@@ -18,6 +18,7 @@ __all__ = [
     "MergedCounts",
     "SequenceCounts",
     "SequenceTracker",
+    "bitsets_of",
     "dump_bitsets",
     "encode_bitset",
     "load_bitset",
@@ -127,9 +128,14 @@ class SequenceTracker:
         return bytes(self._seen)
 
 
+def bitsets_of(trackers: Mapping[int, SequenceTracker]) -> dict[str, bytes]:
+    """Sender key (16 hex digits) -> its tracker's bitset, as `receiver-sequences.json` keys them."""
+    return {f"{key:016x}": t.bitset for key, t in trackers.items()}
+
+
 def dump_bitsets(trackers: Mapping[int, SequenceTracker]) -> dict[str, str]:
     """Sender key (hex) -> the bitset, zlib-compressed and base64-encoded, for a JSON file."""
-    return {f"{key:016x}": encode_bitset(t.bitset) for key, t in trackers.items()}
+    return {key: encode_bitset(bits) for key, bits in bitsets_of(trackers).items()}
 
 
 def encode_bitset(bits: bytes) -> str:

@@ -29,7 +29,7 @@ from protocol.options import Delay
 from protocol.precise_timer import PreciseTimer
 from protocol.ratefile import RateFileWriter
 from protocol.results import SEQUENCES_FILE, ReceiverAccount, ReplierAccount, SenderDeliveries, write_sequences
-from protocol.sequences import SequenceTracker
+from protocol.sequences import SequenceTracker, bitsets_of
 from worker.drivers import driver_for_client
 from worker.drivers.base import FIRST_CONNECT_S, Burst, Driver, DriverError, GroupShare, SendError, connect_within
 from worker.heap import HeapHold
@@ -401,7 +401,7 @@ class ReceiverRun:
         self.rate_file.close()
         self.latency.close()
         if self.latency.directory is not None:  # else a parent process writes it, merged
-            write_sequences(self.latency.directory, {f"{key:016x}": t.bitset for key, t in self.trackers.items()})
+            write_sequences(self.latency.directory, bitsets_of(self.trackers))
 
     # --- the Run surface ----------------------------------------------------------------------
 
