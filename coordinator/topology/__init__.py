@@ -16,7 +16,7 @@ import yaml
 from coordinator.topology.generator import Ports, generate
 from coordinator.topology.graph import KINDS, graph_from_inventory, read_graph
 from coordinator.topology.inventory import read_inventory
-from coordinator.topology.yamlfile import TopologyError, plain
+from coordinator.topology.yamlfile import TopologyError
 
 __all__ = ["KINDS", "Ports", "TopologyError", "build_topology", "render"]
 
@@ -26,7 +26,7 @@ def build_topology(inventory_path: Path, graph_path: Path | None, kind: str | No
         raise TopologyError("give either a graph file or --type (line, circle or complete), not both")
     inventory = read_inventory(inventory_path)
     graph = read_graph(graph_path, inventory) if graph_path else graph_from_inventory(inventory, str(kind))
-    return plain(generate(graph, ports))
+    return generate(graph, ports)  # its entries made plain already (NodeConf.to_json)
 
 
 def render(variables: dict[str, Any], as_json: bool) -> str:
