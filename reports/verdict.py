@@ -28,6 +28,8 @@ import statistics
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+import numpy as np
+
 from protocol.codes import ExitCode
 from protocol.json_value import JsonObject
 from reports.history import COUNTED, FIGURES, Figure, History, Run, gate, how_worse, worse_by
@@ -277,15 +279,7 @@ def curve_band_sigmas(runs: int) -> float:
     table's; the 100 runs' beyond them, a little wide)."""
     if runs < min(_CURVE_BAND_SIGMAS):
         return float("inf")
-    known = sorted(_CURVE_BAND_SIGMAS)
-    if runs >= known[-1]:
-        return _CURVE_BAND_SIGMAS[known[-1]]
-    above = next(n for n in known if n >= runs)
-    below = max(n for n in known if n <= runs)
-    if above == below:
-        return _CURVE_BAND_SIGMAS[runs]
-    share = (runs - below) / (above - below)
-    return _CURVE_BAND_SIGMAS[below] + share * (_CURVE_BAND_SIGMAS[above] - _CURVE_BAND_SIGMAS[below])
+    return float(np.interp(runs, list(_CURVE_BAND_SIGMAS), list(_CURVE_BAND_SIGMAS.values())))
 
 
 def _distribution_finding(history: History, before: list[Run], rules: GateRules) -> str | None:
