@@ -33,6 +33,7 @@ from protocol.notes import (
     StopTest,
     TestFailed,
 )
+from protocol.parsing import number
 from protocol.results import InspectorSummary, write_peer_json
 from protocol.runtime import Peer, PeerError, UnsupportedError
 
@@ -101,11 +102,10 @@ class Inspector(Peer):
         if note.inspector in self._running:
             raise PeerError(f"inspector {note.inspector} runs already")
         url = note.url or self.settings.management_url
-        interval = note.options.get("interval_s", self.settings.inspector_interval_s)
-        if isinstance(interval, bool) or not isinstance(interval, int | float):
-            raise PeerError(f"interval_s must be a number of seconds, not {interval!r:.40}")
-        if interval < MIN_INTERVAL_S:
-            raise PeerError(f"interval {interval:g} s: at least {MIN_INTERVAL_S:g} s")
+        try:
+            interval = number(MIN_INTERVAL_S)(note.options.get("interval_s", self.settings.inspector_interval_s))
+        except ValueError as exc:
+            raise PeerError(f"interval_s must be a number of seconds, at least {MIN_INTERVAL_S:g}: {exc}") from exc
         try:
             source = factory(url)
         except SourceError as exc:
