@@ -3,7 +3,8 @@ whether that change is beyond the figure's noise on the first run's testbed.
 
 The noise is the gate's (reports.verdict.noise_of): a robust standard deviation over the runs of
 the first run's name that are comparable with it (the same workload and testbed, neither failed
-nor generator-bound), since the figure's last change point among them; the band is ±3 of it. A
+nor generator-bound), since the figure's last change point among them; the band is the gate's,
+where a night of normal noise reaches once in 1,200 (reports.verdict.band_sigmas). A
 change point inside those runs would widen it, so where fewer than `MIN_NOISE_RUNS` follow the
 last one, every comparable run counts, as the gate does for a threshold in noise units; with
 fewer than that in all, the noise is unknown and no change is marked.
@@ -23,7 +24,7 @@ from protocol.test_record import TestRecord
 from protocol.testbed import testbed_fingerprint
 from reports.history import COUNTED, FIGURES, Figure, Run, analyse, run_of, worse_by
 from reports.run_facts import workload_hash
-from reports.verdict import NOISE_BAND_SIGMAS, Noise, noise_of
+from reports.verdict import Noise, noise_of
 
 __all__ = [
     "MIN_NOISE_RUNS",
@@ -89,7 +90,7 @@ class NoiseBand:
     def text(self, fig: Figure) -> str:
         if self.noise is None:
             return f"unknown ({self.runs} runs)"
-        how = f"(3 sigma of {self.noise.runs} runs)"
+        how = f"({self.noise.band_sigmas:.1f} sigma of {self.noise.runs} runs)"
         if fig.key in COUNTED:
             return f"±{100 * self.noise.band:.4f} points {how}"
         return f"±{100 * self.noise.band:.1f} % {how}"
@@ -183,7 +184,6 @@ def comparison_json(runs: Sequence[ComparedRun], rows: Sequence[FigureRow]) -> J
             }
             for r in runs
         ],
-        "noise_band_sigmas": NOISE_BAND_SIGMAS,
         "figures": [
             {
                 "key": row.figure.key,
@@ -200,6 +200,7 @@ def comparison_json(runs: Sequence[ComparedRun], rows: Sequence[FigureRow]) -> J
                     "runs": row.noise.runs,
                     "median": None if row.noise.noise is None else row.noise.noise.median,
                     "band": None if row.noise.noise is None else row.noise.noise.band,
+                    "band_sigmas": None if row.noise.noise is None else row.noise.noise.band_sigmas,
                 },
             }
             for row in rows

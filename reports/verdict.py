@@ -5,9 +5,12 @@ own: too few comparable runs (the same name, workload and testbed as the newest)
 that did not measure the SUT, or a figure whose noise on this testbed is wider than its
 threshold. Each says why in one line.
 
-The newest run is judged two ways, and either finds a regression:
+The newest run is judged three ways, and any finds a regression:
 - a lasting change: the last change point among the comparable runs (reports.history) made a
-  figure worse beyond its threshold;
+  figure worse beyond its threshold, on the night it is first found (a night later it is the
+  level the nights after are judged against, and a change point the history holds from long
+  ago would hold every night after it red: over 20 nights without a change, one of the four
+  noisy figures' p <= 0.01 splits is found by chance often enough to be 1 % of nights alone);
 - one night: the newest run is worse than the median of the comparable runs since their last
   change point by more than the threshold;
 - its whole latency curve: at a percentile the figures do not gate (p90, p99.99…), the newest
@@ -16,13 +19,21 @@ The newest run is judged two ways, and either finds a regression:
 
 Noise is each figure's own, on this testbed, from those same runs: a robust standard deviation
 (1.4826 x the median absolute deviation, so that one outlier night does not widen it), relative
-to the median. The band a run without a change falls in is ±3 of them; a threshold narrower
-than that band would flag normal nights, so the figure is INCONCLUSIVE instead. A threshold may
-also be stated in units of that noise (`3sigma`).
+to the median. The gate may cry wolf at most once in 100 nights without a change (#39), and it
+makes twelve single-night checks (four figures, eight percentiles of the curve), so a night is
+judged against the band a night of normal noise crosses once in 1,200 (`band_sigmas`). That band
+is calibrated for the number of runs the noise is measured over: a MAD of few runs is near 0 by
+chance often enough that ±3 of it is crossed by 7.6 % of normal nights over 5 runs and 1.2 %
+over 19. A fixed threshold narrower than the band would flag normal nights, so the figure is
+INCONCLUSIVE instead. A threshold may also be stated in units of that noise (`3sigma`): a night
+as unlikely as 3 standard deviations of known normal noise, with the band again calibrated for
+how well the runs know it.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -32,7 +43,7 @@ import numpy as np
 
 from protocol.codes import ExitCode
 from protocol.json_value import JsonObject
-from reports.history import COUNTED, FIGURES, Figure, History, Run, gate, how_worse, worse_by
+from reports.history import COUNTED, FIGURES, Figure, History, Run, analyse, gate, how_worse, worse_by
 
 _P999 = next(fig for fig in FIGURES if fig.key == "latency_p999_us")  # a latency: higher is worse
 
@@ -42,15 +53,17 @@ __all__ = [
     "Noise",
     "Threshold",
     "Verdict",
-    "curve_band_sigmas",
+    "band_sigmas",
     "judge",
     "noise_of",
     "not_measured",
 ]
 
-# A run without a change falls within ±3 robust standard deviations of the median (99.7 % of
-# normal noise): the band a fixed threshold must be wider than to be judged.
-NOISE_BAND_SIGMAS = 3.0
+# The gate's false alarms, at most 1 in 100 nights without a change (#39), shared by its twelve
+# single-night checks: the receive rate, p50, p99 and p99.9, and eight percentiles of the curve.
+NIGHT_TAIL = 0.01 / 12
+# A change point that starts further back than this is no news: the nights since have told.
+_NEWS_RUNS = 10
 _MAD_TO_SIGMA = 1.4826  # the MAD of normal noise is 0.6745 sigma
 _THRESHOLD = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*(%|sigma)?\s*")
 
@@ -89,6 +102,12 @@ class Threshold:
         """As a fraction of the level, for a figure whose relative noise is `sigma`."""
         return self.value * sigma if self.in_sigmas else self.value
 
+    @property
+    def tail(self) -> float:
+        """How rarely a night of normal noise is worse than the threshold: for one in noise
+        units, the normal tail beyond it (3sigma: 0.13 %); for a fixed one, the gate's budget."""
+        return 0.5 * math.erfc(self.value / math.sqrt(2)) if self.in_sigmas else NIGHT_TAIL
+
     def __str__(self) -> str:
         return f"{self.value:g}sigma" if self.in_sigmas else f"{100 * self.value:g} %"
 
@@ -100,6 +119,12 @@ class GateRules:
     loss_rise: float = 0.0  # ratio points
     duplicate_rise: float = 0.0  # ratio points
     min_runs: int = 5  # comparable runs before the newest, since their last change
+    # A change point the gate counts: one no shuffle of 199 matched (the least p they give). Over
+    # 1,000 A/A histories of 20 nights at this machine's noise, those at p <= 0.01 were news
+    # beyond their thresholds on 1.4 % of nights; a real step of 10 % in 2 % noise, or a
+    # 20 ms delay on real runs, reaches 0.005 (tests/unit/reports/test_history.py,
+    # tests/integration/test_history.py).
+    max_change_p: float = 0.005
 
     def threshold(self, fig: Figure) -> Threshold:
         if fig.key in COUNTED:
@@ -117,8 +142,62 @@ class Noise:
     sigma: float
 
     @property
+    def band_sigmas(self) -> float:
+        return band_sigmas(self.runs)
+
+    @property
     def band(self) -> float:
-        return NOISE_BAND_SIGMAS * self.sigma
+        """How far a night of normal noise reaches past the median once in 1,200 nights."""
+        return self.band_sigmas * self.sigma if self.sigma else 0.0
+
+    def band_for(self, threshold: Threshold) -> float:
+        """The band a night must cross to be worse than `threshold` rather than noise."""
+        return band_sigmas(self.runs, threshold.tail) * self.sigma if self.sigma else 0.0
+
+
+# Draws of past runs that `band_sigmas` averages over, a block at a time (100,000 x 100 runs
+# would be 80 MB at once).
+_BAND_DRAWS = 100_000
+_BAND_BLOCK = 2_000_000
+# Beyond this many runs the noise is known about as well as it can be: their band, a little wide.
+_BAND_MAX_RUNS = 100
+_normal_tail = np.frompyfunc(lambda z: 0.5 * math.erfc(z / math.sqrt(2)), 1, 1)
+
+
+@functools.cache
+def band_sigmas(runs: int, tail: float = NIGHT_TAIL) -> float:
+    """How far past the median of `runs` runs a night of normal noise reaches with probability
+    `tail`, in units of the noise as the gate measures it over them (1.4826 x MAD). With the noise
+    known it would be the normal quantile (3.14 for 1 in 1,200); a MAD of few runs knows it
+    loosely, so it is far more: 35 at 5 runs, 7.8 at 10, 5.1 at 19, 3.7 at 50. Worked out, not
+    looked up: a new night beyond median + t x MAD-sigma of n normal runs has the chance of the
+    mean, over draws of those runs (seeded: the same answer each time), of the normal tail at
+    that point, solved for t (tests/unit/reports/test_verdict.py draws the nights themselves).
+    Infinite for fewer than 2 runs, whose MAD is 0."""
+    if runs < 2:
+        return math.inf
+    return _band_sigmas(min(runs, _BAND_MAX_RUNS), tail)
+
+
+@functools.cache
+def _band_sigmas(n: int, tail: float) -> float:
+    rng = np.random.default_rng(n)
+    medians, sigmas = [], []
+    block = max(1, _BAND_BLOCK // n)
+    for start in range(0, _BAND_DRAWS, block):
+        past = rng.standard_normal((min(block, _BAND_DRAWS - start), n))
+        median = np.median(past, axis=1)
+        medians.append(median)
+        sigmas.append(_MAD_TO_SIGMA * np.median(np.abs(past - median[:, None]), axis=1))
+    median, sigma = np.concatenate(medians), np.concatenate(sigmas)
+    lo, hi = math.log(1e-3), math.log(1e5)
+    for _ in range(18):  # to 1e-4 of t
+        t = math.exp((lo + hi) / 2)
+        if float(_normal_tail(median + t * sigma).astype(float).mean()) > tail:
+            lo = math.log(t)
+        else:
+            hi = math.log(t)
+    return round(math.exp((lo + hi) / 2), 4)
 
 
 def noise_of(values: list[float], relative: bool = True) -> Noise:
@@ -185,7 +264,12 @@ def judge(history: History, rules: GateRules) -> GateVerdict:
     if (shape := _distribution_finding(history, before, rules)) is not None:
         regressions.append(shape)
     # A change that lasts is a regression whatever the noise of the night against its median.
-    limits = {fig.key: limit for fig in FIGURES if (limit := _change_limit(fig, before, noise, rules)) is not None}
+    news = _first_found_tonight(history, rules.max_change_p)
+    limits = {
+        fig.key: limit
+        for fig in FIGURES
+        if fig.key in news and (limit := _change_limit(fig, before, noise, rules)) is not None
+    }
     regressions += [f"{why} (a change point)" for why in gate(history, limits)]
     if regressions:
         more = f" (and {len(regressions) - 1} more)" if len(regressions) > 1 else ""
@@ -212,6 +296,27 @@ def _change_limit(fig: Figure, before: list[Run], noise: dict[str, Noise], rules
     if len(values) < rules.min_runs:
         return None
     return threshold.of(noise_of(values, relative=fig.key not in COUNTED).sigma)
+
+
+def _first_found_tonight(history: History, max_p: float) -> set[str]:
+    """The figures whose last change point, at p <= `max_p`, no night before this one counted
+    (at that run, or one or two either side: a night more can move a split that much). A
+    permutation p drifts from night to night (0.005 one night, 0.01 the next, 0.005 again), so
+    every earlier night since the change is asked, not only the last; a change point that starts
+    more than `_NEWS_RUNS` runs back is no news."""
+    comparable = [r for r in history.runs if history.left_out(r) is None]
+    at = {r.test_id: i for i, r in enumerate(comparable)}
+    found = {
+        key: at[shifts[-1].test_id]
+        for key, shifts in history.shifts.items()
+        if shifts and shifts[-1].p_value <= max_p and at.get(shifts[-1].test_id, -1) >= len(comparable) - _NEWS_RUNS
+    }
+    for end in range(max(2, min(found.values(), default=len(comparable))), len(comparable)):
+        earlier = analyse(history.name, comparable[:end], history.max_p).shifts
+        for key, where in list(found.items()):
+            if any(s.p_value <= max_p and abs(at[s.test_id] - where) <= 2 for s in earlier.get(key, [])):
+                del found[key]
+    return set(found)
 
 
 def not_measured(run: Run) -> str:
@@ -242,51 +347,42 @@ def _judge_figure(
         )
     noise = noise_of(values, relative=fig.key not in COUNTED)
     threshold = rules.threshold(fig)
-    limit = threshold.of(noise.sigma)
-    # A fixed threshold inside the noise cannot tell a change from a night: only a night beyond
-    # both is one. (Counts of what went wrong have no noise to speak of: any rise is one.)
-    noisy = fig.key not in COUNTED and not threshold.in_sigmas and noise.band > limit
     worse = worse_by(fig, noise.median, value)
-    if worse > (noise.band if noisy else limit):
+    if fig.key in COUNTED:  # counts of what went wrong have no noise to speak of: any rise is one
+        if worse > threshold.value:
+            return Verdict.REGRESSION, (
+                f"{fig.title} {how_worse(fig, noise.median, value, threshold.value)}: {newest.test_id} against "
+                f"the median of {noise.runs} comparable runs"
+            )
+        return noise
+    # In noise units the threshold is a band; a fixed one inside the band cannot tell a change
+    # from a night: only a night beyond both is one, and one within it is no pass.
+    band = noise.band_for(threshold)
+    limit = band if threshold.in_sigmas else threshold.value
+    noisy = band > limit
+    if worse > max(band, limit):
         return Verdict.REGRESSION, (
             f"{fig.title} {how_worse(fig, noise.median, value, limit)}: {newest.test_id} against the median of "
-            f"{noise.runs} comparable runs (noise ±{_noise(fig, noise)})"
+            f"{noise.runs} comparable runs (noise band ±{_band(noise, band)})"
         )
     if noisy:
-        return Verdict.INCONCLUSIVE, f"{fig.title}: noise ±{_noise(fig, noise)} on this testbed, threshold {threshold}"
+        return Verdict.INCONCLUSIVE, (
+            f"{fig.title}: noise band ±{_band(noise, band)} on this testbed, threshold {threshold}"
+        )
     return noise
 
 
 # The percentiles of a run's latency curve the figures do not gate already (p50, p99, p99.9),
 # short of its ends: the least and the most are one message each.
 _CURVE_PERCENTILES = (10.0, 25.0, 75.0, 90.0, 95.0, 99.5, 99.95, 99.99)
-# Eight percentiles judged at once must not cry wolf eight times as often as one figure: the
-# curve's band is how far a night of normal noise reaches past the median of n runs once in
-# 1,200 nights, in units of the noise as measured (1.4826 x MAD), so that the eight together
-# stay under 1 false alarm in 100 nights. The 1 - 0.01/12 quantile of (new - median) / (1.4826 x
-# MAD) over n normal runs, 4 M draws each (2026-11-28; tests/unit/reports/test_verdict.py draws
-# it again). A MAD of few runs can be near 0 by chance, hence 36.6 at 5 runs and 5.1 at 19,
-# where a plain 3 sigma is crossed 7.6 % and 1.2 % of the time.
-_CURVE_BAND_SIGMAS = {
-    5: 36.6, 6: 15.61, 7: 14.83, 8: 10.05, 9: 9.81, 10: 7.77, 11: 7.67, 12: 6.62, 13: 6.58, 14: 5.89,
-    15: 5.88, 16: 5.44, 17: 5.39, 18: 5.09, 19: 5.09, 20: 4.85, 25: 4.52, 30: 4.18, 40: 3.88, 50: 3.73,
-    60: 3.62, 80: 3.48, 100: 3.41,
-}  # fmt: skip
-
-
-def curve_band_sigmas(runs: int) -> float:
-    """The curve's band in noise units for `runs` comparable runs (interpolated between the
-    table's; the 100 runs' beyond them, a little wide)."""
-    if runs < min(_CURVE_BAND_SIGMAS):
-        return float("inf")
-    return float(np.interp(runs, list(_CURVE_BAND_SIGMAS), list(_CURVE_BAND_SIGMAS.values())))
 
 
 def _distribution_finding(history: History, before: list[Run], rules: GateRules) -> str | None:
     """Why the newest run's latency curve is worse than the comparable runs', or None. Each
     percentile is held to the median of the runs since the latency's last change point, beyond
-    both the latency threshold and 3 robust standard deviations of that percentile over those
-    runs: never a doubt, as a tail noisier than its threshold says nothing either way."""
+    both the latency threshold and that percentile's own noise band over those runs (each of the
+    eight is one of the gate's twelve checks): never a doubt, as a tail noisier than its
+    threshold says nothing either way."""
     newest = history.runs[-1]
     curve = dict(newest.distribution)
     since = [r for r in _since_last_change(history, _P999, before) if r.distribution]
@@ -299,8 +395,9 @@ def _distribution_finding(history: History, before: list[Run], rules: GateRules)
         if value is None or len(values) < rules.min_runs:
             continue
         noise = noise_of(values)
-        reach = curve_band_sigmas(noise.runs) * noise.sigma
-        band = max(rules.latency_rise.of(noise.sigma), reach)
+        reach = noise.band
+        threshold = rules.latency_rise
+        band = max(noise.band_for(threshold) if threshold.in_sigmas else threshold.value, reach)
         worse = worse_by(_P999, noise.median, value)
         if worse > band:
             why = (
@@ -316,9 +413,9 @@ def _distribution_finding(history: History, before: list[Run], rules: GateRules)
     return worst[2] + (f" ({', '.join(others)} too)" if others else "")
 
 
-def _noise(fig: Figure, noise: Noise) -> str:
-    how = f"(3 sigma of {noise.runs} runs)"
-    return f"{noise.band:.4%} points {how}" if fig.key in COUNTED else f"{100 * noise.band:.1f} % {how}"
+def _band(noise: Noise, band: float) -> str:
+    sigmas = band / noise.sigma if noise.sigma else 0.0
+    return f"{100 * band:.1f} % ({sigmas:.1f} sigma of {noise.runs} runs)"
 
 
 def _since_last_change(history: History, fig: Figure, before: list[Run]) -> list[Run]:

@@ -33,10 +33,10 @@ def _stored(root: Path, name: str, night: int, gap_us: int, latency_us: int) -> 
 
 
 def _results(root: Path) -> tuple[str, str, str]:
-    """Five nights of NAME with only their figures (10.0, 10.2, 9.8, 10.1 and 9.9 msg/s), then
+    """Five nights of NAME with only their figures (10.3, 10.32, 10.34, 10.36 and 10.28 msg/s), then
     three with files: A of NAME (10/s, 1 ms), B of OTHER (8/s, 2 ms) and C of OTHER (10/s, its
     latency read below zero and clamped: no figure)."""
-    for night, rate in enumerate((10.0, 10.2, 9.8, 10.1, 9.9)):
+    for night, rate in enumerate((10.3, 10.32, 10.34, 10.36, 10.28)):
         history_run(root, NAME, night, rate)
     a = _stored(root, NAME, 10, 100_000, 1_000)
     b = _stored(root, OTHER, 11, 125_000, 2_000)
@@ -80,9 +80,9 @@ def test_three_runs_side_by_side_in_a_browser(tmp_path: Path) -> None:
     rate = f'data-figure="receive_rate" data-run="{b}">-20.2 %, worse beyond the noise'
     assert f'<td class="change beyond-noise worse" {rate}' in page
     assert f'<td class="value" data-figure="receive_rate" data-run="{a}">10.3</td>' in page
-    # NAME's six comparable runs, A's 10.333 among them: median 10.05, MAD 0.15, so 3 x
-    # 1.4826 x 0.15 / 10.05 = ±6.6 %.
-    assert '<td class="noise" data-figure="receive_rate">±6.6 % (3 sigma of 6 runs)</td>' in page
+    # NAME's six comparable runs, A's 10.333 among them: median 10.3267, MAD 0.02, sigma 1.4826 x
+    # 0.02 / 10.3267 = 0.287 %; the gate's band over 6 runs is 15.63 of them, ±4.5 %.
+    assert '<td class="noise" data-figure="receive_rate">±4.5 % (15.6 sigma of 6 runs)</td>' in page
     assert f'<td class="value" data-figure="latency_p50_us" data-run="{b}">2,000.0</td>' in page
     assert f'<td class="value" data-figure="latency_p99_us" data-run="{c}"></td>' in page  # empty, never 0
     assert (artifacts_dir() / "compare.png").stat().st_size > 10_000

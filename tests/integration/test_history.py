@@ -38,14 +38,16 @@ def maestro(*args: str, cwd: Path, timeout: float = 150) -> subprocess.Completed
 # none, p = 0.005, the least a split can have.
 UNDELAYED_RUNS, DELAYED_RUNS = 7, 4
 DELAY_MS = 20
-# The latency thresholds must be wider than this testbed's noise, or the gate says INCONCLUSIVE
-# instead of PASS. Undelayed runs here (40 msg/s for 2 s, other agents' tests beside them) had
+# Thresholds in noise units: a fixed one must be wider than the noise band of six runs, 15.6 of
+# their sigmas (reports.verdict.band_sigmas), or the gate says INCONCLUSIVE instead of PASS, and
+# no fixed latency threshold is both that wide and narrower than the 20 ms a change point must
+# show. Undelayed runs here (40 msg/s for 2 s, other agents' tests beside them) had
 # p50 1.5-4.4 ms, p99 2.3-33 ms and p99.9 5.4-40 ms: 3 sigma of six runs reached 23 %, 91 % and
 # 109 %, and one run's p99.9 1.7 times their median. The slowest of the 80 was nearly always the
 # message that came as the receiver's first report held its loop 27 ms (protocol.hdr's bucket
 # middles, made then); since, alone: p99 1.5-2.7 ms, p99.9 3.0-7.6 ms. 20 ms more on a p50 of
 # 1-4 ms is a rise of 500-2,000 %.
-LATENCY_RISE = "300%"
+THRESHOLD = "3sigma"
 
 
 def _generator_bound(record: dict[str, Any]) -> bool:
@@ -87,7 +89,8 @@ class _Runs:
 
     def gate(self) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
         listed = maestro(
-            "history", self.name, "--results", "results", "--gate", "--json", "--max-latency-rise", LATENCY_RISE,
+            "history", self.name, "--results", "results", "--gate", "--json",
+            "--max-latency-rise", THRESHOLD, "--max-throughput-drop", THRESHOLD,
             cwd=self.folder,
         )  # fmt: skip
         history = json.loads(listed.stdout)

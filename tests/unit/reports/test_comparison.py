@@ -41,10 +41,10 @@ def _run(test_id: str, figures: TestFigures, per_second: dict[int, int] | None =
 
 
 def _history(root: Path) -> list[Run]:
-    """Five comparable nights at 980, 990, 1,000, 1,010 and 1,020 msg/s, then four that must
+    """Five comparable nights at 998, 999, 1,000, 1,001 and 1,002 msg/s, then four that must
     not count: a failed one, one on another testbed, one of another workload and a
     generator-bound one, each far from 1,000."""
-    for night, rate in enumerate((980.0, 990.0, 1000.0, 1010.0, 1020.0)):
+    for night, rate in enumerate((998.0, 999.0, 1000.0, 1001.0, 1002.0)):
         history_run(root, NAME, night, rate)
     history_run(root, NAME, 5, 100.0, outcome="failure")
     history_run(root, NAME, 6, 5_000.0, cpu_model="Other CPU")
@@ -53,16 +53,16 @@ def _history(root: Path) -> list[Run]:
     return read_runs(root, NAME)
 
 
-def test_the_noise_band_is_three_robust_sigmas_of_the_comparable_runs_only(tmp_path: Path) -> None:
+def test_the_noise_band_is_the_gates_over_the_comparable_runs_only(tmp_path: Path) -> None:
     runs = _history(tmp_path)
     bands = noise_bands(runs, runs[0].workload, runs[0].testbed)
     rate = bands["receive_rate"]
-    # Median 1,000; deviations 20, 10, 0, 10, 20: MAD 10, sigma 14.826 msg/s, 1.4826 % of the
-    # level, band ±4.4478 %. Had the four others counted, the median would be 1,000 and the MAD
-    # 20 (deviations 20, 10, 0, 10, 20, 900, 4,000, 4,000, 900).
+    # Median 1,000; deviations 2, 1, 0, 1, 2: MAD 1, sigma 1.4826 msg/s, 0.14826 % of the level;
+    # the gate's band over 5 runs is 37.21 of them, ±5.52 %. Had the four others counted, the
+    # median would be 1,000 and the MAD 2 (deviations 2, 1, 0, 1, 2, 900, 4,000, 4,000, 900).
     assert rate.noise is not None and (rate.runs, rate.noise.median) == (5, 1000.0)
-    assert rate.noise.band == pytest.approx(3 * 1.4826 * 10 / 1000)
-    assert rate.text(FIGURES[0]) == "±4.4 % (3 sigma of 5 runs)"
+    assert rate.noise.band == pytest.approx(37.2103 * 1.4826 / 1000)
+    assert rate.text(FIGURES[0]) == "±5.5 % (37.2 sigma of 5 runs)"
     # Loss was 0 every night: no noise at all, so any rise is beyond it.
     assert bands["loss_ratio"].noise is not None and bands["loss_ratio"].noise.band == 0.0
     # Fewer than five comparable runs: unknown, and said with how many there were.
@@ -72,7 +72,7 @@ def test_the_noise_band_is_three_robust_sigmas_of_the_comparable_runs_only(tmp_p
 
 def test_the_noise_is_that_since_the_last_change_point_where_five_follow_it(tmp_path: Path) -> None:
     """Ten nights near 1,000 msg/s, then six near 900: the noise of the last six only, median
-    900 and ±0.5 % (all sixteen have median 997.5 and ±2.2 %). With three after the step, all
+    900 and sigma 0.16 % (all sixteen have median 997.5). With three after the step, all
     of them."""
     before = [1000.0, 1004.0, 996.0, 1002.0, 998.0, 1001.0, 999.0, 1003.0, 997.0, 1000.0]
     after = [900.0, 903.0, 897.0, 901.0, 899.0, 900.0]
@@ -84,7 +84,7 @@ def test_the_noise_is_that_since_the_last_change_point_where_five_follow_it(tmp_
     # The last six: median 900, deviations 0, 3, 3, 1, 1, 0: MAD 1.
     assert rate.noise is not None and (rate.runs, rate.noise.median) == (6, 900.0)
     assert rate.noise.sigma == pytest.approx(1.4826 / 900)
-    assert rate.text(FIGURES[0]) == "±0.5 % (3 sigma of 6 runs)"
+    assert rate.text(FIGURES[0]) == "±2.6 % (15.6 sigma of 6 runs)"
     assert [s.run for s in analyse(NAME, runs[:13]).shifts["receive_rate"]] == [11]
     short = noise_bands(runs[:13], runs[0].workload, runs[0].testbed)["receive_rate"]
     # 897, 900, 903, 996, ..., 1,004: median 999.
@@ -120,7 +120,7 @@ def test_the_delta_of_a_known_pair_and_an_untrusted_latency(tmp_path: Path) -> N
     assert cell in page
     within = '<td class="change within-noise" data-figure="receive_rate" data-run="C">-3.0 %, within the noise'
     assert within in page
-    assert '<td class="noise" data-figure="receive_rate">±4.4 % (3 sigma of 5 runs)</td>' in page
+    assert '<td class="noise" data-figure="receive_rate">±5.5 % (37.2 sigma of 5 runs)</td>' in page
     for key in ("latency_p50_us", "latency_p99_us", "latency_p999_us"):
         assert f'<td class="value" data-figure="{key}" data-run="C"></td>' in page  # empty, never 0
         assert f'<td class="change" data-figure="{key}" data-run="C"></td>' in page

@@ -93,7 +93,7 @@ def _verdict(history: History) -> GateVerdict:
 
 
 def test_a_webhook_is_news_only_for_a_regression_or_an_invalid_run() -> None:
-    steady = [_run(n, r) for n, r in enumerate((100.0, 102.0, 98.0, 101.0))]
+    steady = [_run(n, r) for n, r in enumerate((100.0, 100.02, 99.98, 100.01))]
     passed = _history(*steady, _run(4, 99.5))
     assert _verdict(passed).verdict is Verdict.PASS and webhook_body(passed, _verdict(passed)) is None
 
