@@ -13,9 +13,14 @@ and at synthetic noise.
    latency p99 as much higher), judged after each until the gate says REGRESSION: the nights
    it took, and how many trials saw it within 2 nights.
 
+4. A-B-A (reports.aba): checks of r runs a leg (baseline, candidate, baseline again) drawn
+   from the same noise: false alarms over A/A/A checks, and how often a candidate 5 % slower
+   (receive rate) is a REGRESSION in one check, and in one of two (two nights).
+
 Each under the default rules (a 5 % drop, a 10 % rise) and under noise-unit rules (3sigma for
 both), which adapt to the testbed. Targets (#39): at most 1 false alarm in 100 A/A nights; a 5 %
-step at the measured noise found within 2 nights. Prints figures; asserts nothing.
+step at the measured noise found within 2 nights, by change points or by the A-B-A mode. Prints
+figures; asserts nothing.
 
     python bench/verdict_power.py           # 8 real runs of each kind, 100 A/A nights, 20 trials a step
     python bench/verdict_power.py --smoke   # 2 real runs of each kind, 3 nights, 2 trials of a 5 % step
@@ -36,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from coordinator import FixedRateTest, Maestro
+from reports.aba import AbaRun, Legs, judge_aba
 from reports.history import FIGURES, Run, analyse
 from reports.verdict import GateRules, Threshold, Verdict, judge, noise_of
 
@@ -120,6 +126,30 @@ def nights_to_detect(
     return found
 
 
+def _aba_run(leg: str, n: int, noise: Noise, rng: np.random.Generator, step: dict[str, float]) -> AbaRun:
+    night = _night(n, noise, rng, step)
+    return AbaRun(f"{leg}-{n}", "success", night.figures)
+
+
+@dataclass(frozen=True)
+class AbaDraw:
+    noise: Noise
+    rules: GateRules
+    runs: int  # a leg
+
+    def checks(self, checks: int, step: dict[str, float], rng: np.random.Generator) -> list[Verdict]:
+        """The verdicts of `checks` A-B-A checks, the candidate moved by `step`."""
+        verdicts = []
+        for _ in range(checks):
+            legs = Legs(
+                tuple(_aba_run("a1", n, self.noise, rng, {}) for n in range(self.runs)),
+                tuple(_aba_run("b", n, self.noise, rng, step) for n in range(self.runs)),
+                tuple(_aba_run("a2", n, self.noise, rng, {}) for n in range(self.runs)),
+            )
+            verdicts.append(judge_aba(legs, self.rules).verdict)
+        return verdicts
+
+
 def _steps(percent: float) -> dict[str, dict[str, float]]:
     return {"rate drop": {"receive_rate": -percent / 100}, "p99 rise": {"latency_p99_us": percent / 100}}
 
@@ -161,6 +191,23 @@ def main() -> int:
                     within = sum(1 for f in found if f is not None and f <= 2)
                     label = f"{percent:g} % {what}"
                     print(f"   {noise.name:<16} {rules_name:<32} {label:<16} {median:>6} {within:>5} / {trials}")
+    aba_runs = (3,) if args.smoke else (5, 10, 20, 40)
+    checks = 3 if args.smoke else 10 * args.nights
+    print(f"\n4. A-B-A at the measured noise: {checks} checks each; a 5 % rate drop found in one, and in one of two")
+    head = f"{'rules':<32} {'runs a leg':>10} {'false alarms':>14} {'inconclusive':>12} {'5 % in one':>11}"
+    print(f"   {head} {'in two':>7}")
+    for rules_name, rules in RULES.items():
+        for runs in aba_runs:
+            draw = AbaDraw(profiles[0], rules, runs)
+            aa = Counter(draw.checks(checks, {}, rng))
+            drop = [v is Verdict.REGRESSION for v in draw.checks(2 * checks, {"receive_rate": -0.05}, rng)]
+            one = sum(drop[:checks]) / checks
+            two = sum(a or b for a, b in zip(drop[::2], drop[1::2], strict=True)) / checks
+            alarms = f"{aa[Verdict.REGRESSION]:>8} / {checks:<5}"
+            print(
+                f"   {rules_name:<32} {runs:>10} {alarms}{aa[Verdict.INCONCLUSIVE]:>12} {100 * one:>9.0f} %"
+                f" {100 * two:>5.0f} %"
+            )
     print(f"\n({time.monotonic() - started:.0f} s)")
     return 0
 

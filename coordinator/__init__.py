@@ -2,6 +2,7 @@
 
 from coordinator.bus.client import Target
 from coordinator.definitions import (
+    AbaTest,
     Action,
     Fail,
     FixedRateTest,
@@ -16,6 +17,7 @@ from coordinator.registry import PeerInfo, PeerState
 from coordinator.running.maestro import Maestro
 
 __all__ = [
+    "AbaTest",
     "Action",
     "Fail",
     "FixedRateTest",

@@ -190,6 +190,26 @@ def _history(args: argparse.Namespace) -> int:
     return exported
 
 
+def _aba(args: argparse.Namespace) -> int:
+    from reports.aba import judge_aba, read_legs  # noqa: PLC0415
+    from reports.verdict import GateRules, Verdict  # noqa: PLC0415
+
+    try:
+        legs = read_legs(args.results, args.test_id)
+    except (ValueError, OSError) as exc:
+        print(f"maestro aba: {exc}", file=sys.stderr)
+        return ExitCode.CANNOT_RUN
+    rules = GateRules(args.max_throughput_drop, args.max_latency_rise, args.max_loss_rise, args.max_duplicate_rise)
+    verdict = judge_aba(legs, rules, args.max_drift)
+    if args.json:
+        print(json.dumps(verdict.as_dict(), indent=2))
+    for finding in verdict.findings:
+        label = Verdict.INCONCLUSIVE if finding in verdict.doubts else verdict.verdict
+        print(f"{label.value.lower()}: {finding}", file=sys.stderr)
+    print(f"aba: {verdict.line}", file=sys.stderr)
+    return verdict.exit_code
+
+
 def _export(history: Any, exports: list[tuple[str, str]]) -> ExitCode:
     """Each `--export FORMAT:PATH` written ("-": standard output); INVALID where one is refused
     because the newest run did not measure the SUT (nothing is written for it)."""
@@ -323,6 +343,20 @@ def _add_db(parser: Any) -> None:
     )
 
 
+def _add_thresholds(parser: argparse.ArgumentParser) -> None:
+    thresholds = "a fraction (0.05), a percentage (5%%) or noise units (3sigma)"
+    parser.add_argument(
+        "--max-throughput-drop", type=_threshold, default="0.05", help=f"{thresholds} (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--max-latency-rise", type=_threshold, default="0.10", help=f"{thresholds} (default: %(default)s)"
+    )
+    parser.add_argument("--max-loss-rise", type=float, default=0.0, help="loss ratio points (default: %(default)s)")
+    parser.add_argument(
+        "--max-duplicate-rise", type=float, default=0.0, help="duplicate ratio points (default: %(default)s)"
+    )
+
+
 def _add_history(sub: Any) -> None:
     history = sub.add_parser(
         "history",
@@ -339,17 +373,7 @@ def _add_history(sub: Any) -> None:
     source.add_argument("--server", help="a data server's URL instead, e.g. http://lab-data:8080")
     _add_db(history)
     history.add_argument("--gate", action="store_true", help="judge the newest run: exit 0, 3 or 5")
-    thresholds = "a fraction (0.05), a percentage (5%%) or noise units (3sigma)"
-    history.add_argument(
-        "--max-throughput-drop", type=_threshold, default="0.05", help=f"{thresholds} (default: %(default)s)"
-    )
-    history.add_argument(
-        "--max-latency-rise", type=_threshold, default="0.10", help=f"{thresholds} (default: %(default)s)"
-    )
-    history.add_argument("--max-loss-rise", type=float, default=0.0, help="loss ratio points (default: %(default)s)")
-    history.add_argument(
-        "--max-duplicate-rise", type=float, default=0.0, help="duplicate ratio points (default: %(default)s)"
-    )
+    _add_thresholds(history)
     history.add_argument(
         "--min-runs",
         type=int,
@@ -384,6 +408,25 @@ def _add_history(sub: Any) -> None:
         help='json: the verdict, why, findings, test id and report; slack: {"text": ...} (default: %(default)s)',
     )
     add_log_level(history, "warning")
+    aba = sub.add_parser(
+        "aba",
+        help="judge an A-B-A test's candidate against both its baselines: PASS, REGRESSION or INCONCLUSIVE",
+        description="Judge the candidate of the A-B-A test TEST_ID (baseline, candidate, baseline again: "
+        "coordinator.AbaTest) against both baselines, figure by figure: the candidate's mean against the "
+        "baselines' beyond the threshold and the noise band of the comparison, and worse than each baseline. "
+        "Exit 0 (PASS), 3 (REGRESSION) or 5 (INCONCLUSIVE: a noise band wider than a threshold, baselines "
+        "drifted apart, a run that measured no SUT), with one line saying why.",
+    )
+    aba.add_argument("test_id", help="the A-B-A test's id (its phases are TEST_ID.a1-01, .b-01, .a2-01...)")
+    aba.add_argument("--results", type=Path, default=Path("results"), help="a results folder (default: %(default)s)")
+    _add_thresholds(aba)
+    aba.add_argument(
+        "--max-drift",
+        type=_threshold,
+        help="how far apart the two baselines may be, beyond their own noise (default: the figure's threshold)",
+    )
+    aba.add_argument("--json", action="store_true", help="also print the verdict as JSON")
+    add_log_level(aba, "warning")
     index = sub.add_parser(
         "index",
         help="rebuild the results index of a results folder from its files",
@@ -454,6 +497,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _history(args)
     if args.command == "index":
         return _index(args)
+    if args.command == "aba":
+        return _aba(args)
     try:
         token = read_token_file(args.token_file).encode() if args.token_file else None
     except SecretFileError as exc:

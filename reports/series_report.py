@@ -3,7 +3,9 @@ the phases' rows; each phase has a folder and a report of its own, linked from h
 
 - repeated: each figure as mean ± the 95 % confidence interval over the repetitions;
 - sweep: a comparison table, and throughput and p99 latency against the swept parameter;
-- incremental and search: the latency-vs-throughput curve and the maximum sustainable step.
+- incremental and search: the latency-vs-throughput curve and the maximum sustainable step;
+- A-B-A: the candidate's verdict against both baselines under the default thresholds (reports.aba;
+  `maestro aba TEST_ID` takes others).
 
 `summary.json` carries DESIGN.md's keys for the phase that stands for the test (the maximum
 sustainable step, the sweep's best point, the repetition nearest the mean), with the test's own
@@ -22,8 +24,10 @@ import plotly.graph_objects as go
 
 from protocol.figures import write_summary_json
 from protocol.test_record import Estimate, PhaseRow, TestRecord
+from reports.aba import judge_aba, read_legs
 from reports.page import ERRORS_JS, PLOTLY_JS, STYLE, figure, summary_json, table
 from reports.summary import summarize
+from reports.verdict import GateRules, Verdict
 
 __all__ = ["build_series_report"]
 
@@ -45,6 +49,8 @@ def build_series_report(test_dir: Path, record: TestRecord) -> Path:
         sections.append(_statistics(record.statistics or {}))
     if kind == "sweep":
         sections.append(_sweep(list(record.comparison or ())))
+    if kind == "aba":
+        sections.append(_aba(test_dir))
     if kind in ("incremental", "search"):
         sections.append(_curve(steps))
         best = record.max_sustainable
@@ -85,6 +91,17 @@ def _link(test_id: str) -> str:
 
 def _ms(step: PhaseRow, key: str) -> float | None:
     return getattr(step.latency_us, key) / 1000 if step.latency_us is not None else None
+
+
+def _aba(test_dir: Path) -> str:
+    verdict = judge_aba(read_legs(test_dir.parent, test_dir.name), GateRules())
+    css = {Verdict.PASS: "success", Verdict.REGRESSION: "failure", Verdict.INCONCLUSIVE: "hint"}[verdict.verdict]
+    findings = "".join(f"<li>{html.escape(f)}</li>" for f in verdict.findings)
+    return (
+        f'<h2>The candidate against both baselines</h2><p class="{css}">{html.escape(verdict.line)}</p>'
+        + (f"<ul>{findings}</ul>" if findings else "")
+        + "<p>Default thresholds (a 5 % drop, a 10 % rise); <code>maestro aba TEST_ID</code> takes others.</p>"
+    )
 
 
 def _statistics(statistics: Mapping[str, Estimate]) -> str:

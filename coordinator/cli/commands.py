@@ -297,6 +297,7 @@ DELEGATED = {
     "serve": "run the data server and report browser (peers upload results to it)",
     "history": "every run of a test by name with change points in its figures; --gate: PASS, REGRESSION or "
     "INCONCLUSIVE",
+    "aba": "judge an A-B-A test's candidate against both its baselines: PASS, REGRESSION or INCONCLUSIVE",
     "index": "rebuild the results index (SQLite beside the results, or --db postgresql://...) from the files",
 }
 

@@ -20,12 +20,13 @@ from coordinator.definitions.fixed_rate import (
     span_text,
 )
 from coordinator.definitions.request_reply import RequestReplyTest
-from coordinator.definitions.series_tests import IncrementalTest, RepeatedTest, SearchTest, SweepTest
+from coordinator.definitions.series_tests import AbaTest, IncrementalTest, RepeatedTest, SearchTest, SweepTest
 from protocol.json_value import JsonObject
 from protocol.secrets import redact_text
 from protocol.sut_url import split_urls
 
 __all__ = [
+    "AbaTest",
     "Action",
     "DefinitionError",
     "Fail",
@@ -42,7 +43,7 @@ __all__ = [
     "workload",
 ]
 
-TestDefinition = FixedRateTest | IncrementalTest | SearchTest | RepeatedTest | SweepTest
+TestDefinition = FixedRateTest | IncrementalTest | SearchTest | RepeatedTest | SweepTest | AbaTest
 
 
 def to_dict(test: TestDefinition) -> JsonObject:
@@ -85,6 +86,8 @@ def _series_load(test: TestDefinition, load: str, clients: str) -> tuple[str, st
         load = f"searched between {test.low_rate:g} and {test.high_rate:g} msg/s per client to {test.resolution:.0%}"
     elif isinstance(test, RepeatedTest):
         load += f", {test.times} times"
+    elif isinstance(test, AbaTest):
+        load += f", {test.times} times against the baseline, the candidate, the baseline again"
     elif isinstance(test, SweepTest):
         grid = " x ".join(f"{key} {', '.join(str(v) for v in values)}" for key, values in test.grid.items())
         load += f", each point of {grid}"

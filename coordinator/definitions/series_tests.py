@@ -1,4 +1,5 @@
-"""Tests made of phases of one fixed-rate test: incremental, search, repeated and sweep."""
+"""Tests made of phases of one fixed-rate test: incremental, search, repeated and sweep; and
+A-B-A, phases of a baseline test and a candidate."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from coordinator.definitions.fixed_rate import DefinitionError, FixedRateTest
 from protocol.json_value import JsonObject
 from protocol.sut_url import split_urls
 
-__all__ = ["IncrementalTest", "RepeatedTest", "SearchTest", "SweepTest"]
+__all__ = ["AbaTest", "IncrementalTest", "RepeatedTest", "SearchTest", "SweepTest"]
 
 
 class _OnBase:
@@ -99,6 +100,31 @@ class RepeatedTest(_OnBase):
     def __post_init__(self) -> None:
         if self.times < 2:
             raise DefinitionError("repeat a test at least twice")
+
+
+@dataclass(frozen=True)
+class AbaTest(_OnBase):
+    """Baseline, candidate, baseline again: `times` runs of each, back to back on one cast of
+    peers, and the candidate judged against both baselines (`maestro aba TEST_ID`, the series'
+    report: reports.aba). One build's check, where a night against the test's history cannot
+    see a step inside the noise (#39). `base` is the baseline; `candidate` the same test against
+    the build to check (its URLs, usually: `dataclasses.replace(base, send_url=...)`). Neither
+    leg is a run of the test's history."""
+
+    base: FixedRateTest
+    candidate: FixedRateTest
+    times: int = 5
+
+    KIND = "aba"
+
+    def __post_init__(self) -> None:
+        if self.times < 2:
+            raise DefinitionError("an A-B-A test needs at least 2 runs a leg (its noise is their spread)")
+        if type(self.candidate) is not type(self.base):
+            raise DefinitionError(
+                f"the candidate is a {type(self.candidate).__name__}, the baseline a {type(self.base).__name__}:"
+                " an A-B-A test compares the same test on two builds"
+            )
 
 
 @dataclass(frozen=True)

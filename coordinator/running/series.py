@@ -1,5 +1,5 @@
 """Tests made of several phases on one cast of peers: incremental, search (bisection),
-repeated and sweep. Each phase is a full test under `<test-id>.<label>` with its own files and
+repeated, sweep and A-B-A. Each phase is a full test under `<test-id>.<label>` with its own files and
 test.json; the parent's test.json lists them and says what they add up to."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from coordinator.bus.client import MaestroClient
-from coordinator.definitions import FixedRateTest, IncrementalTest, RepeatedTest, SearchTest, SweepTest
+from coordinator.definitions import AbaTest, FixedRateTest, IncrementalTest, RepeatedTest, SearchTest, SweepTest
 from coordinator.errors import was_interrupted
 from coordinator.outcome.results import TestResult, now_iso, parent_record, phase_row
 from coordinator.outcome.storage import ResultStore
@@ -23,7 +23,7 @@ __all__ = ["Series", "run_series"]
 
 log = logging.getLogger(__name__)
 
-Series = IncrementalTest | SearchTest | RepeatedTest | SweepTest
+Series = IncrementalTest | SearchTest | RepeatedTest | SweepTest | AbaTest
 
 
 class _Runner:
@@ -157,6 +157,20 @@ _CLOSED_METRICS: dict[str, Callable[[TestResult], float]] = {
 }
 
 
+# An A-B-A test's legs: the phase labels its verdict reads them by (reports.aba.read_legs).
+_ABA_LEGS = (("a1", "baseline"), ("b", "candidate"), ("a2", "baseline again"))
+
+
+def _aba(runner: _Runner, test: AbaTest) -> _Found:
+    for label, what in _ABA_LEGS:
+        leg = test.candidate if label == "b" else test.base
+        for number in range(1, test.times + 1):
+            runner.run(f"{label}-{number:02d}", leg, f"{what}, run {number} of {test.times}")
+            if runner.cast_lost:
+                return _Found(None)
+    return _Found(None)
+
+
 def _sweep(runner: _Runner, test: SweepTest) -> _Found:
     points = test.points()
     rows = []
@@ -169,6 +183,15 @@ def _sweep(runner: _Runner, test: SweepTest) -> _Found:
     passing = [(row, r) for row, r in zip(rows, runner.phases, strict=True) if r.passed]
     best = max(passing, key=lambda pr: pr[0].receive_rate or 0.0)[1] if passing else None
     return _Found(best, comparison=tuple(rows))
+
+
+def _planned(test: RepeatedTest | SweepTest | AbaTest) -> int:
+    """How many phases the series runs when none stops it."""
+    if isinstance(test, RepeatedTest):
+        return test.times
+    if isinstance(test, AbaTest):
+        return 3 * test.times
+    return len(test.points())
 
 
 def run_series(
@@ -192,11 +215,13 @@ def run_series(
             found = _repeated(runner, test)
         case SweepTest():
             found = _sweep(runner, test)
+        case AbaTest():
+            found = _aba(runner, test)
     best, phases = found.best, runner.phases
-    if isinstance(test, RepeatedTest | SweepTest):
+    if isinstance(test, RepeatedTest | SweepTest | AbaTest):
         failed = [p for p in phases if not p.passed]
         reason = "; ".join(f"{p.test_id}: {p.reason}" for p in failed) or None
-        if len(phases) < (test.times if isinstance(test, RepeatedTest) else len(test.points())):
+        if len(phases) < _planned(test):
             reason = reason or "a peer was lost before every phase ran"
     else:
         reason = None if best is not None else f"no passing step: {phases[-1].reason}"

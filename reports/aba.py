@@ -1,0 +1,205 @@
+"""A-B-A: one build's check, where a night's history cannot tell (#39).
+
+The baseline runs `times` times, the candidate `times` times, the baseline `times` times again,
+back to back on the same peers (coordinator.definitions.AbaTest); the candidate is judged against
+both baselines. A single night against a history sees a 5 % step at this machine's noise (6.4 %
+sigma a run) about 1 time in 10; repetitions on both sides of the candidate shrink the noise of
+the comparison by the square root of their number, and the second baseline catches a testbed
+that drifted while the candidate ran.
+
+For each figure (receive rate, p50, p99, p99.9): the means of the three legs, and the noise as
+the pooled standard deviation of each run about its own leg's mean, relative to the baselines'
+mean. The candidate is a REGRESSION when it is worse than the baselines' mean by more than both
+the threshold and the noise band of that comparison, and worse than each baseline leg (by more
+than a threshold that is a fraction). The band is where a candidate without a change lands once in 400 checks
+(four figures: 1 false alarm in 100), a Student t quantile over the runs' degrees of freedom
+(`t_quantile`). INCONCLUSIVE when that band is wider than a fixed threshold (more runs a leg would
+tell), when the baselines drifted apart beyond both `max_drift` and their own noise band, or when
+a run did not measure the SUT. Loss and duplicates: any rise of the candidate's mean ratio over
+the baselines' beyond `--max-loss-rise` (0) is a regression, as in the gate.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from protocol.test_record import TestRecord
+from reports.history import COUNTED, FIGURES, Figure, how_worse, worse_by
+from reports.summary import read_test_record
+from reports.verdict import GateRules, GateVerdict, Noise, Threshold, Verdict
+
+__all__ = ["FIGURE_TAIL", "AbaRun", "Legs", "judge_aba", "read_legs", "t_quantile"]
+
+# Four figures judged at once, 1 false alarm in 100 checks: 1 in 400 each.
+FIGURE_TAIL = 0.01 / 4
+LEGS = ("first", "candidate", "second")
+_T_DRAWS = 2_000_000
+
+
+@dataclass(frozen=True)
+class AbaRun:
+    """One run of a leg: its test id, outcome, why it measured no SUT (None where it did), and
+    its figures by key (reports.history.FIGURES)."""
+
+    test_id: str
+    outcome: str
+    figures: Mapping[str, float | None]
+    not_measured: str | None = None
+
+
+@dataclass(frozen=True)
+class Legs:
+    first: tuple[AbaRun, ...]
+    candidate: tuple[AbaRun, ...]
+    second: tuple[AbaRun, ...]
+
+    @property
+    def baselines(self) -> tuple[AbaRun, ...]:
+        return self.first + self.second
+
+
+@functools.cache
+def t_quantile(df: int, tail: float) -> float:
+    """Student's t quantile with `df` degrees of freedom beyond which `tail` of it lies: drawn
+    (seeded: the same answer each time), as numpy has no t distribution's inverse. 2 M draws put
+    it within about 1 % at a tail of 1 in 400."""
+    rng = np.random.default_rng(df)
+    t = rng.standard_normal(_T_DRAWS) / np.sqrt(rng.chisquare(df, _T_DRAWS) / df)
+    return round(float(np.quantile(t, 1 - tail)), 3)
+
+
+def judge_aba(legs: Legs, rules: GateRules, max_drift: Threshold | None = None) -> GateVerdict:
+    """The candidate against both baselines (module docstring). `max_drift`: how far apart the two
+    baselines may be; the throughput and latency thresholds by default."""
+    if failed := [r for r in legs.candidate if r.outcome == "failure"]:
+        return GateVerdict(Verdict.REGRESSION, f"the candidate's run {failed[0].test_id} failed")
+    for leg in LEGS:
+        runs = getattr(legs, leg)
+        if len(runs) < 2:
+            return GateVerdict(Verdict.INCONCLUSIVE, f"the {_leg(leg)} has {len(runs)} runs, 2 needed")
+        if unmeasured := [r for r in runs if r.not_measured]:
+            return GateVerdict(
+                Verdict.INCONCLUSIVE, f"{unmeasured[0].test_id} ({_leg(leg)}) {unmeasured[0].not_measured}"
+            )
+    regressions: list[str] = []
+    doubts: list[str] = []
+    noise: dict[str, Noise] = {}
+    for fig in FIGURES:
+        found = _judge_figure(fig, legs, rules, max_drift)
+        if isinstance(found, Noise):
+            noise[fig.key] = found
+        elif found is not None:
+            (regressions if found[0] is Verdict.REGRESSION else doubts).append(found[1])
+    runs = f"{len(legs.candidate)} candidate runs against {len(legs.first)} + {len(legs.second)} baseline runs"
+    if regressions:
+        more = f" (and {len(regressions) - 1} more)" if len(regressions) > 1 else ""
+        return GateVerdict(Verdict.REGRESSION, regressions[0] + more, regressions + doubts, noise, doubts)
+    if doubts:
+        more = f" (and {len(doubts) - 1} more)" if len(doubts) > 1 else ""
+        return GateVerdict(Verdict.INCONCLUSIVE, doubts[0] + more, doubts, noise, doubts)
+    return GateVerdict(Verdict.PASS, f"the candidate is within every threshold of both baselines: {runs}", [], noise)
+
+
+def _judge_figure(
+    fig: Figure, legs: Legs, rules: GateRules, max_drift: Threshold | None
+) -> Noise | tuple[Verdict, str] | None:
+    values = {leg: [v for r in getattr(legs, leg) if (v := r.figures.get(fig.key)) is not None] for leg in LEGS}
+    if not any(values.values()):
+        return None
+    if (short := next((leg for leg in LEGS if len(values[leg]) < 2), None)) is not None:
+        return Verdict.INCONCLUSIVE, f"{fig.title}: the {_leg(short)} has {len(values[short])} runs with it, 2 needed"
+    means = {leg: statistics.fmean(v) for leg, v in values.items()}
+    base = statistics.fmean(values["first"] + values["second"])
+    threshold = rules.threshold(fig)
+    worse = worse_by(fig, base, means["candidate"])
+    if fig.key in COUNTED:  # counts of what went wrong: any rise beyond the threshold is one
+        if worse > threshold.value:
+            return Verdict.REGRESSION, f"{fig.title} {how_worse(fig, base, means['candidate'], threshold.value)}"
+        return Noise(len(values["candidate"]), base, 0.0)
+    residuals = [v - means[leg] for leg in LEGS for v in values[leg]]
+    df = len(residuals) - len(LEGS)
+    if df < 1 or not base:
+        return Verdict.INCONCLUSIVE, f"{fig.title}: too few runs to know its noise"
+    sigma = math.sqrt(sum(r * r for r in residuals) / df) / abs(base)
+    n_base, n_cand = len(values["first"]) + len(values["second"]), len(values["candidate"])
+    spread = sigma * math.sqrt(1 / n_cand + 1 / n_base)  # of the candidate's mean against the baselines'
+    tail = threshold.tail if threshold.in_sigmas else FIGURE_TAIL
+    band = t_quantile(df, tail) * spread
+    noise = Noise(n_cand + n_base, base, sigma)
+    # The baselines on either side: further apart than their own noise allows and than the cap,
+    # the testbed moved while the candidate ran, and no comparison with it holds.
+    cap = max_drift or threshold
+    drift = abs(means["second"] - means["first"]) / abs(base)
+    apart = math.sqrt(1 / len(values["first"]) + 1 / len(values["second"]))
+    drift_band = t_quantile(df, FIGURE_TAIL / 2) * sigma * apart
+    cap_value = cap.of(sigma) if cap.in_sigmas else cap.value
+    if drift > max(cap_value, drift_band):
+        return Verdict.INCONCLUSIVE, (
+            f"{fig.title}: the baselines drifted {100 * drift:.1f} % apart (cap {cap}, their noise band "
+            f"±{100 * drift_band:.1f} %)"
+        )
+    limit = band if threshold.in_sigmas else threshold.value
+    # Worse than each baseline too: by the threshold where it is a fraction; in noise units, at
+    # all (each leg alone is noisier than both: the band is the pooled comparison's).
+    against_each = min(worse_by(fig, means[leg], means["candidate"]) for leg in ("first", "second"))
+    if worse > max(band, limit) and against_each > (0.0 if threshold.in_sigmas else limit):
+        return Verdict.REGRESSION, (
+            f"{fig.title} {how_worse(fig, base, means['candidate'], limit)}: the candidate's mean against both "
+            f"baselines' ({_shown(fig, means)}; noise band ±{100 * band:.1f} % over {noise.runs} runs)"
+        )
+    if band > limit:
+        return Verdict.INCONCLUSIVE, (
+            f"{fig.title}: noise band ±{100 * band:.1f} % over {noise.runs} runs, threshold {threshold}: "
+            f"more runs a leg would tell"
+        )
+    return noise
+
+
+def _shown(fig: Figure, means: Mapping[str, float]) -> str:
+    return ", ".join(f"{_leg(leg)} {fig.shown(means[leg]):,.3f}" for leg in LEGS) + f" {fig.unit}"
+
+
+def _leg(leg: str) -> str:
+    return {"first": "first baseline", "candidate": "candidate", "second": "second baseline"}[leg]
+
+
+def read_legs(root: Path, test_id: str) -> Legs:
+    """The legs of the A-B-A test `test_id` in results folder `root`, from its phases' test.json
+    (`<test_id>.a1-01`, `.b-01`, `.a2-01`…); a ValueError naming what is missing."""
+    record = read_test_record(root / test_id)
+    if record is None:
+        raise ValueError(f"no test {test_id!r} in {root}")
+    if record.kind != "aba":
+        raise ValueError(f"{test_id} is a {record.kind or 'test of no kind'} test, not an A-B-A one")
+    legs: dict[str, list[AbaRun]] = {leg: [] for leg in LEGS}
+    for row in record.steps or ():
+        phase = read_test_record(root / row.test_id)
+        label = row.test_id.rsplit(".", 1)[-1]
+        leg = {"a1": "first", "b": "candidate", "a2": "second"}.get(label.split("-")[0])
+        if leg is None:
+            continue
+        if phase is None or phase.summary is None:
+            legs[leg].append(AbaRun(row.test_id, row.outcome or "unknown", {}, "has no figures"))
+            continue
+        legs[leg].append(_run(phase))
+    return Legs(tuple(legs["first"]), tuple(legs["candidate"]), tuple(legs["second"]))
+
+
+def _run(record: TestRecord) -> AbaRun:
+    figures = record.summary
+    assert figures is not None
+    why = None
+    if record.outcome == "failure":
+        why = f"failed: {record.reason or 'no reason'}"
+    elif record.outcome == "invalid":
+        why = f"is invalid: {record.reason or 'no reason'}"
+    elif any(p.generator_bound for p in figures.peers):
+        why = "was generator-bound: its figures are the load generator's"
+    return AbaRun(record.test_id, record.outcome or "unknown", {f.key: f.read(figures) for f in FIGURES}, why)
