@@ -160,6 +160,8 @@ class RabbitMqSource(Source):
         return self._stream_rows() | {
             "overview": [
                 {
+                    # The SUT's version, which the results index keeps with each run (#39).
+                    "version": overview.get("product_version") or overview.get("rabbitmq_version", ""),
                     "publish_rate": _rate(stats, "publish"),
                     "deliver_rate": _rate(stats, "deliver_get"),
                     "ack_rate": _rate(stats, "ack"),

@@ -31,6 +31,7 @@ from protocol.test_record import TestRecord
 from reports.history import FIGURES, Run, facts_of, run_of
 from reports.history import distribution_from as _distribution
 from reports.paths import result_dirs
+from reports.run_facts import inspected_version
 from reports.summary import read_test_record
 
 __all__ = ["DEFAULT_INDEX_FILE", "VERSION_TABLE", "IndexStats", "ResultsIndex", "ResultsIndexError", "index_row"]
@@ -90,6 +91,8 @@ def index_row(record: TestRecord, test_dir: Path, size: int, mtime_ns: int) -> J
     run = run_of(record)
     figures = record.summary if record.summary is not None and record.summary.error is None else None
     facts = facts_of(record)
+    if not facts["sut_version"]:  # not stated by the script: as an inspector read it, if one did
+        facts["sut_version"] = inspected_version(test_dir)
     counts = {
         key: None if figures is None else getattr(figures, key) for key in ("sent", "received", "lost", "duplicates")
     }

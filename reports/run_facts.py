@@ -5,15 +5,18 @@ fingerprint is protocol.testbed's, written as the run starts.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import urllib.parse
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from protocol.test_record import TestRecord
+from reports.paths import is_plain
 
-__all__ = ["sut_of", "workload_hash"]
+__all__ = ["inspected_version", "sut_of", "workload_hash"]
 
 # Not the workload: names, labels (a build number, a night's date) and where results go.
 _NOT_WORKLOAD = frozenset({"name", "labels", "test_id", "data_server"})
@@ -50,6 +53,29 @@ def sut_of(record: TestRecord) -> tuple[str, str]:
     scheme = next((urllib.parse.urlsplit(u).scheme for u in urls if "://" in u), "")
     version = labels.get("sut_version") if isinstance(labels, Mapping) else None
     return scheme, str(version or "")
+
+
+# The inspectors' data sets that carry the SUT's version: RabbitMQ's overview, a NATS server's
+# varz, a Qpid Dispatch router's general entity (inspector/).
+_VERSIONED = ("overview.csv", "server.csv", "general.csv")
+
+
+def inspected_version(test_dir: Path) -> str:
+    """The SUT's version as an inspector of the test read it (the first sample's that has one);
+    "" where none did. Files and folders that are symbolic links are not followed."""
+    inspectors = test_dir / "inspector"
+    if not is_plain(inspectors) or not inspectors.is_dir():
+        return ""
+    for peer in sorted(p for p in inspectors.iterdir() if is_plain(p) and p.is_dir()):
+        for name in _VERSIONED:
+            path = peer / name
+            if not is_plain(path) or not path.is_file():
+                continue
+            with path.open(newline="", errors="replace") as f:
+                for row in csv.DictReader(f):
+                    if version := (row.get("version") or "").strip():
+                        return version[:100]
+    return ""
 
 
 def _listed(value: Any) -> list[str]:

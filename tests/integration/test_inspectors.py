@@ -6,6 +6,7 @@ import asyncio
 import csv
 import dataclasses
 import json
+import subprocess
 import threading
 import time
 import uuid
@@ -113,6 +114,9 @@ def test_rabbitmq_source_reads_the_real_api() -> None:
     sample = RabbitMqSource(MANAGEMENT).sample()
     assert {"overview", "queues", "nodes"} <= set(sample)
     assert sample["nodes"][0]["fd_total"] > 0
+    # The broker's own version, which the results index keeps with each run (#39).
+    version = subprocess.run(["rabbitmqctl", "version"], capture_output=True, text=True, check=True, timeout=60)
+    assert sample["overview"][0]["version"] == version.stdout.strip()
     with pytest.raises(SourceError, match="HTTP 401"):
         RabbitMqSource("http://guest:wrong@127.0.0.1:15672").sample()
 

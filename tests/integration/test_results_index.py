@@ -4,6 +4,7 @@ after), and `maestro history --gate` as a process for each verdict."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import uuid
@@ -98,6 +99,29 @@ def test_the_index_in_postgresql(tmp_path: Path, pg_url: str) -> None:
         schema = pg_url.rsplit("%3D", 1)[1]
         [(version,)] = check.execute(f"SELECT version_num FROM {schema}.maestro_index_version").fetchall()
         assert version == "0002"
+
+
+def test_a_run_indexes_the_sut_version_its_inspector_read_where_the_script_states_none(tmp_path: Path) -> None:
+    """#39: the label `sut_version` first; else the version in an inspector's samples (RabbitMQ's
+    overview, a NATS server's, a router's general entity); a sample file that is a symbolic link
+    is not read."""
+    stated, read, linked = (history_run(tmp_path, NAME, n, 10_000.0) for n in range(3))
+    for test_id in (read, linked):
+        record = json.loads((tmp_path / test_id / "test.json").read_text())
+        record["labels"] = record["definition"]["labels"] = {}
+        (tmp_path / test_id / "test.json").write_text(json.dumps(record))
+    samples = "when,version,publish_rate\n2026-10-01T00:00:01,,10.0\n2026-10-01T00:00:02,3.10.8,12.0\n"
+    for test_id in (stated, read):
+        (tmp_path / test_id / "inspector" / "i1").mkdir(parents=True)
+        (tmp_path / test_id / "inspector" / "i1" / "overview.csv").write_text(samples)
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.csv"
+    outside.write_text(samples)
+    (tmp_path / linked / "inspector" / "i1").mkdir(parents=True)
+    (tmp_path / linked / "inspector" / "i1" / "overview.csv").symlink_to(outside)
+    with ResultsIndex(tmp_path, None) as index:
+        index.sync()
+        versions = [(row := index.row(t)) and row["sut_version"] for t in (stated, read, linked)]
+    assert versions == ["3.13.7", "3.10.8", ""]
 
 
 def _tail_nights_and_an_index_from_before_curves(root: Path, url: str | None) -> None:
