@@ -573,6 +573,10 @@ class TestFigures:
     load_model: str = "open"  # open: senders on a schedule; closed: requesters waiting for replies
     request_reply: RequestReplyFigures | None = None
     latency_untrusted: str | None = None
+    # After the agents' faults: the slowest one's recovery, whole seconds from its end until a
+    # second's arrivals are back at 95 % of the ten before it (reports.fault_windows); None
+    # without a fault to measure.
+    recovery_s: float | None = None
     error: str | None = None
 
     __test__ = False  # not a pytest class
@@ -614,6 +618,8 @@ class TestFigures:
         }
         if self.request_reply is not None:
             out["request_reply"] = self.request_reply.to_json()
+        if self.recovery_s is not None:
+            out["recovery_s"] = self.recovery_s
         out["latency_untrusted"] = self.latency_untrusted
         return out
 
@@ -660,6 +666,7 @@ class TestFigures:
                 load_model=str(data.get("load_model", "open")),
                 request_reply=None if not rr else RequestReplyFigures.from_json(rr),
                 latency_untrusted=data.get("latency_untrusted"),
+                recovery_s=None if data.get("recovery_s") is None else float(data["recovery_s"]),
             )
         except (TypeError, KeyError, AttributeError) as exc:
             raise ValueError(f"not a test's figures ({type(exc).__name__}: {exc})") from exc

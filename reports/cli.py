@@ -160,7 +160,12 @@ def _history(args: argparse.Namespace) -> int:
         return ExitCode.CANNOT_RUN
     history = analyse(args.name, runs, max_p=args.max_p)
     rules = GateRules(
-        args.max_throughput_drop, args.max_latency_rise, args.max_loss_rise, args.max_duplicate_rise, args.min_runs
+        args.max_throughput_drop,
+        args.max_latency_rise,
+        args.max_loss_rise,
+        args.max_duplicate_rise,
+        args.min_runs,
+        recovery_rise=args.max_recovery_rise,
     )
     verdict = judge(history, rules) if runs else GateVerdict(Verdict.INCONCLUSIVE, "no finished run")
     if not runs:
@@ -199,7 +204,13 @@ def _aba(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"maestro aba: {exc}", file=sys.stderr)
         return ExitCode.CANNOT_RUN
-    rules = GateRules(args.max_throughput_drop, args.max_latency_rise, args.max_loss_rise, args.max_duplicate_rise)
+    rules = GateRules(
+        args.max_throughput_drop,
+        args.max_latency_rise,
+        args.max_loss_rise,
+        args.max_duplicate_rise,
+        recovery_rise=args.max_recovery_rise,
+    )
     verdict = judge_aba(legs, rules, args.max_drift)
     if args.json:
         print(json.dumps(verdict.as_dict(), indent=2))
@@ -354,6 +365,12 @@ def _add_thresholds(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-loss-rise", type=float, default=0.0, help="loss ratio points (default: %(default)s)")
     parser.add_argument(
         "--max-duplicate-rise", type=float, default=0.0, help="duplicate ratio points (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--max-recovery-rise",
+        type=_threshold,
+        default="100%",
+        help=f"the recovery after faults (the slowest fault's, whole seconds): {thresholds} (default: %(default)s)",
     )
 
 

@@ -33,9 +33,8 @@ hand, for the known-answer tests.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +43,7 @@ import numpy as np
 from protocol.hdr import HIGHEST_US, LOWEST_US, bucket_indexes, histogram_of
 from protocol.json_value import JsonObject
 from protocol.ratefile import rate_columns
+from reports.fault_windows import BEFORE_US, RECOVERED, Window, windows_from_events
 from reports.summary import Peers
 from reports.time_series import file_listing, rate_files
 
@@ -58,7 +58,6 @@ __all__ = [
     "windows_from_events",
 ]
 
-BEFORE_US = 10_000_000
 OUTAGE_SLACK_US = 1_000_000
 MIN_OUTAGE_US = 100_000
 RECOVERY_STEP_US = 100_000
@@ -71,17 +70,6 @@ START, FIRST_ARRIVAL, NEAR, AFTER_SLACK, LAST_BEFORE = 0, 1, 2, 3, 4  # the firs
 SENT, ARRIVED, FIRST_SEND, FIRST_CONSUME, SEEN_BEFORE, STEPS = 10, 11, 12, 13, 14, 15  # the second
 LATENCY_BEFORE, LATENCY_DURING, LATENCY_AFTER = 20, 21, 22
 _NO_WINDOW = -1
-
-
-@dataclass(frozen=True)
-class Window:
-    agent: str
-    action: str
-    target: str
-    start_us: int
-    end_us: int
-    detail: str = ""
-    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -303,25 +291,6 @@ def peer_events(peers: Peers) -> PeerEvents:
     return PeerEvents(duplicates, np.sort(np.array(disconnects, np.int64)), np.sort(np.array(reconnects, np.int64)))
 
 
-def windows_from_events(events: Iterable[Mapping[str, Any]]) -> list[Window]:
-    """Pair each action's start with its end, from test.json's events (ISO times)."""
-    open_: dict[tuple[str, str, str], tuple[int, Mapping[str, Any]]] = {}
-    windows = []
-    for event in events:
-        if "phase" not in event or "time" not in event:
-            continue  # a handler's result, not an action
-        key = (str(event.get("agent", "")), str(event["action"]), str(event.get("target", "")))
-        when = int(datetime.fromisoformat(event["time"]).timestamp() * 1_000_000)
-        if event["phase"] == "start":
-            open_[key] = (when, event)
-        elif event["phase"] == "end" and key in open_:
-            start, first = open_.pop(key)
-            skip = {"agent", "action", "target", "time", "phase", "duration_s", "error", "restored"}
-            detail = " ".join(f"{k}={v}" for k, v in first.items() if k not in skip and v not in (None, ""))
-            windows.append(Window(*key, start, when, detail, event.get("error")))
-    return sorted(windows, key=lambda w: w.start_us)
-
-
 def fault_effects(windows: Sequence[Window], gather: Gather, events: PeerEvents | None = None) -> list[JsonObject]:
     """A row per window. "Before" and "after" stop where a neighbouring fault begins or ends, so
     that one fault's effect is not counted as another's."""
@@ -385,7 +354,7 @@ def _row(
         "outage_from_s": round((outage[0] - origin) / 1e6, 3) if outage else None,
         "first_publish_after_s": _seconds_after(counts.first(w, FIRST_SEND), s.t1),
         "first_consume_after_s": _seconds_after(counts.first(w, FIRST_CONSUME), s.t1),
-        "back_to_95_percent_s": _back_to(*counts.counts(w, STEPS), 0.95 * baseline),
+        "back_to_95_percent_s": _back_to(*counts.counts(w, STEPS), RECOVERED * baseline),
         "rate_before_per_s": round(baseline, 1),
         "p99_before_ms": _p99_ms(*counts.counts(w, LATENCY_BEFORE)),
         "p99_during_ms": _p99_ms(*counts.counts(w, LATENCY_DURING)),

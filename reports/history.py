@@ -91,6 +91,8 @@ FIGURES = (
     Figure("latency_p999_us", "Latency p99.9", "ms", False, _latency("p999"), 1000.0),
     Figure("loss_ratio", "Loss (lost / sent)", "ratio", False, _per_sent("lost")),
     Figure("duplicate_ratio", "Duplicates (duplicates / sent)", "ratio", False, _per_sent("duplicates")),
+    # Only a test with faults has one: the slowest fault's (reports.fault_windows).
+    Figure("recovery_s", "Recovery after faults", "s", False, lambda figures: _number(figures.recovery_s)),
 )
 # Figures that are counts of what went wrong, judged by how far they rose in ratio points; the
 # others by how far they moved relative to their level.
@@ -371,7 +373,12 @@ def history_page(
 ) -> str:
     """The history as an HTML page: one chart per figure, change points marked, and a link to
     the newest run side by side with the one before (the data server's `compare_url`)."""
-    charts = [_chart(history, fig, results_url) for fig in FIGURES]
+    # A figure no run has (recovery, in a test without faults) has no chart.
+    charts = [
+        _chart(history, fig, results_url)
+        for fig in FIGURES
+        if any(r.figures.get(fig.key) is not None for r in history.runs)
+    ]
     rows = [
         {
             "run": i,

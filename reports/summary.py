@@ -47,6 +47,7 @@ from protocol.sequences import merge_bitsets
 from protocol.test_record import TestRecord
 from reports.accounting import accounting, sut_counters, sut_of
 from reports.clocks import Correction, clock_corrections, left_to_shift, shifted
+from reports.fault_windows import recovery_after_faults, windows_from_events
 
 log = logging.getLogger(__name__)
 
@@ -238,6 +239,9 @@ def summarize(test_dir: Path, peers: Peers | None = None, record: TestRecord | N
         clock_paths=tuple(sorted({path for c in corrections.values() for path in c.path.split("+") if path})),
         load_model="closed" if any(a.request_reply for _, _, a in senders) else "open",
         request_reply=_request_reply(senders, warm_up_end_us, send_rate.mean, corrections),
+        recovery_s=recovery_after_faults(receives.per_second, windows_from_events(record.events or ()))
+        if record is not None
+        else None,
     )
 
 

@@ -125,10 +125,13 @@ class GateRules:
     # 20 ms delay on real runs, reaches 0.005 (tests/unit/reports/test_history.py,
     # tests/integration/test_history.py).
     max_change_p: float = 0.005
+    recovery_rise: Threshold = Threshold(1.0)  # the recovery after faults: twice as long
 
     def threshold(self, fig: Figure) -> Threshold:
         if fig.key in COUNTED:
             return Threshold(self.loss_rise if fig.key == "loss_ratio" else self.duplicate_rise)
+        if fig.key == "recovery_s":
+            return self.recovery_rise
         return self.throughput_drop if fig.higher_is_better else self.latency_rise
 
 

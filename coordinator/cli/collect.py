@@ -63,7 +63,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
             or _completed(on_server or TestRecord(args.test_id, kind="unknown"), store.peer_records(args.test_id))
         )
         # The clocks of a record kept here (not yet on the server) correct its latency too.
-        figures = store.summary(args.test_id, record.peers)
+        figures = store.summary(args.test_id, record.peers, record.events or ())
         record = replace(record, collection={**(record.collection or {}), **holders}, summary=figures).noted(
             f"collected by `maestro collect` at {now_iso()}: {len(holders)} peers had files"
             + (f"; {'; '.join(collected.failures)}" if collected.failures else "")

@@ -8,10 +8,10 @@ import logging
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from coordinator.outcome.junit import junit_xml
 from coordinator.outcome.results import TestResult
@@ -42,9 +42,12 @@ class ResultStore(Protocol):
         """Where peers upload their files."""
         ...
 
-    def summary(self, test_id: str, peers: Sequence[PeerEntry] | None = None) -> TestFigures:
+    def summary(
+        self, test_id: str, peers: Sequence[PeerEntry] | None = None, events: Sequence[Mapping[str, Any]] = ()
+    ) -> TestFigures:
         """The test's figures, or why there are none (`TestFigures.error`). `peers` (test.json's,
-        with their clocks): latency corrected by them, before test.json is stored."""
+        with their clocks): latency corrected by them, before test.json is stored; `events` (the
+        agents' actions): the recovery after each fault measured."""
         ...
 
     def store(self, result: TestResult, cases: list[TestResult]) -> None:
@@ -67,9 +70,13 @@ class DataServer:
     url: str
     token: str | None = field(default=None, repr=False)  # its bearer token for writes
 
-    def summary(self, test_id: str, peers: Sequence[PeerEntry] | None = None) -> TestFigures:
+    def summary(
+        self, test_id: str, peers: Sequence[PeerEntry] | None = None, events: Sequence[Mapping[str, Any]] = ()
+    ) -> TestFigures:
         url = f"{self.url.rstrip('/')}/api/results/{test_id}/summary"
-        body = None if peers is None else json.dumps({"peers": [p.to_json() for p in peers]}, default=str).encode()
+        record = {"peers": [p.to_json() for p in peers]} if peers is not None else {}
+        record |= {"events": [dict(e) for e in events]} if events else {}
+        body = json.dumps(record, default=str).encode() if record else None
         request = urllib.request.Request(url, data=body, method="GET" if body is None else "POST")
         if body is not None:
             request.add_header("Content-Type", "application/json")

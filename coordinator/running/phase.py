@@ -290,7 +290,7 @@ class Phase:
         peers = tuple(replace(self._record_of(p), lost=p not in self.maestro.not_lost([p])) for p in self.cast.everyone)
         # With the clocks: the result, junit.xml and the loss verdict carry the latency the
         # report shows, corrected where senders and receivers run on different hosts.
-        figures = self.store.summary(self.test_id, peers)
+        figures = self.store.summary(self.test_id, peers, self.actions.events)
         verdict = judge(figures, self.test)
         summary = figures.judged(verdict.latency_untrusted)
         if verdict.failure is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -285,7 +285,9 @@ class MemoryStore:
     opened: dict[str, TestRecord] = field(default_factory=dict)  # opening records, by test id
     stop: str | None = None  # a stop asked of it: the answer to every live post from then on
 
-    def summary(self, test_id: str, peers: Sequence[PeerEntry] | None = None) -> TestFigures:
+    def summary(
+        self, test_id: str, peers: Sequence[PeerEntry] | None = None, events: Sequence[Mapping[str, Any]] = ()
+    ) -> TestFigures:
         self.clocks_given = peers
         return TestFigures.from_json(self.figures)
 

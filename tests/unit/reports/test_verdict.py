@@ -246,3 +246,21 @@ def test_eight_percentiles_of_noise_cry_wolf_under_once_in_100_nights() -> None:
             for p in (10.0, 25.0, 75.0, 90.0, 95.0, 99.5, 99.95, 99.99)
         )
     assert alarms <= 4 < plain_alarms, (alarms, plain_alarms)
+
+
+def test_the_recovery_after_faults_is_gated_against_its_own_threshold() -> None:
+    """Nights with a broker restart whose arrivals were back in 2 s (give or take 0.1): one that
+    took 5 s rose 150 %, beyond the default 100 %; 3.5 s (75 %) passes, and a test without
+    faults has no recovery to judge."""
+    base = [_run(n, r, recovery_s=s) for n, (r, s) in enumerate(zip(BASE, (2.0, 2.0, 2.1, 1.9, 2.0), strict=True))]
+    found = judge(analyse("t", [*base, _run(9, 100.0, recovery_s=5.0)]), GateRules())
+    assert found.verdict is Verdict.REGRESSION
+    assert found.why.startswith("Recovery after faults rose 150.0 % (threshold 100 %): run-09"), found.why
+    assert judge(analyse("t", [*base, _run(9, 100.0, recovery_s=3.5)]), GateRules()).verdict is Verdict.PASS
+    assert (
+        judge(analyse("t", [*base, _run(9, 100.0, recovery_s=3.5)]), GateRules(recovery_rise=Threshold(0.5))).verdict
+        is Verdict.REGRESSION
+    )
+    assert (
+        "recovery_s" not in judge(analyse("t", [_run(n, r) for n, r in enumerate((*BASE, 100.0))]), GateRules()).noise
+    )
