@@ -150,7 +150,7 @@ def _report_or_say_why(args: argparse.Namespace) -> int:
 def _history(args: argparse.Namespace) -> int:
     from reports.history import analyse, history_page, history_table  # noqa: PLC0415 - Plotly only here
     from reports.page import PLOTLY_JS  # noqa: PLC0415
-    from reports.verdict import GateRules, GateVerdict, Verdict, judge  # noqa: PLC0415
+    from reports.verdict import GateRules, GateVerdict, Verdict, judge, noise_table  # noqa: PLC0415
 
     try:
         args.webhook_url = _webhook_url(args.webhook_file)
@@ -177,6 +177,8 @@ def _history(args: argparse.Namespace) -> int:
         pass  # standard output is the export's
     elif args.json:
         print(json.dumps(history.as_dict() | {"gate": verdict.as_dict()}, indent=2))
+    elif args.noise:
+        print(noise_table(history, rules))
     else:
         print(history_table(history))
     if args.html and runs:
@@ -401,6 +403,12 @@ def _add_history(sub: Any) -> None:
         "--max-p", type=float, default=DEFAULT_MAX_P, help="significance level of a change point (default: %(default)s)"
     )
     history.add_argument("--json", action="store_true", help="print the history as JSON instead of a table")
+    history.add_argument(
+        "--noise",
+        action="store_true",
+        help="print each figure's noise on the newest run's testbed instead, its band, and whether the "
+        "thresholds can be judged against it (after `maestro test --calibrate N`)",
+    )
     history.add_argument("--html", type=Path, help="also write the history page to this file")
     history.add_argument(
         "--export",

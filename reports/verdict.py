@@ -56,6 +56,7 @@ __all__ = [
     "band_sigmas",
     "judge",
     "noise_of",
+    "noise_table",
     "not_measured",
 ]
 
@@ -414,6 +415,42 @@ def _distribution_finding(history: History, before: list[Run], rules: GateRules)
     worst = max(beyond, key=lambda b: b[0])  # the first of equals: the lower percentile
     others = [name for _, name, _ in beyond if name != worst[1]]
     return worst[2] + (f" ({', '.join(others)} too)" if others else "")
+
+
+def noise_table(history: History, rules: GateRules) -> str:
+    """Each figure's noise on the newest run's testbed, as the gate measures it (the comparable
+    runs since the figure's last change point, the newest among them), its band, and whether the
+    thresholds of `rules` can be judged against it: what `--calibrate` runs are for."""
+    comparable = [r for r in history.runs if history.left_out(r) is None]
+    lines = [
+        f"noise of {history.name!r} on {history.newest.test_id if history.newest else 'no run'}'s testbed "
+        f"({len(comparable)} comparable runs; each figure's since its last change point):",
+        f"  {'figure':<32} {'runs':>5} {'sigma':>9} {'band (1 in 1,200)':>24} {'threshold':>10}  judged",
+    ]
+    for fig in FIGURES:
+        values = [v for r in _since_last_change(history, fig, comparable) if (v := r.figures.get(fig.key)) is not None]
+        if len(values) < 2:
+            if values or any(r.figures.get(fig.key) is not None for r in comparable):
+                lines.append(f"  {fig.title:<32} {len(values):>5}  too few runs to know")
+            continue
+        noise = noise_of(values, relative=fig.key not in COUNTED)
+        threshold = rules.threshold(fig)
+        if fig.key in COUNTED:
+            judged = "any rise beyond it"
+            lines.append(f"  {fig.title:<32} {noise.runs:>5} {'-':>9} {'-':>24} {threshold.value:>10.4%}  {judged}")
+            continue
+        band = noise.band_for(threshold)
+        if threshold.in_sigmas:
+            judged = f"yes: ±{100 * band:.1f} %"
+        elif len(values) < rules.min_runs:
+            judged = f"no: {rules.min_runs} runs needed"
+        else:
+            judged = "yes" if band <= threshold.value else "no: INCONCLUSIVE, the band is wider"
+        shown = f"±{100 * noise.band:.1f} % ({noise.band_sigmas:.1f} sigma)"
+        lines.append(
+            f"  {fig.title:<32} {noise.runs:>5} {100 * noise.sigma:>7.2f} % {shown:>24} {threshold!s:>10}  {judged}"
+        )
+    return "\n".join(lines)
 
 
 def _band(noise: Noise, band: float) -> str:

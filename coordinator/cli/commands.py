@@ -111,6 +111,14 @@ def _add_test(commands: Any) -> None:
     search.add_argument("--resolution", type=float, help="stop when the gap is under this fraction (default 0.05)")
     rep = p.add_argument_group("repeated")
     rep.add_argument("--times", type=int, help="repetitions (default: 3)")
+    rep.add_argument(
+        "--calibrate",
+        type=int,
+        metavar="N",
+        help="run the test N times back to back (at least 5) to measure its noise on this testbed: a repeated "
+        "test whose every run counts in the history of --name (`maestro history NAME --noise` shows it; "
+        "`--gate` judges the next night against it)",
+    )
     sweep = p.add_argument_group("sweep")
     sweep.add_argument(
         "--grid",
@@ -218,7 +226,23 @@ def _given_flags(args: argparse.Namespace) -> dict[str, Any]:
     kind = args.kind or "fixed-rate"
     if series.get(kind):
         table[kind] = series[kind]
+    if args.calibrate is not None:
+        _calibration(args, table)
     return table
+
+
+def _calibration(args: argparse.Namespace, table: dict[str, Any]) -> None:
+    """`--calibrate N`: the test, N times, as a repeated test (each run one of its history's)."""
+    if args.kind not in (None, "fixed-rate", "unbounded", "request-reply"):
+        raise DefinitionError(f"--calibrate repeats a fixed-rate, unbounded or request-reply test, not a {args.kind}")
+    if args.calibrate < 5:
+        raise DefinitionError(f"--calibrate {args.calibrate}: the gate judges from 5 comparable runs, so at least 5")
+    if not args.name and not args.file:
+        raise DefinitionError("--calibrate needs --name: its runs are the history of the test of that name")
+    if args.kind == "unbounded":
+        table.setdefault("rate", 0.0)
+    table["kind"] = "repeated"
+    table["repeated"] = {"times": args.calibrate}
 
 
 def cmd_test(args: argparse.Namespace) -> int:

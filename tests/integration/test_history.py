@@ -220,6 +220,45 @@ def test_a_repeated_tests_history_is_its_repetitions(tmp_path: Path) -> None:
     assert "gate: INCONCLUSIVE: 3 comparable runs, 5 needed" in listed.stderr
 
 
+@pytest.mark.rabbitmq
+@pytest.mark.embedded_broker
+@pytest.mark.timeout(240)
+def test_a_calibration_gives_the_next_night_a_noise_to_be_judged_against(tmp_path: Path) -> None:
+    """`maestro test --calibrate 5` (#39): five runs of the test, each a run of its history, whose
+    noise `maestro history --noise` shows; the next night of the same workload is judged against
+    them (not "0 comparable runs, 5 needed")."""
+    name, queue = f"calibrated {uuid.uuid4().hex[:6]}", f"maestro-calibrated-{uuid.uuid4().hex[:8]}"
+    url = f"amqp://guest:guest@127.0.0.1:5672/{queue}"
+    common = (
+        "--local",
+        "--send-url",
+        url,
+        "--rate",
+        "20",
+        "--duration",
+        "1s",
+        "--name",
+        name,
+        "--quiet",
+        "--no-report",
+    )
+    calibrated = maestro("test", "fixed-rate", *common, "--calibrate", "5", cwd=tmp_path)
+    assert calibrated.returncode == 0, calibrated.stdout + calibrated.stderr
+    noise = maestro("history", name, "--results", "results", "--noise", cwd=tmp_path)
+    assert noise.returncode == 0, noise.stderr
+    rate = next(line for line in noise.stdout.splitlines() if line.strip().startswith("Receive rate"))
+    assert rate.split()[2] == "5", noise.stdout  # its five runs
+    night = maestro("test", "fixed-rate", *common, cwd=tmp_path)
+    assert night.returncode == 0, night.stdout + night.stderr
+    gated = maestro(
+        "history", name, "--results", "results", "--gate", "--max-throughput-drop", "3sigma",
+        "--max-latency-rise", "3sigma", cwd=tmp_path,
+    )  # fmt: skip
+    assert "comparable runs, 5 needed" not in gated.stderr, gated.stderr
+    assert gated.returncode == 0, gated.stderr
+    assert "is within every threshold of 5 comparable runs" in gated.stderr.splitlines()[-1]
+
+
 def test_the_history_page_marks_a_change_point_in_a_browser(tmp_path: Path) -> None:
     """Thirty nights with a 10 % drop from night 20, served by `maestro serve` and drawn by
     headless Chromium: a chart per figure, the change point marked, whole dated run ticks, y axes

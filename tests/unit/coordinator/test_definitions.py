@@ -344,3 +344,23 @@ def test_the_test_as_it_will_run_is_said_in_one_line() -> None:
         "request-reply: closed: 3 outstanding per client, think time 5ms; 2 client(s) in each of 1 requester(s); "
         "1 replier(s); 256 B;"
     )
+
+
+def test_calibrate_repeats_the_test_n_times_as_runs_of_its_history() -> None:
+    """`--calibrate N` (#39): N runs of the test, each one of its history's, for the gate's noise."""
+
+    def made(*argv: str) -> object:
+        return definition_from_args(build_parser().parse_args(["test", *argv]))[0]
+
+    test = made("unbounded", "--send-url", "amqp://h/q", "--duration", "5s", "--name", "nightly", "--calibrate", "8")
+    assert isinstance(test, RepeatedTest) and test.times == 8
+    assert (test.base.rate, test.base.name, test.base.duration) == (0.0, "nightly", "5s")
+    fixed = made("--send-url", "amqp://h/q", "--rate", "40", "--name", "n", "--calibrate", "5")
+    assert isinstance(fixed, RepeatedTest) and (fixed.times, fixed.base.rate) == (5, 40)
+    for argv, why in (
+        (("--send-url", "amqp://h/q", "--name", "n", "--calibrate", "4"), "at least 5"),
+        (("--send-url", "amqp://h/q", "--calibrate", "5"), "--calibrate needs --name"),
+        (("sweep", "--send-url", "amqp://h/q", "--name", "n", "--calibrate", "5"), "not a sweep"),
+    ):
+        with pytest.raises(DefinitionError, match=why):
+            made(*argv)
