@@ -20,8 +20,9 @@ The newest run is judged three ways, and any finds a regression:
 Noise is each figure's own, on this testbed, from those same runs: a robust standard deviation
 (1.4826 x the median absolute deviation, so that one outlier night does not widen it), relative
 to the median. The gate may cry wolf at most once in 100 nights without a change (#39), and it
-makes twelve single-night checks (four figures, eight percentiles of the curve), so a night is
-judged against the band a night of normal noise crosses once in 1,200 (`band_sigmas`). That band
+makes twelve single-night checks (four figures, eight percentiles of the curve; a thirteenth, the
+recovery after faults, in a test with faults), so a night is judged against the band a night of
+normal noise crosses once in 1,200 (`band_sigmas`). That band
 is calibrated for the number of runs the noise is measured over: a MAD of few runs is near 0 by
 chance often enough that ±3 of it is crossed by 7.6 % of normal nights over 5 runs and 1.2 %
 over 19. A fixed threshold narrower than the band would flag normal nights, so the figure is
@@ -173,7 +174,7 @@ def band_sigmas(runs: int, tail: float = NIGHT_TAIL) -> float:
     """How far past the median of `runs` runs a night of normal noise reaches with probability
     `tail`, in units of the noise as the gate measures it over them (1.4826 x MAD). With the noise
     known it would be the normal quantile (3.14 for 1 in 1,200); a MAD of few runs knows it
-    loosely, so it is far more: 35 at 5 runs, 7.8 at 10, 5.1 at 19, 3.7 at 50. Worked out, not
+    loosely, so it is far more: 37.2 at 5 runs, 7.7 at 10, 5.1 at 19, 3.7 at 50. Worked out, not
     looked up: a new night beyond median + t x MAD-sigma of n normal runs has the chance of the
     mean, over draws of those runs (seeded: the same answer each time), of the normal tail at
     that point, solved for t (tests/unit/reports/test_verdict.py draws the nights themselves).
