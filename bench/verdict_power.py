@@ -191,7 +191,7 @@ def main() -> int:
                     within = sum(1 for f in found if f is not None and f <= 2)
                     label = f"{percent:g} % {what}"
                     print(f"   {noise.name:<16} {rules_name:<32} {label:<16} {median:>6} {within:>5} / {trials}")
-    aba_runs = (3,) if args.smoke else (5, 10, 20, 40)
+    aba_runs = (3,) if args.smoke else (5, 10, 20, 40, 60)
     checks = 3 if args.smoke else 10 * args.nights
     print(f"\n4. A-B-A at the measured noise: {checks} checks each; a 5 % rate drop found in one, and in one of two")
     head = f"{'rules':<32} {'runs a leg':>10} {'false alarms':>14} {'inconclusive':>12} {'5 % in one':>11}"

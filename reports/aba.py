@@ -33,7 +33,7 @@ import numpy as np
 from protocol.test_record import TestRecord
 from reports.history import COUNTED, FIGURES, Figure, how_worse, worse_by
 from reports.summary import read_test_record
-from reports.verdict import GateRules, GateVerdict, Noise, Threshold, Verdict
+from reports.verdict import Findings, GateRules, GateVerdict, Noise, Threshold, Verdict
 
 __all__ = ["FIGURE_TAIL", "AbaRun", "Legs", "judge_aba", "read_legs", "t_quantile"]
 
@@ -88,23 +88,11 @@ def judge_aba(legs: Legs, rules: GateRules, max_drift: Threshold | None = None) 
             return GateVerdict(
                 Verdict.INCONCLUSIVE, f"{unmeasured[0].test_id} ({_leg(leg)}) {unmeasured[0].not_measured}"
             )
-    regressions: list[str] = []
-    doubts: list[str] = []
-    noise: dict[str, Noise] = {}
+    found = Findings()
     for fig in FIGURES:
-        found = _judge_figure(fig, legs, rules, max_drift)
-        if isinstance(found, Noise):
-            noise[fig.key] = found
-        elif found is not None:
-            (regressions if found[0] is Verdict.REGRESSION else doubts).append(found[1])
+        found.add(fig.key, _judge_figure(fig, legs, rules, max_drift))
     runs = f"{len(legs.candidate)} candidate runs against {len(legs.first)} + {len(legs.second)} baseline runs"
-    if regressions:
-        more = f" (and {len(regressions) - 1} more)" if len(regressions) > 1 else ""
-        return GateVerdict(Verdict.REGRESSION, regressions[0] + more, regressions + doubts, noise, doubts)
-    if doubts:
-        more = f" (and {len(doubts) - 1} more)" if len(doubts) > 1 else ""
-        return GateVerdict(Verdict.INCONCLUSIVE, doubts[0] + more, doubts, noise, doubts)
-    return GateVerdict(Verdict.PASS, f"the candidate is within every threshold of both baselines: {runs}", [], noise)
+    return GateVerdict.of(found, f"the candidate is within every threshold of both baselines: {runs}")
 
 
 def _judge_figure(

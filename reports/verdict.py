@@ -49,6 +49,7 @@ from reports.history import COUNTED, FIGURES, Figure, History, Run, analyse, gat
 _P999 = next(fig for fig in FIGURES if fig.key == "latency_p999_us")  # a latency: higher is worse
 
 __all__ = [
+    "Findings",
     "GateRules",
     "GateVerdict",
     "Noise",
@@ -215,6 +216,23 @@ def noise_of(values: list[float], relative: bool = True) -> Noise:
 
 
 @dataclass
+class Findings:
+    """What the figures' checks found: regressions, doubts (what could not be judged), and the
+    noise of each figure that was judged."""
+
+    regressions: list[str] = field(default_factory=list)
+    doubts: list[str] = field(default_factory=list)
+    noise: dict[str, Noise] = field(default_factory=dict)
+
+    def add(self, key: str, found: Noise | tuple[Verdict, str] | None) -> None:
+        """One figure's check: its noise where it is within its threshold, else its verdict and why."""
+        if isinstance(found, Noise):
+            self.noise[key] = found
+        elif found is not None:
+            (self.regressions if found[0] is Verdict.REGRESSION else self.doubts).append(found[1])
+
+
+@dataclass
 class GateVerdict:
     verdict: Verdict
     why: str  # one line
@@ -225,6 +243,19 @@ class GateVerdict:
     @property
     def exit_code(self) -> ExitCode:
         return self.verdict.exit_code
+
+    @classmethod
+    def of(cls, found: Findings, passed: str) -> GateVerdict:
+        """A REGRESSION where anything was found worse, else INCONCLUSIVE where anything could
+        not be judged, else PASS (`passed`: why); the first finding is the line."""
+        regressions, doubts, noise = found.regressions, found.doubts, found.noise
+        if regressions:
+            more = f" (and {len(regressions) - 1} more)" if len(regressions) > 1 else ""
+            return cls(Verdict.REGRESSION, regressions[0] + more, regressions + doubts, noise, doubts)
+        if doubts:
+            more = f" (and {len(doubts) - 1} more)" if len(doubts) > 1 else ""
+            return cls(Verdict.INCONCLUSIVE, doubts[0] + more, doubts, noise, doubts)
+        return cls(Verdict.PASS, passed, [], noise)
 
     @property
     def line(self) -> str:
@@ -257,34 +288,20 @@ def judge(history: History, rules: GateRules) -> GateVerdict:
             f"{len(before)} comparable runs, {rules.min_runs} needed (same name, workload and testbed as "
             f"{newest.test_id})",
         )
-    regressions: list[str] = []
-    doubts: list[str] = []
-    noise: dict[str, Noise] = {}
+    found = Findings()
     for fig in FIGURES:
-        found = _judge_figure(history, fig, before, rules)
-        if isinstance(found, Noise):
-            noise[fig.key] = found
-        elif found is not None:
-            (regressions if found[0] is Verdict.REGRESSION else doubts).append(found[1])
+        found.add(fig.key, _judge_figure(history, fig, before, rules))
     if (shape := _distribution_finding(history, before, rules)) is not None:
-        regressions.append(shape)
+        found.regressions.append(shape)
     # A change that lasts is a regression whatever the noise of the night against its median.
     news = _first_found_tonight(history, rules.max_change_p)
     limits = {
         fig.key: limit
         for fig in FIGURES
-        if fig.key in news and (limit := _change_limit(fig, before, noise, rules)) is not None
+        if fig.key in news and (limit := _change_limit(fig, before, found.noise, rules)) is not None
     }
-    regressions += [f"{why} (a change point)" for why in gate(history, limits)]
-    if regressions:
-        more = f" (and {len(regressions) - 1} more)" if len(regressions) > 1 else ""
-        return GateVerdict(Verdict.REGRESSION, regressions[0] + more, regressions + doubts, noise, doubts)
-    if doubts:
-        more = f" (and {len(doubts) - 1} more)" if len(doubts) > 1 else ""
-        return GateVerdict(Verdict.INCONCLUSIVE, doubts[0] + more, doubts, noise, doubts)
-    return GateVerdict(
-        Verdict.PASS, f"{newest.test_id} is within every threshold of {len(before)} comparable runs", [], noise
-    )
+    found.regressions += [f"{why} (a change point)" for why in gate(history, limits)]
+    return GateVerdict.of(found, f"{newest.test_id} is within every threshold of {len(before)} comparable runs")
 
 
 def _change_limit(fig: Figure, before: list[Run], noise: dict[str, Noise], rules: GateRules) -> float | None:
