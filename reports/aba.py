@@ -32,6 +32,7 @@ import numpy as np
 
 from protocol.test_record import TestRecord
 from reports.history import COUNTED, FIGURES, Figure, how_worse, worse_by
+from reports.paths import resolve_inside
 from reports.summary import read_test_record
 from reports.verdict import Findings, GateRules, GateVerdict, Noise, Threshold, Verdict
 
@@ -160,15 +161,16 @@ def _leg(leg: str) -> str:
 
 def read_legs(root: Path, test_id: str) -> Legs:
     """The legs of the A-B-A test `test_id` in results folder `root`, from its phases' test.json
-    (`<test_id>.a1-01`, `.b-01`, `.a2-01`…); a ValueError naming what is missing."""
-    record = read_test_record(root / test_id)
+    (`<test_id>.a1-01`, `.b-01`, `.a2-01`…); a ValueError naming what is missing, or an id that
+    is no plain folder name inside `root` (a test.json's phase ids included)."""
+    record = read_test_record(resolve_inside(root, test_id))
     if record is None:
         raise ValueError(f"no test {test_id!r} in {root}")
     if record.kind != "aba":
         raise ValueError(f"{test_id} is a {record.kind or 'test of no kind'} test, not an A-B-A one")
     legs: dict[str, list[AbaRun]] = {leg: [] for leg in LEGS}
     for row in record.steps or ():
-        phase = read_test_record(root / row.test_id)
+        phase = read_test_record(resolve_inside(root, row.test_id))
         label = row.test_id.rsplit(".", 1)[-1]
         leg = {"a1": "first", "b": "candidate", "a2": "second"}.get(label.split("-")[0])
         if leg is None:

@@ -78,5 +78,7 @@ def test_a_candidate_through_a_20_ms_proxy_is_a_regression_and_the_same_build_pa
     # A test that is no A-B-A one, and one that is not there: one line each, exit 2.
     phase = _aba(results, f"{same.test_id}.a1-01")
     assert phase.returncode == 2 and phase.stderr.strip().endswith("is a fixed-rate test, not an A-B-A one")
+    outside = _aba(results, "../results")
+    assert outside.returncode == 2 and "test id '../results': use letters" in outside.stderr
     missing = _aba(results, "no-such-test")
     assert missing.returncode == 2 and missing.stderr.strip() == f"maestro aba: no test 'no-such-test' in {results}"
