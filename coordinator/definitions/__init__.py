@@ -87,7 +87,8 @@ def _series_load(test: TestDefinition, load: str, clients: str) -> tuple[str, st
     elif isinstance(test, RepeatedTest):
         load += f", {test.times} times"
     elif isinstance(test, AbaTest):
-        load += f", {test.times} times against the baseline, the candidate, the baseline again"
+        candidate = ", ".join(split_urls(test.candidate.send_url))
+        load += f", {test.times} times as the baseline, the candidate ({candidate}), the baseline again"
     elif isinstance(test, SweepTest):
         grid = " x ".join(f"{key} {', '.join(str(v) for v in values)}" for key, values in test.grid.items())
         load += f", each point of {grid}"

@@ -9,7 +9,7 @@ import pytest
 from coordinator import Fail, FixedRateTest, Flow, IncrementalTest, RequestReplyTest, UnboundedTest
 from coordinator.cli.commands import test_from_args as definition_from_args
 from coordinator.cli.main import build_parser
-from coordinator.definitions import DefinitionError, RepeatedTest, SearchTest, SweepTest, workload
+from coordinator.definitions import AbaTest, DefinitionError, RepeatedTest, SearchTest, SweepTest, workload
 from coordinator.definitions.declared import load_test_file
 from coordinator.outcome.junit import junit_xml
 from coordinator.outcome.results import TestResult, Verdict, judge, loss_verdict
@@ -364,3 +364,19 @@ def test_calibrate_repeats_the_test_n_times_as_runs_of_its_history() -> None:
     ):
         with pytest.raises(DefinitionError, match=why):
             made(*argv)
+
+
+def test_an_aba_test_states_its_candidate_and_refuses_what_it_cannot_compare() -> None:
+    base = FixedRateTest(send_url="amqp://guest:secret@old:5672/q", rate=40, name="nightly")
+    candidate = replace(base, send_url="amqp://guest:secret@new:5672/q")
+    aba = AbaTest(base=base, candidate=candidate, times=3)
+    assert aba.name == "nightly" and aba.KIND == "aba"
+    line = workload(aba)
+    assert line.startswith("aba: 40 msg/s per client, 40 in all, 3 times as the baseline, the candidate ")
+    assert "(amqp://guest:***@new:5672/q)" in line and line.endswith("amqp://guest:***@old:5672/q")
+    assert "secret" not in line
+    with pytest.raises(DefinitionError, match="at least 2 runs a leg"):
+        AbaTest(base=base, candidate=candidate, times=1)
+    replier = RequestReplyTest(send_url="amqp://h/requests")
+    with pytest.raises(DefinitionError, match="the candidate is a RequestReplyTest, the baseline a FixedRateTest"):
+        AbaTest(base=base, candidate=replier)
