@@ -134,7 +134,7 @@ def _judge_figure(
             f"{fig.title}: the baselines drifted {100 * drift:.1f} % apart (cap {cap}, their noise band "
             f"±{100 * drift_band:.1f} %)"
         )
-    limit = band if threshold.in_sigmas else threshold.value
+    limit = threshold.limit(band)
     # Worse than each baseline too: by the threshold where it is a fraction; in noise units, at
     # all (each leg alone is noisier than both: the band is the pooled comparison's).
     against_each = min(worse_by(fig, means[leg], means["candidate"]) for leg in ("first", "second"))

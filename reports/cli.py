@@ -17,7 +17,7 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
@@ -28,6 +28,9 @@ from reports.change_points import DEFAULT_MAX_P
 from reports.paths import UnsafePathError, resolve_inside, result_dirs
 from reports.results_index import ResultsIndexError
 from reports.server import create_app
+
+if TYPE_CHECKING:
+    from reports.verdict import GateRules, GateVerdict
 
 WEBHOOK_ENV = "MAESTRO_WEBHOOK_URL"
 
@@ -150,7 +153,7 @@ def _report_or_say_why(args: argparse.Namespace) -> int:
 def _history(args: argparse.Namespace) -> int:
     from reports.history import analyse, history_page, history_table  # noqa: PLC0415 - Plotly only here
     from reports.page import PLOTLY_JS  # noqa: PLC0415
-    from reports.verdict import GateRules, GateVerdict, Verdict, judge, noise_table  # noqa: PLC0415
+    from reports.verdict import GateVerdict, Verdict, judge, noise_table  # noqa: PLC0415
 
     try:
         args.webhook_url = _webhook_url(args.webhook_file)
@@ -159,14 +162,7 @@ def _history(args: argparse.Namespace) -> int:
         print(f"maestro history: {exc}", file=sys.stderr)
         return ExitCode.CANNOT_RUN
     history = analyse(args.name, runs, max_p=args.max_p)
-    rules = GateRules(
-        args.max_throughput_drop,
-        args.max_latency_rise,
-        args.max_loss_rise,
-        args.max_duplicate_rise,
-        args.min_runs,
-        recovery_rise=args.max_recovery_rise,
-    )
+    rules = _gate_rules(args)
     verdict = judge(history, rules) if runs else GateVerdict(Verdict.INCONCLUSIVE, "no finished run")
     if not runs:
         where = args.server or args.results
@@ -189,38 +185,48 @@ def _history(args: argparse.Namespace) -> int:
     exported = _export(history, args.export) if runs else ExitCode.SUCCESS
     _notify(args, history, verdict)
     if args.gate:
-        for finding in verdict.findings:
-            label = Verdict.INCONCLUSIVE if finding in verdict.doubts else verdict.verdict
-            print(f"{label.value.lower()}: {finding}", file=sys.stderr)
-        print(f"gate: {verdict.line}", file=sys.stderr)
-        return verdict.exit_code
+        return _said(verdict, "gate")
     return exported
 
 
 def _aba(args: argparse.Namespace) -> int:
     from reports.aba import judge_aba, read_legs  # noqa: PLC0415
-    from reports.verdict import GateRules, Verdict  # noqa: PLC0415
 
     try:
         legs = read_legs(args.results, args.test_id)
     except (ValueError, OSError) as exc:
         print(f"maestro aba: {exc}", file=sys.stderr)
         return ExitCode.CANNOT_RUN
-    rules = GateRules(
+    verdict = judge_aba(legs, _gate_rules(args), args.max_drift)
+    if args.json:
+        print(json.dumps(verdict.as_dict(), indent=2))
+    return _said(verdict, "aba")
+
+
+def _gate_rules(args: argparse.Namespace) -> GateRules:
+    """The thresholds `_add_thresholds` took (and `--min-runs`, where the command has it)."""
+    from reports.verdict import GateRules  # noqa: PLC0415
+
+    given = {"min_runs": args.min_runs} if hasattr(args, "min_runs") else {}
+    return GateRules(
         args.max_throughput_drop,
         args.max_latency_rise,
         args.max_loss_rise,
         args.max_duplicate_rise,
         recovery_rise=args.max_recovery_rise,
+        **given,
     )
-    verdict = judge_aba(legs, rules, args.max_drift)
-    if args.json:
-        print(json.dumps(verdict.as_dict(), indent=2))
+
+
+def _said(verdict: GateVerdict, command: str) -> int:
+    """Each finding on standard error, labelled, then the verdict's line; its exit code."""
+    from reports.verdict import Verdict  # noqa: PLC0415
+
     for finding in verdict.findings:
         label = Verdict.INCONCLUSIVE if finding in verdict.doubts else verdict.verdict
         print(f"{label.value.lower()}: {finding}", file=sys.stderr)
-    print(f"aba: {verdict.line}", file=sys.stderr)
-    return verdict.exit_code
+    print(f"{command}: {verdict.line}", file=sys.stderr)
+    return int(verdict.exit_code)
 
 
 def _export(history: Any, exports: list[tuple[str, str]]) -> ExitCode:

@@ -105,6 +105,11 @@ class Threshold:
         """As a fraction of the level, for a figure whose relative noise is `sigma`."""
         return self.value * sigma if self.in_sigmas else self.value
 
+    def limit(self, band: float) -> float:
+        """How much worse a night may be, as a fraction of the level, where its noise makes
+        `band` of this threshold (Noise.band_for): the band itself in noise units."""
+        return band if self.in_sigmas else self.value
+
     @property
     def tail(self) -> float:
         """How rarely a night of normal noise is worse than the threshold: for one in noise
@@ -380,7 +385,7 @@ def _judge_figure(
     # In noise units the threshold is a band; a fixed one inside the band cannot tell a change
     # from a night: only a night beyond both is one, and one within it is no pass.
     band = noise.band_for(threshold)
-    limit = band if threshold.in_sigmas else threshold.value
+    limit = threshold.limit(band)
     noisy = band > limit
     if worse > max(band, limit):
         return Verdict.REGRESSION, (
@@ -419,7 +424,7 @@ def _distribution_finding(history: History, before: list[Run], rules: GateRules)
         noise = noise_of(values)
         reach = noise.band
         threshold = rules.latency_rise
-        band = max(noise.band_for(threshold) if threshold.in_sigmas else threshold.value, reach)
+        band = max(threshold.limit(noise.band_for(threshold)), reach)
         worse = worse_by(_P999, noise.median, value)
         if worse > band:
             why = (
