@@ -34,7 +34,7 @@ from protocol.test_record import TestRecord
 from reports.history import COUNTED, FIGURES, Figure, how_worse, worse_by
 from reports.paths import resolve_inside
 from reports.summary import read_test_record
-from reports.verdict import Findings, GateRules, GateVerdict, Noise, Threshold, Verdict
+from reports.verdict import NOISE_FLOOR, Findings, GateRules, GateVerdict, Noise, Threshold, Verdict
 
 __all__ = ["FIGURE_TAIL", "AbaRun", "Legs", "judge_aba", "read_legs", "t_quantile"]
 
@@ -46,13 +46,15 @@ _T_DRAWS = 2_000_000
 
 @dataclass(frozen=True)
 class AbaRun:
-    """One run of a leg: its test id, outcome, why it measured no SUT (None where it did), and
-    its figures by key (reports.history.FIGURES)."""
+    """One run of a leg: its test id, outcome, why it measured no SUT (None where it did), its
+    figures by key (reports.history.FIGURES), and why its latency is no figure (None where it is
+    one: a run can keep its outcome with `untrusted_latency="warn"`)."""
 
     test_id: str
     outcome: str
     figures: Mapping[str, float | None]
     not_measured: str | None = None
+    latency_untrusted: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,10 +81,14 @@ def t_quantile(df: int, tail: float) -> float:
 def judge_aba(legs: Legs, rules: GateRules, max_drift: Threshold | None = None) -> GateVerdict:
     """The candidate against both baselines (module docstring). `max_drift`: how far apart the two
     baselines may be; the throughput and latency thresholds by default."""
-    if failed := [r for r in legs.candidate if r.outcome == "failure"]:
-        return GateVerdict(Verdict.REGRESSION, f"the candidate's run {failed[0].test_id} failed")
-    for leg in LEGS:
+    # The baselines first: a candidate that failed on a testbed where the baseline failed too
+    # tells nothing of the candidate.
+    for leg in ("first", "second", "candidate"):
         runs = getattr(legs, leg)
+        if leg == "candidate" and (failed := [r for r in runs if r.outcome == "failure"]):
+            return GateVerdict(
+                Verdict.REGRESSION, f"the candidate's run {failed[0].test_id} {failed[0].not_measured or 'failed'}"
+            )
         if len(runs) < 2:
             return GateVerdict(Verdict.INCONCLUSIVE, f"the {_leg(leg)} has {len(runs)} runs, 2 needed")
         if unmeasured := [r for r in runs if r.not_measured]:
@@ -100,6 +106,10 @@ def _judge_figure(
     fig: Figure, legs: Legs, rules: GateRules, max_drift: Threshold | None
 ) -> Noise | tuple[Verdict, str] | None:
     values = {leg: [v for r in getattr(legs, leg) if (v := r.figures.get(fig.key)) is not None] for leg in LEGS}
+    untrusted = [r for leg in LEGS for r in getattr(legs, leg) if r.latency_untrusted]
+    if fig.key.startswith("latency_") and untrusted and any(len(v) < 2 for v in values.values()):
+        run = untrusted[0]
+        return Verdict.INCONCLUSIVE, f"{fig.title}: no figure in {run.test_id} ({run.latency_untrusted})"
     if not any(values.values()):
         return None
     if (short := next((leg for leg in LEGS if len(values[leg]) < 2), None)) is not None:
@@ -111,12 +121,12 @@ def _judge_figure(
     if fig.key in COUNTED:  # counts of what went wrong: any rise beyond the threshold is one
         if worse > threshold.value:
             return Verdict.REGRESSION, f"{fig.title} {how_worse(fig, base, means['candidate'], threshold.value)}"
-        return Noise(len(values["candidate"]), base, 0.0)
+        return Noise(len(values["candidate"]), base, 0.0, relative=False)
     residuals = [v - means[leg] for leg in LEGS for v in values[leg]]
     df = len(residuals) - len(LEGS)
     if df < 1 or not base:
         return Verdict.INCONCLUSIVE, f"{fig.title}: too few runs to know its noise"
-    sigma = math.sqrt(sum(r * r for r in residuals) / df) / abs(base)
+    sigma = max(math.sqrt(sum(r * r for r in residuals) / df) / abs(base), NOISE_FLOOR)
     n_base, n_cand = len(values["first"]) + len(values["second"]), len(values["candidate"])
     spread = sigma * math.sqrt(1 / n_cand + 1 / n_base)  # of the candidate's mean against the baselines'
     tail = threshold.tail if threshold.in_sigmas else FIGURE_TAIL
@@ -139,8 +149,9 @@ def _judge_figure(
     # all (each leg alone is noisier than both: the band is the pooled comparison's).
     against_each = min(worse_by(fig, means[leg], means["candidate"]) for leg in ("first", "second"))
     if worse > max(band, limit) and against_each > (0.0 if threshold.in_sigmas else limit):
+        moved = how_worse(fig, base, means["candidate"], limit, threshold.stated)
         return Verdict.REGRESSION, (
-            f"{fig.title} {how_worse(fig, base, means['candidate'], limit)}: the candidate's mean against both "
+            f"{fig.title} {moved}: the candidate's mean against both "
             f"baselines' ({_shown(fig, means)}; noise band ±{100 * band:.1f} % over {noise.runs} runs)"
         )
     if band > limit:
@@ -192,4 +203,10 @@ def _run(record: TestRecord) -> AbaRun:
         why = f"is invalid: {record.reason or 'no reason'}"
     elif any(p.generator_bound for p in figures.peers):
         why = "was generator-bound: its figures are the load generator's"
-    return AbaRun(record.test_id, record.outcome or "unknown", {f.key: f.read(figures) for f in FIGURES}, why)
+    return AbaRun(
+        record.test_id,
+        record.outcome or "unknown",
+        {f.key: f.read(figures) for f in FIGURES},
+        why,
+        figures.latency_untrusted,
+    )

@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import shutil
 import sys
@@ -159,16 +160,18 @@ def _history(args: argparse.Namespace) -> int:
         args.webhook_url = _webhook_url(args.webhook_file)
         runs = _history_runs(args)
     except (HistorySourceError, SecretFileError) as exc:
-        print(f"maestro history: {exc}", file=sys.stderr)
-        return ExitCode.CANNOT_RUN
+        return _cannot(args, "history", str(exc))
     history = analyse(args.name, runs, max_p=args.max_p)
     rules = _gate_rules(args)
     verdict = judge(history, rules) if runs else GateVerdict(Verdict.INCONCLUSIVE, "no finished run")
     if not runs:
         where = args.server or args.results
-        print(f"maestro history: no finished run of a test named {args.name!r} in {where}", file=sys.stderr)
+        missing = f"no finished run of a test named {args.name!r} in {where}"
         if not args.gate:
-            return ExitCode.CANNOT_RUN
+            return _cannot(args, "history", missing)
+        print(f"maestro history: {missing}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"runs": [], "gate": verdict.as_dict()}, indent=2))
     elif any(path == "-" for _, path in args.export):
         pass  # standard output is the export's
     elif args.json:
@@ -195,12 +198,20 @@ def _aba(args: argparse.Namespace) -> int:
     try:
         legs = read_legs(args.results, args.test_id)
     except (ValueError, OSError) as exc:
-        print(f"maestro aba: {exc}", file=sys.stderr)
-        return ExitCode.CANNOT_RUN
+        return _cannot(args, "aba", str(exc))
     verdict = judge_aba(legs, _gate_rules(args), args.max_drift)
     if args.json:
         print(json.dumps(verdict.as_dict(), indent=2))
     return _said(verdict, "aba")
+
+
+def _cannot(args: argparse.Namespace, command: str, why: str) -> int:
+    """Exit 2 (CANNOT_RUN) saying why in one line; under --json, a script reading standard
+    output gets it there as well: {"error": why}."""
+    print(f"maestro {command}: {why}", file=sys.stderr)
+    if getattr(args, "json", False):
+        print(json.dumps({"error": why}))
+    return ExitCode.CANNOT_RUN
 
 
 def _gate_rules(args: argparse.Namespace) -> GateRules:
@@ -354,6 +365,36 @@ def _threshold(text: str) -> Any:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def _at_least_2(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of runs, at least 2 (a noise needs 2)")
+    return number
+
+
+def _ratio_points(text: str) -> float:
+    try:
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    if not 0 <= number <= 1:  # NaN too
+        raise argparse.ArgumentTypeError(f"{text!r}: ratio points from 0 to 1 (0.001 is 0.1 %)")
+    return number
+
+
+def _probability(text: str) -> float:
+    try:
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    if not 0 < number <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a probability above 0, at most 1")
+    return number
+
+
 def _add_db(parser: Any) -> None:
     parser.add_argument(
         "--db",
@@ -370,9 +411,11 @@ def _add_thresholds(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-latency-rise", type=_threshold, default="0.10", help=f"{thresholds} (default: %(default)s)"
     )
-    parser.add_argument("--max-loss-rise", type=float, default=0.0, help="loss ratio points (default: %(default)s)")
     parser.add_argument(
-        "--max-duplicate-rise", type=float, default=0.0, help="duplicate ratio points (default: %(default)s)"
+        "--max-loss-rise", type=_ratio_points, default=0.0, help="loss ratio points (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--max-duplicate-rise", type=_ratio_points, default=0.0, help="duplicate ratio points (default: %(default)s)"
     )
     parser.add_argument(
         "--max-recovery-rise",
@@ -401,12 +444,15 @@ def _add_history(sub: Any) -> None:
     _add_thresholds(history)
     history.add_argument(
         "--min-runs",
-        type=int,
+        type=_at_least_2,
         default=5,
         help="comparable runs needed before the newest for a verdict (default: %(default)s)",
     )
     history.add_argument(
-        "--max-p", type=float, default=DEFAULT_MAX_P, help="significance level of a change point (default: %(default)s)"
+        "--max-p",
+        type=_probability,
+        default=DEFAULT_MAX_P,
+        help="significance level of a change point (default: %(default)s)",
     )
     history.add_argument("--json", action="store_true", help="print the history as JSON instead of a table")
     history.add_argument(

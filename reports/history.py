@@ -300,13 +300,14 @@ def worse_by(fig: Figure, before: float, after: float) -> float:
     return -change if fig.higher_is_better else change
 
 
-def how_worse(fig: Figure, before: float, after: float, limit: float) -> str:
-    """The change in words, with its threshold: "fell 9.8 % (threshold 5 %)"."""
+def how_worse(fig: Figure, before: float, after: float, limit: float, stated: str = "") -> str:
+    """The change in words, with its threshold: "fell 9.8 % (threshold 5 %)"; `stated`: the
+    threshold as the user gave it, where the limit is not it ("3sigma", whose limit is a band)."""
     if fig.key in COUNTED:
         return f"rose from {before:.4%} to {after:.4%} (threshold +{limit:.4%} points)"
     percent = 100 * abs(after - before) / before if before else 0.0
     moved = "rose" if after > before else "fell"
-    return f"{moved} {percent:.1f} % (threshold {100 * limit:.3g} %)"
+    return f"{moved} {percent:.1f} % (threshold {stated or f'{100 * limit:.3g} %'})"
 
 
 def gate(history: History, thresholds: Thresholds | dict[str, float]) -> list[str]:

@@ -49,6 +49,7 @@ from reports.history import COUNTED, FIGURES, Figure, History, Run, analyse, gat
 _P999 = next(fig for fig in FIGURES if fig.key == "latency_p999_us")  # a latency: higher is worse
 
 __all__ = [
+    "NOISE_FLOOR",
     "Findings",
     "GateRules",
     "GateVerdict",
@@ -69,6 +70,12 @@ NIGHT_TAIL = 0.01 / 12
 _NEWS_RUNS = 10
 _MAD_TO_SIGMA = 1.4826  # the MAD of normal noise is 0.6745 sigma
 _THRESHOLD = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*(%|sigma)?\s*")
+# The least noise a figure is taken to have, relative to its level: the rounding noise of a figure
+# known to 3 significant digits, as HdrHistogram knows latency (a step of 0.1 %, whose rounding
+# is uniform: sigma = step / sqrt(12), 0.029 %). A fixed-rate run's receive rate is its schedule's,
+# the same to the message night after night: taken at its measured 0, "3sigma" flagged a night
+# one message short, and a band of 0 judged any change.
+NOISE_FLOOR = 0.001 / math.sqrt(12)
 
 
 class Verdict(StrEnum):
@@ -99,16 +106,25 @@ class Threshold:
         if not match:
             raise ValueError(f"{text!r} is no threshold: a fraction (0.05), a percentage (5%) or noise units (3sigma)")
         number, unit = float(match[1]), match[2]
+        if unit == "sigma" and number <= 0:
+            raise ValueError(f"{text!r}: a threshold in noise units is above 0 (0sigma would judge any change)")
         return cls(number / 100 if unit == "%" else number, unit == "sigma")
 
     def of(self, sigma: float) -> float:
-        """As a fraction of the level, for a figure whose relative noise is `sigma`."""
-        return self.value * sigma if self.in_sigmas else self.value
+        """As a fraction of the level, for a figure whose relative noise is `sigma` (never taken
+        as less than NOISE_FLOOR)."""
+        return self.value * max(sigma, NOISE_FLOOR) if self.in_sigmas else self.value
 
     def limit(self, band: float) -> float:
         """How much worse a night may be, as a fraction of the level, where its noise makes
         `band` of this threshold (Noise.band_for): the band itself in noise units."""
         return band if self.in_sigmas else self.value
+
+    @property
+    def stated(self) -> str:
+        """As a finding names it beside the change (reports.history.how_worse), where its limit
+        is not its value: a threshold in noise units, whose limit is the band."""
+        return str(self) if self.in_sigmas else ""
 
     @property
     def tail(self) -> float:
@@ -135,6 +151,16 @@ class GateRules:
     max_change_p: float = 0.005
     recovery_rise: Threshold = Threshold(1.0)  # the recovery after faults: twice as long
 
+    def __post_init__(self) -> None:
+        """Rules a verdict can stand on, or a ValueError saying which is not one."""
+        if self.min_runs < 2:
+            raise ValueError(f"min_runs {self.min_runs}: a figure's noise needs at least 2 runs before the newest")
+        for name, rise in (("loss_rise", self.loss_rise), ("duplicate_rise", self.duplicate_rise)):
+            if not 0 <= rise <= 1:  # NaN too
+                raise ValueError(f"{name} {rise}: ratio points from 0 to 1")
+        if not 0 < self.max_change_p <= 1:
+            raise ValueError(f"max_change_p {self.max_change_p}: a probability above 0, at most 1")
+
     def threshold(self, fig: Figure) -> Threshold:
         if fig.key in COUNTED:
             return Threshold(self.loss_rise if fig.key == "loss_ratio" else self.duplicate_rise)
@@ -146,11 +172,18 @@ class GateRules:
 @dataclass(frozen=True)
 class Noise:
     """One figure's noise over runs without a change: their median, and the robust standard
-    deviation relative to it (absolute, in ratio points, for a COUNTED figure)."""
+    deviation relative to it (absolute, in ratio points, for a COUNTED figure: `relative` False)."""
 
     runs: int
     median: float
     sigma: float
+    relative: bool = True
+
+    @property
+    def _sigma(self) -> float:
+        """The sigma a band is drawn from: never under NOISE_FLOOR, where it is relative (a
+        count of what went wrong may truly be 0 every night)."""
+        return max(self.sigma, NOISE_FLOOR) if self.relative else self.sigma
 
     @property
     def band_sigmas(self) -> float:
@@ -158,12 +191,13 @@ class Noise:
 
     @property
     def band(self) -> float:
-        """How far a night of normal noise reaches past the median once in 1,200 nights."""
-        return self.band_sigmas * self.sigma if self.sigma else 0.0
+        """How far a night of normal noise reaches past the median once in 1,200 nights
+        (infinite over fewer than 2 runs: they tell nothing of it)."""
+        return self.band_sigmas * self._sigma if self._sigma else 0.0
 
     def band_for(self, threshold: Threshold) -> float:
         """The band a night must cross to be worse than `threshold` rather than noise."""
-        return band_sigmas(self.runs, threshold.tail) * self.sigma if self.sigma else 0.0
+        return band_sigmas(self.runs, threshold.tail) * self._sigma if self._sigma else 0.0
 
 
 # Draws of past runs that `band_sigmas` averages over, a block at a time (100,000 x 100 runs
@@ -217,7 +251,7 @@ def noise_of(values: list[float], relative: bool = True) -> Noise:
     sigma = _MAD_TO_SIGMA * statistics.median(abs(v - median) for v in values)
     if relative:
         sigma = sigma / abs(median) if median else 0.0
-    return Noise(len(values), median, sigma)
+    return Noise(len(values), median, sigma, relative)
 
 
 @dataclass
@@ -388,9 +422,10 @@ def _judge_figure(
     limit = threshold.limit(band)
     noisy = band > limit
     if worse > max(band, limit):
+        moved = how_worse(fig, noise.median, value, limit, threshold.stated)
         return Verdict.REGRESSION, (
-            f"{fig.title} {how_worse(fig, noise.median, value, limit)}: {newest.test_id} against the median of "
-            f"{noise.runs} comparable runs (noise band ±{_band(noise, band)})"
+            f"{fig.title} {moved}: {newest.test_id} against the median of {noise.runs} comparable runs "
+            f"(noise band ±{_band(noise, band)})"
         )
     if noisy:
         return Verdict.INCONCLUSIVE, (
@@ -477,7 +512,7 @@ def noise_table(history: History, rules: GateRules) -> str:
 
 
 def _band(noise: Noise, band: float) -> str:
-    sigmas = band / noise.sigma if noise.sigma else 0.0
+    sigmas = band / max(noise.sigma, NOISE_FLOOR)
     return f"{100 * band:.1f} % ({sigmas:.1f} sigma of {noise.runs} runs)"
 
 

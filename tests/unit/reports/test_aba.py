@@ -63,8 +63,23 @@ def test_a_threshold_inside_the_noise_band_is_inconclusive_unless_the_candidate_
     assert judge_aba(_legs(98.5), one).verdict is Verdict.REGRESSION
     # In noise units the threshold is the band: as rare as 3 sigma, t's 4.905 x 0.3 % = 1.47 %.
     three = GateRules(throughput_drop=Threshold(3.0, in_sigmas=True))
-    assert judge_aba(_legs(98.4), three).verdict is Verdict.REGRESSION
+    found = judge_aba(_legs(98.4), three)
+    assert found.verdict is Verdict.REGRESSION
+    assert found.why.startswith("Receive rate fell 1.6 % (threshold 3sigma): the candidate's mean"), found.why
     assert judge_aba(_legs(98.6), three).verdict is Verdict.PASS
+
+
+def test_legs_without_noise_are_judged_against_the_rounding_of_3_significant_digits() -> None:
+    """Every run at 40.000 msg/s (a fixed rate, to the message): a pooled sigma of 0, under
+    which `3sigma` judged a candidate 0.025 % short a regression. Taken as 0.029 %, t(0.99865; 6)
+    = 4.905 x 0.029 % x sqrt(1/3 + 1/6) = ±0.10 %."""
+    flat = (40.0, 40.0, 40.0)
+    three = GateRules(throughput_drop=Threshold(3.0, in_sigmas=True))
+    assert judge_aba(Legs(_runs("a1", flat), _runs("b", (39.99,) * 3), _runs("a2", flat)), three).verdict is (
+        Verdict.PASS
+    )
+    found = judge_aba(Legs(_runs("a1", flat), _runs("b", (39.9,) * 3), _runs("a2", flat)), three)
+    assert found.verdict is Verdict.REGRESSION and "noise band ±0.1 % over 9 runs" in found.why, found.why
 
 
 def test_the_candidate_is_judged_against_each_baseline_and_drifting_baselines_judge_nothing() -> None:
@@ -102,6 +117,40 @@ def test_loss_a_failed_candidate_and_an_unmeasured_baseline() -> None:
     assert (found.verdict, found.why) == (Verdict.INCONCLUSIVE, "t.a2-03 (second baseline) is invalid: why")
     short = Legs(legs.first[:1], legs.candidate, legs.second)
     assert judge_aba(short, GateRules()).why == "the first baseline has 1 runs, 2 needed"
+
+
+def test_a_candidate_that_failed_where_the_baselines_failed_too_tells_nothing() -> None:
+    """Every run failed (the SUT was down all night): the candidate's failure is the testbed's,
+    not a regression."""
+    legs = _legs(100.0)
+
+    def failed(runs: tuple[AbaRun, ...]) -> tuple[AbaRun, ...]:
+        return tuple(AbaRun(r.test_id, "failure", r.figures, "failed: the SUT refused connections") for r in runs)
+
+    found = judge_aba(Legs(failed(legs.first), failed(legs.candidate), failed(legs.second)), GateRules())
+    assert (found.verdict, found.why) == (
+        Verdict.INCONCLUSIVE,
+        "t.a1-01 (first baseline) failed: the SUT refused connections",
+    )
+    alone = judge_aba(Legs(legs.first, failed(legs.candidate), legs.second), GateRules())
+    assert (alone.verdict, alone.why) == (
+        Verdict.REGRESSION,
+        "the candidate's run t.b-01 failed: the SUT refused connections",
+    )
+
+
+def test_a_latency_no_run_could_trust_is_no_pass() -> None:
+    """Runs kept as successes with `untrusted_latency="warn"` have no latency figure: the
+    latency was not judged, and the verdict says so rather than PASS on the rate alone."""
+    legs = _legs(100.0)
+
+    def untrusted(runs: tuple[AbaRun, ...]) -> tuple[AbaRun, ...]:
+        return tuple(AbaRun(r.test_id, r.outcome, r.figures, None, "a clock stepped") for r in runs)
+
+    found = judge_aba(Legs(untrusted(legs.first), untrusted(legs.candidate), untrusted(legs.second)), GateRules())
+    assert found.verdict is Verdict.INCONCLUSIVE
+    assert found.why == "Latency p50: no figure in t.a1-01 (a clock stepped) (and 2 more)"
+    assert judge_aba(legs, GateRules()).verdict is Verdict.PASS  # no latency measured at all: not asked
 
 
 def _aa_alarms(checks: int) -> int:

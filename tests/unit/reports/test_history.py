@@ -192,6 +192,35 @@ def test_a_name_with_no_runs_is_a_clear_error(tmp_path: Path, capsys: pytest.Cap
     assert "no finished run of a test named 'nothing here'" in capsys.readouterr().err
     assert reports_main(["history", NAME, "--results", str(tmp_path / "absent")]) == 2
     assert "no results folder" in capsys.readouterr().err
+    # A script reading --json gets the error on standard output as well, never nothing.
+    assert reports_main(["history", NAME, "--results", str(tmp_path / "absent"), "--json"]) == 2
+    assert json.loads(capsys.readouterr().out) == {"error": f"no results folder {tmp_path / 'absent'}"}
+    assert reports_main(["history", NAME, "--results", str(tmp_path), "--gate", "--json"]) == 5
+    assert json.loads(capsys.readouterr().out)["gate"]["why"] == "no finished run"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "why"),
+    [
+        ("--min-runs", "1", "'1': a whole number of runs, at least 2"),
+        ("--min-runs", "0", "'0': a whole number of runs, at least 2"),
+        ("--min-runs", "-2", "'-2': a whole number of runs, at least 2"),
+        ("--max-loss-rise", "-0.1", "'-0.1': ratio points from 0 to 1"),
+        ("--max-duplicate-rise", "nan", "'nan': ratio points from 0 to 1"),
+        ("--max-p", "0", "'0': a probability above 0, at most 1"),
+        ("--max-p", "1.5", "'1.5': a probability above 0, at most 1"),
+        ("--max-latency-rise", "0sigma", "'0sigma': a threshold in noise units is above 0"),
+    ],
+)
+def test_gate_rules_it_cannot_judge_by_are_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str, why: str
+) -> None:
+    """`--min-runs 1` judged a night against one run, 0 divided by zero in the curve's check."""
+    _nights(tmp_path, drop_from=None, n=6)
+    with pytest.raises(SystemExit) as exited:
+        reports_main(["history", NAME, "--results", str(tmp_path), "--gate", flag, value])
+    assert exited.value.code == 2
+    assert f"argument {flag}: {why}" in capsys.readouterr().err
 
 
 def test_a_damaged_record_is_left_out_saying_so_and_a_missing_latency_is_no_zero(

@@ -7,6 +7,8 @@ noise crosses 37.21 of those (measured over 5 runs) once in 1,200 nights: the no
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -14,6 +16,7 @@ from protocol.codes import ExitCode
 from reports.history import FIGURES, History, Run, analyse
 from reports.verdict import (
     GateRules,
+    Noise,
     Threshold,
     Verdict,
     _distribution_finding,
@@ -84,6 +87,38 @@ def test_thresholds_parse_or_say_why() -> None:
     assert Threshold.parse("0.05") == Threshold.parse("5%") == Threshold(0.05)
     with pytest.raises(ValueError, match="'5x' is no threshold"):
         Threshold.parse("5x")
+    with pytest.raises(ValueError, match="above 0"):
+        Threshold.parse("0sigma")
+
+
+def test_rules_a_verdict_cannot_stand_on_are_refused() -> None:
+    """A noise of 0 or 1 runs is no noise: `min_runs` 1 judged a night against one run and 0
+    divided by zero. Ratio points are from 0 to 1, a change point's p above 0."""
+    for rules, why in (
+        ({"min_runs": 1}, "min_runs 1: a figure's noise needs at least 2 runs"),
+        ({"min_runs": -3}, "min_runs -3"),
+        ({"loss_rise": -0.1}, "loss_rise -0.1: ratio points from 0 to 1"),
+        ({"duplicate_rise": float("nan")}, "duplicate_rise nan"),
+        ({"max_change_p": 0.0}, "max_change_p 0.0: a probability above 0"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            GateRules(**rules)  # type: ignore[arg-type]
+    assert Noise(1, 100.0, 0.0).band == Noise(1, 100.0, 0.0).band_for(Threshold(0.05)) == math.inf
+
+
+def test_a_figure_without_noise_is_judged_against_the_rounding_of_3_significant_digits() -> None:
+    """A fixed-rate run receives 40 msg/s to the message, night after night: sigma 0. Under
+    `3sigma` that judged any change (a night 0.025 % short was a regression); its noise is taken
+    as the rounding of a figure known to 3 significant digits, 0.029 %: the band over 5 runs is
+    28.92 x 0.0289 % = 0.83 %."""
+    three = Threshold(3.0, in_sigmas=True)
+    flat = (40.0,) * 5
+    assert _judge(_run(9, 39.99), base=flat, throughput_drop=three)[0] is Verdict.PASS
+    verdict, why = _judge(_run(9, 39.6), base=flat, throughput_drop=three)
+    assert verdict is Verdict.REGRESSION
+    assert why.startswith("Receive rate fell 1.0 % (threshold 3sigma): run-09 against the median of 5"), why
+    assert why.endswith("(noise band ±0.8 % (28.9 sigma of 5 runs))"), why
+    assert _judge(_run(9, 39.7), base=flat, throughput_drop=three)[0] is Verdict.PASS
 
 
 def test_too_few_comparable_runs_are_inconclusive_never_a_pass() -> None:
@@ -139,7 +174,8 @@ def test_a_regression_keeps_its_doubts_apart() -> None:
 def test_a_threshold_in_noise_units_judges_a_change_point_by_the_noise_it_can_know() -> None:
     """Eight latencies of 1 ms, then four of 40 ms: a change point at the ninth (p 0.005), after
     which three runs are too few to know the figure's noise. Under `3sigma` the change is judged
-    by the noise of all twelve (median 1 ms, MAD 0: any rise counts), not read as a 300 % fraction.
+    by the noise of all twelve (median 1 ms, MAD 0: taken as the rounding noise of 3 significant
+    digits, 0.029 %, so a rise beyond 0.087 % counts), not read as a 300 % fraction.
     It is news on this night only: with three of 40 ms it was a change point of p 0.01, which the
     gate does not count, and a night later it is the level that night is judged against."""
     rates = (*BASE, *BASE, 100.02, 99.98, 100.0)
@@ -152,7 +188,7 @@ def test_a_threshold_in_noise_units_judges_a_change_point_by_the_noise_it_can_kn
     assert [(s.run, s.p_value) for s in history.shifts["latency_p99_us"]] == [(9, 0.005)]
     found = judge(history, three)
     assert found.verdict is Verdict.REGRESSION
-    assert found.why.startswith("Latency p99 rose 3900.0 % (threshold 0 %) from run 9 (run-08) on"), found.why
+    assert found.why.startswith("Latency p99 rose 3900.0 % (threshold 0.0866 %) from run 9 (run-08) on"), found.why
     assert found.doubts == ["Latency p99: 3 comparable runs since its last change point, 5 needed"]
     later = judge(analyse("t", runs), three)
     assert later.verdict is Verdict.INCONCLUSIVE and later.findings == [
