@@ -121,7 +121,7 @@ def _judge_figure(
     if fig.key in COUNTED:  # counts of what went wrong: any rise beyond the threshold is one
         if worse > threshold.value:
             return Verdict.REGRESSION, f"{fig.title} {how_worse(fig, base, means['candidate'], threshold.value)}"
-        return Noise(len(values["candidate"]), base, 0.0, relative=False)
+        return Noise(len(values["candidate"]), base, 0.0, relative=False, centre="mean")
     residuals = [v - means[leg] for leg in LEGS for v in values[leg]]
     df = len(residuals) - len(LEGS)
     if df < 1 or not base:
@@ -131,7 +131,7 @@ def _judge_figure(
     spread = sigma * math.sqrt(1 / n_cand + 1 / n_base)  # of the candidate's mean against the baselines'
     tail = threshold.tail if threshold.in_sigmas else FIGURE_TAIL
     band = t_quantile(df, tail) * spread
-    noise = Noise(n_cand + n_base, base, sigma)
+    noise = Noise(n_cand + n_base, base, sigma, centre="mean")
     # The baselines on either side: further apart than their own noise allows and than the cap,
     # the testbed moved while the candidate ran, and no comparison with it holds.
     cap = max_drift or threshold
@@ -174,11 +174,15 @@ def read_legs(root: Path, test_id: str) -> Legs:
     """The legs of the A-B-A test `test_id` in results folder `root`, from its phases' test.json
     (`<test_id>.a1-01`, `.b-01`, `.a2-01`…); a ValueError naming what is missing, or an id that
     is no plain folder name inside `root` (a test.json's phase ids included)."""
-    record = read_test_record(resolve_inside(root, test_id))
+    test_dir = resolve_inside(root, test_id)
+    record = read_test_record(test_dir)
     if record is None:
+        if (test_dir / "test.json").exists():
+            raise ValueError(f"{test_id}/test.json is no test's record: damaged, or still being written")
         raise ValueError(f"no test {test_id!r} in {root}")
     if record.kind != "aba":
-        raise ValueError(f"{test_id} is a {record.kind or 'test of no kind'} test, not an A-B-A one")
+        what = f"a {record.kind} test" if record.kind else "a test whose test.json names no kind"
+        raise ValueError(f"{test_id} is {what}, not an A-B-A one")
     legs: dict[str, list[AbaRun]] = {leg: [] for leg in LEGS}
     for row in record.steps or ():
         phase = read_test_record(resolve_inside(root, row.test_id))

@@ -178,6 +178,7 @@ class Noise:
     median: float
     sigma: float
     relative: bool = True
+    centre: str = "median"  # what `median` is: an A-B-A comparison's is the baselines' mean
 
     @property
     def _sigma(self) -> float:
@@ -305,7 +306,7 @@ class GateVerdict:
             "verdict": self.verdict.value,
             "why": self.why,
             "findings": self.findings,
-            "noise": {k: {"runs": n.runs, "median": n.median, "sigma": n.sigma} for k, n in self.noise.items()},
+            "noise": {k: {"runs": n.runs, n.centre: n.median, "sigma": n.sigma} for k, n in self.noise.items()},
         }
 
 

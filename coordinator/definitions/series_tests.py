@@ -98,8 +98,7 @@ class RepeatedTest(_OnBase):
     KIND = "repeated"
 
     def __post_init__(self) -> None:
-        if self.times < 2:
-            raise DefinitionError("repeat a test at least twice")
+        _times(self.times, "repeat a test at least twice")
 
 
 @dataclass(frozen=True)
@@ -118,13 +117,44 @@ class AbaTest(_OnBase):
     KIND = "aba"
 
     def __post_init__(self) -> None:
-        if self.times < 2:
-            raise DefinitionError("an A-B-A test needs at least 2 runs a leg (its noise is their spread)")
+        _times(self.times, "an A-B-A test needs at least 2 runs a leg (its noise is their spread)")
         if type(self.candidate) is not type(self.base):
             raise DefinitionError(
                 f"the candidate is a {type(self.candidate).__name__}, the baseline a {type(self.base).__name__}:"
                 " an A-B-A test compares the same test on two builds"
             )
+        if differ := _beyond_where(self.base, self.candidate):
+            raise DefinitionError(
+                f"the candidate differs from the baseline in {', '.join(differ)}: an A-B-A test compares the same "
+                "test on two builds (where they are: URLs, inspectors, agents, labels); a SweepTest compares settings"
+            )
+
+
+# What may differ between an A-B-A test's baseline and candidate: where the build under test is.
+_WHERE = frozenset({"send_url", "receive_url", "request_url", "reply_url", "inspectors", "agents", "labels", "name"})
+
+
+def _beyond_where(base: FixedRateTest, candidate: FixedRateTest) -> list[str]:
+    """The fields in which `candidate` asks other than `base` of the SUT: all but where the
+    SUT is (a flow by its counts and rates, an action by when and what, not by which agent)."""
+    differ = []
+    for f in dataclasses.fields(base):
+        if f.name in _WHERE:
+            continue
+        mine, theirs = getattr(base, f.name), getattr(candidate, f.name)
+        if f.name == "flows":
+            mine, theirs = ([dataclasses.replace(x, send_url="", receive_url="") for x in v] for v in (mine, theirs))
+        elif f.name == "actions":
+            mine, theirs = ([(a.at_s, a.command, a.args) for a in v] for v in (mine, theirs))
+        if mine != theirs:
+            differ.append(f.name)
+    return differ
+
+
+def _times(times: object, least_why: str) -> None:
+    """A number of runs: a whole number, at least 2 (`least_why`); 2.5 ran a leg once."""
+    if isinstance(times, bool) or not isinstance(times, int) or times < 2:
+        raise DefinitionError(f"times {times!r}: {least_why}")
 
 
 @dataclass(frozen=True)

@@ -230,7 +230,8 @@ def phase_row(result: TestResult) -> PhaseRow:
         row,
         send_rate=figures.send_rate.mean,
         receive_rate=figures.receive_rate.mean,
-        latency_us=None if figures.latency_untrusted else figures.latency_us,
+        # No figure where there is none: a phase that failed before a message came back read p50 0.
+        latency_us=None if figures.latency_untrusted or not figures.latency_samples else figures.latency_us,
         lost=figures.lost,
         # a request/reply phase's closed-system curves
         reply=None if rr is None else ReplyRow(rr.throughput_per_s, rr.response_time_us, rr.timed_out),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import Fail, FixedRateTest, Flow, IncrementalTest, RequestReplyTest, UnboundedTest
+from coordinator import Action, Fail, FixedRateTest, Flow, IncrementalTest, RequestReplyTest, UnboundedTest
 from coordinator.cli.commands import test_from_args as definition_from_args
 from coordinator.cli.main import build_parser
 from coordinator.definitions import AbaTest, DefinitionError, RepeatedTest, SearchTest, SweepTest, workload
@@ -375,8 +375,25 @@ def test_an_aba_test_states_its_candidate_and_refuses_what_it_cannot_compare() -
     assert line.startswith("aba: 40 msg/s per client, 40 in all, 3 times as the baseline, the candidate ")
     assert "(amqp://guest:***@new:5672/q)" in line and line.endswith("amqp://guest:***@old:5672/q")
     assert "secret" not in line
-    with pytest.raises(DefinitionError, match="at least 2 runs a leg"):
-        AbaTest(base=base, candidate=candidate, times=1)
+    for times in (1, 2.5, "3", None, True):
+        with pytest.raises(DefinitionError, match=f"times {times!r}: an A-B-A test needs at least 2 runs a leg"):
+            AbaTest(base=base, candidate=candidate, times=times)  # type: ignore[arg-type]
+    with pytest.raises(DefinitionError, match=r"times 2\.5: repeat a test at least twice"):
+        RepeatedTest(base=base, times=2.5)  # type: ignore[arg-type]
+    # Where the build is may differ (URLs, inspectors, labels, an action's agent); what is asked of it not.
+    moved = replace(
+        candidate,
+        inspectors=("rabbitmq=http://new:15672",),
+        labels={"sut_version": "4.1"},
+        actions=(Action("10s", "new-agent", "restart", ("broker",)),),
+    )
+    AbaTest(base=replace(base, actions=(Action(10, "old-agent", "restart", ("broker",)),)), candidate=moved)
+    with pytest.raises(DefinitionError, match="the candidate differs from the baseline in rate, options: an A-B-A"):
+        AbaTest(base=base, candidate=replace(candidate, rate=80, options={"confirm_window": 8}))
+    flows = (Flow("amqp://old/a", senders=2),)
+    with pytest.raises(DefinitionError, match="differs from the baseline in flows"):
+        AbaTest(base=replace(base, flows=flows), candidate=replace(base, flows=(Flow("amqp://new/a", senders=3),)))
+    AbaTest(base=replace(base, flows=flows), candidate=replace(base, flows=(Flow("amqp://new/a", senders=2),)))
     replier = RequestReplyTest(send_url="amqp://h/requests")
     with pytest.raises(DefinitionError, match="the candidate is a RequestReplyTest, the baseline a FixedRateTest"):
         AbaTest(base=base, candidate=replier)

@@ -3,7 +3,7 @@ time first (#40: "latency p50 2.4 ms" was its request leg, the response took 10.
 
 from typing import Any
 
-from coordinator.outcome.results import TestResult
+from coordinator.outcome.results import TestResult, phase_row
 from protocol.figures import TestFigures
 from protocol.test_record import TestRecord
 
@@ -128,3 +128,13 @@ def test_a_series_rates_carry_mb_per_s_from_the_size_of_the_test_it_repeats() ->
     lines = str(TestResult("rep", "success", None, _summary(), record, "", steps=[first], best=first)).splitlines()
     assert "  send rate 10,000.0 msg/s (10.24 MB/s)  receive rate 9,500.0 msg/s (9.73 MB/s)" in lines
     assert lines[-1] == "  receive rate: mean 10,000.0 msg/s (10.24 MB/s), 95% CI [9,000.0, 11,000.0] msg/s (n=3)"
+
+
+def test_a_phase_row_has_no_latency_where_no_message_came_back() -> None:
+    """A phase that failed before any message came back: its row in the series' test.json (and
+    the series report's table) showed p50 0 ms, a figure it never measured."""
+    record = TestRecord.from_json({"definition": {"rate": 40, "parallel": 1}})
+    empty = _summary(received=0, latency_us={"p50": 0.0, "p99": 0.0, "max": 0.0}, latency_samples=0)
+    assert phase_row(TestResult("t.b-01", "failure", "no message", empty, record, "")).latency_us is None
+    measured = phase_row(TestResult("t.b-02", "success", None, _summary(), record, "")).latency_us
+    assert measured is not None and measured.p50 == 2_400.0

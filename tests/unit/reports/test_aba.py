@@ -9,11 +9,14 @@ passes 4.312 once in 400: the noise band is ±1.29 %.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from reports import aba
-from reports.aba import AbaRun, Legs, judge_aba, t_quantile
+from reports.aba import AbaRun, Legs, judge_aba, read_legs, t_quantile
 from reports.history import FIGURES
 from reports.verdict import GateRules, Threshold, Verdict
 
@@ -182,3 +185,28 @@ def test_candidates_without_a_change_cry_wolf_under_once_in_100_checks(monkeypat
     assert 2 <= alarms <= 20, alarms
     monkeypatch.setattr(aba, "t_quantile", lambda df, tail: 3.0)
     assert _aa_alarms(2_000) >= 40
+
+
+def test_a_test_id_that_is_no_aba_test_says_what_it_is(tmp_path: Path) -> None:
+    """A damaged parent test.json read "no test", an empty one "a test of no kind test"."""
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "cut" / "test.json").write_text('{"test_id": "cut", "kind": "ab')
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "test.json").write_text("{}")
+    (tmp_path / "fixed").mkdir()
+    (tmp_path / "fixed" / "test.json").write_text(json.dumps({"test_id": "fixed", "kind": "fixed-rate"}))
+    for test_id, why in (
+        ("cut", "cut/test.json is no test's record: damaged, or still being written"),
+        ("empty", "empty is a test whose test.json names no kind, not an A-B-A one"),
+        ("fixed", "fixed is a fixed-rate test, not an A-B-A one"),
+        ("absent", f"no test 'absent' in {tmp_path}"),
+    ):
+        with pytest.raises(ValueError) as refused:
+            read_legs(tmp_path, test_id)
+        assert str(refused.value) == why
+
+
+def test_the_json_names_the_comparisons_centre_a_mean() -> None:
+    noise = judge_aba(_legs(97.0), GateRules()).as_dict()["noise"]
+    sigma = pytest.approx(0.0042426, rel=1e-4)
+    assert isinstance(noise, dict) and noise["receive_rate"] == {"runs": 9, "mean": 100.0, "sigma": sigma}
