@@ -107,7 +107,7 @@ def _judge_figure(
 ) -> Noise | tuple[Verdict, str] | None:
     values = {leg: [v for r in getattr(legs, leg) if (v := r.figures.get(fig.key)) is not None] for leg in LEGS}
     untrusted = [r for leg in LEGS for r in getattr(legs, leg) if r.latency_untrusted]
-    if fig.key.startswith("latency_") and untrusted and any(len(v) < 2 for v in values.values()):
+    if fig.is_latency and untrusted and any(len(v) < 2 for v in values.values()):
         run = untrusted[0]
         return Verdict.INCONCLUSIVE, f"{fig.title}: no figure in {run.test_id} ({run.latency_untrusted})"
     if not any(values.values()):

@@ -63,6 +63,10 @@ class Figure:
     def shown(self, value: float) -> float:
         return value / self.per_unit
 
+    @property
+    def is_latency(self) -> bool:
+        return self.key.startswith("latency_")
+
 
 def _latency(key: str) -> Callable[[TestFigures], float | None]:
     def read(figures: TestFigures) -> float | None:
@@ -118,6 +122,8 @@ class Run:
     # Its latency after the warm-up as (percentile, µs), the whole curve the gate compares; none
     # where the latency is no figure, or a closed system's (its response time has no curve).
     distribution: tuple[tuple[float, float], ...] = ()
+    # Why its latency is no figure, where it kept its outcome without one (`untrusted_latency="warn"`).
+    latency_untrusted: str | None = None
 
     @property
     def excluded(self) -> str | None:
@@ -147,6 +153,8 @@ def run_of(record: TestRecord) -> Run | None:
         workload=workload_hash(record.definition),
         testbed=testbed_fingerprint(record.testbed),
         distribution=_distribution_of(figures),
+        # A closed system's latency figures are its response time, on one clock: they stand.
+        latency_untrusted=figures.latency_untrusted if figures.request_reply is None else None,
     )
 
 
@@ -258,6 +266,7 @@ def runs_from_dicts(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
             workload=str(r.get("workload") or ""),
             testbed=str(r.get("testbed") or ""),
             distribution=distribution_from(r.get("distribution")),
+            latency_untrusted=r.get("latency_untrusted") if isinstance(r.get("latency_untrusted"), str) else None,
         )
         for r in rows
     ]

@@ -71,6 +71,7 @@ RUNS = sa.Table(
     sa.Column("record_bytes", sa.BigInteger, nullable=False),
     sa.Column("record_mtime_ns", sa.BigInteger, nullable=False),
     sa.Column("latency_distribution", sa.JSON),  # [[percentile, µs], ...] (revision 0002)
+    sa.Column("latency_untrusted", sa.Text),  # why its latency is no figure (revision 0004)
 )
 
 
@@ -117,6 +118,7 @@ def index_row(record: TestRecord, test_dir: Path, size: int, mtime_ns: int) -> J
         "record_bytes": size,
         "record_mtime_ns": mtime_ns,
         "latency_distribution": [list(point) for point in run.distribution] if run else None,
+        "latency_untrusted": run.latency_untrusted if run else None,
     }
 
 
@@ -135,6 +137,7 @@ def _run_of_row(row: Any) -> Run:
         workload=row.workload_hash,
         testbed=row.testbed_hash,
         distribution=_distribution(row.latency_distribution),
+        latency_untrusted=row.latency_untrusted,
     )
 
 

@@ -398,6 +398,8 @@ def _judge_figure(
     since = _since_last_change(history, fig, before)
     values = [v for r in since if (v := r.figures.get(fig.key)) is not None]
     value = newest.figures.get(fig.key)
+    if value is None and fig.is_latency and newest.latency_untrusted:
+        return Verdict.INCONCLUSIVE, f"{fig.title}: no figure in {newest.test_id} ({newest.latency_untrusted})"
     if not values:
         return None if value is None else (Verdict.INCONCLUSIVE, f"{fig.title}: no comparable run has this figure")
     if value is None:

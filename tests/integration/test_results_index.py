@@ -99,7 +99,7 @@ def test_the_index_in_postgresql(tmp_path: Path, pg_url: str) -> None:
     with psycopg.connect(PG) as check:  # Alembic's version table, in the test's schema
         schema = pg_url.rsplit("%3D", 1)[1]
         [(version,)] = check.execute(f"SELECT version_num FROM {schema}.maestro_index_version").fetchall()
-        assert version == "0003"
+        assert version == "0004"
 
 
 def test_a_run_indexes_the_sut_version_its_inspector_read_where_the_script_states_none(tmp_path: Path) -> None:
@@ -151,7 +151,7 @@ def _tail_nights_and_an_index_from_before_curves(root: Path, url: str | None) ->
         line
     )
     assert line.endswith(
-        "noise band ±0.0 % of 6 runs): nightly-rabbitmq-006's latency curve against their median (p99.99 too)"
+        "noise band ±0.5 % of 6 runs): nightly-rabbitmq-006's latency curve against their median (p99.99 too)"
     ), line
 
 
@@ -224,6 +224,23 @@ def test_the_gate_as_a_nightly_job_runs_it(
     run = _maestro("history", NAME, "--results", str(tmp_path), "--db", pg_url, "--gate")
     assert run.returncode == code, run.stderr
     assert run.stderr.strip().splitlines()[-1].startswith(line), run.stderr
+
+
+@pytest.mark.parametrize("db", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+def test_nights_whose_latency_no_clock_could_back_are_no_pass(
+    tmp_path: Path, db: str, request: pytest.FixtureRequest
+) -> None:
+    """Every night kept as a success with `untrusted_latency="warn"`: no latency figure in any.
+    The gate judged the rate alone and said PASS; it says which run's latency it could not judge
+    and why, read back through the index."""
+    for n, rate in enumerate((*NIGHTS, 10_000.0)):
+        history_run(tmp_path, NAME, n, rate, latency_untrusted=f"a clock stepped on night {n}")
+    args = ("--db", request.getfixturevalue("pg_url")) if db == "postgresql" else ()
+    run = _maestro("history", NAME, "--results", str(tmp_path), *args, "--gate")
+    assert run.returncode == ExitCode.INCONCLUSIVE, run.stderr
+    assert run.stderr.strip().splitlines()[-1] == (
+        "gate: INCONCLUSIVE: Latency p50: no figure in nightly-rabbitmq-006 (a clock stepped on night 6) (and 2 more)"
+    )
 
 
 def test_the_gate_with_too_few_runs_or_none_is_inconclusive(tmp_path: Path) -> None:

@@ -117,11 +117,13 @@ def history_run(
     cpu_model: str = "Lab CPU 9000",
     started: str | None = None,
     tail: float | None = None,
+    latency_untrusted: str | None = None,
 ) -> str:
     """One night's test.json of a test named `name`, as the coordinator stores it, with these
     figures: what `maestro history` reads. Its test id. `rate_per_client` is its workload (its
-    definition), `cpu_model` its testbed. With `tail`, its latency curve too (as reports.summary
-    writes it), whose p99.95 and p99.99 are `tail` times a curve that p99_us scales."""
+    definition), `cpu_model` its testbed; `latency_untrusted`: why it has no latency figure. With
+    `tail`, its latency curve too (as reports.summary writes it), whose p99.95 and p99.99 are
+    `tail` times a curve that p99_us scales."""
     test_id = f"{name.replace(' ', '-')}-{night:03d}"
     peers: list[dict[str, object]] = [{"name": "s1", "role": "sender"}]
     if generator_bound:
@@ -155,6 +157,8 @@ def history_run(
             "peers": peers,
         },
     }
+    if latency_untrusted is not None:  # kept a success (`untrusted_latency="warn"`): no latency figure
+        record["summary"] |= {"latency_us": None, "latency_untrusted": latency_untrusted}  # type: ignore[operator]
     if tail is not None:
         shape = {10: 0.15, 25: 0.2, 50: 0.25, 75: 0.35, 90: 0.5, 95: 0.6, 99: 1.0, 99.5: 1.4, 99.9: 2.0}
         shape |= {99.95: 3.0 * tail, 99.99: 5.0 * tail, 99.999: 8.0, 100: 50.0}

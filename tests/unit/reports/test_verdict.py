@@ -8,6 +8,7 @@ noise crosses 37.21 of those (measured over 5 runs) once in 1,200 nights: the no
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -300,3 +301,16 @@ def test_the_recovery_after_faults_is_gated_against_its_own_threshold() -> None:
     assert (
         "recovery_s" not in judge(analyse("t", [_run(n, r) for n, r in enumerate((*BASE, 100.0))]), GateRules()).noise
     )
+
+
+def test_a_latency_the_newest_run_could_not_trust_is_no_pass() -> None:
+    """Nights kept as successes with `untrusted_latency="warn"` have no latency figure. Where no
+    night had one, the gate judged the rate alone and said PASS, "within every threshold"."""
+    base = [replace(_run(n, r), latency_untrusted="a clock stepped") for n, r in enumerate(BASE)]
+    newest = replace(_run(9, 100.0), latency_untrusted="3 samples clamped")
+    found = judge(analyse("t", [*base, newest]), GateRules())
+    assert (found.verdict, found.why) == (
+        Verdict.INCONCLUSIVE,
+        "Latency p50: no figure in run-09 (3 samples clamped) (and 2 more)",
+    )
+    assert judge(analyse("t", [*base, _run(9, 100.0)]), GateRules()).verdict is Verdict.PASS  # none asked
