@@ -22,9 +22,13 @@ the baselines' beyond `--max-loss-rise` (0) is a regression, as in the gate.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import statistics
-from collections.abc import Mapping
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,11 +36,11 @@ import numpy as np
 
 from protocol.test_record import TestRecord
 from reports.history import COUNTED, FIGURES, Figure, how_worse, worse_by
-from reports.paths import resolve_inside
+from reports.paths import check_test_id, resolve_inside
 from reports.summary import read_test_record
 from reports.verdict import NOISE_FLOOR, Findings, GateRules, GateVerdict, Noise, Threshold, Verdict
 
-__all__ = ["FIGURE_TAIL", "AbaRun", "Legs", "judge_aba", "read_legs", "t_quantile"]
+__all__ = ["FIGURE_TAIL", "AbaRun", "Legs", "fetch_legs", "judge_aba", "read_legs", "t_quantile"]
 
 # Four figures judged at once, 1 false alarm in 100 checks: 1 in 400 each.
 FIGURE_TAIL = 0.01 / 4
@@ -180,12 +184,44 @@ def read_legs(root: Path, test_id: str) -> Legs:
         if (test_dir / "test.json").exists():
             raise ValueError(f"{test_id}/test.json is no test's record: damaged, or still being written")
         raise ValueError(f"no test {test_id!r} in {root}")
+    return _legs_of(test_id, record, lambda phase: read_test_record(resolve_inside(root, phase)))
+
+
+def fetch_legs(server: str, test_id: str) -> Legs:
+    """The same from a data server's /api/results (`server`: its URL): where a nightly job's
+    coordinator does not hold the results folder."""
+
+    def fetch(wanted: str) -> TestRecord | None:
+        url = f"{server.rstrip('/')}/api/results/{urllib.parse.quote(check_test_id(wanted), safe='')}"
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response:
+                answer = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise ValueError(f"{url} answered {exc.code}") from exc
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise ValueError(f"cannot read {url}: {getattr(exc, 'reason', exc)}") from exc
+        test = answer.get("test") if isinstance(answer, dict) else None
+        try:  # the server answers {} for a test.json it cannot read
+            return TestRecord.from_json(test) if isinstance(test, dict) and test else None
+        except ValueError:
+            return None
+
+    record = fetch(test_id)
+    if record is None:
+        raise ValueError(f"no test {test_id!r} on {server} (or its test.json is damaged)")
+    return _legs_of(test_id, record, fetch)
+
+
+def _legs_of(test_id: str, record: TestRecord, read: Callable[[str], TestRecord | None]) -> Legs:
+    """The legs of the A-B-A test `record`, each phase's record as `read` gives it by its id."""
     if record.kind != "aba":
         what = f"a {record.kind} test" if record.kind else "a test whose test.json names no kind"
         raise ValueError(f"{test_id} is {what}, not an A-B-A one")
     legs: dict[str, list[AbaRun]] = {leg: [] for leg in LEGS}
     for row in record.steps or ():
-        phase = read_test_record(resolve_inside(root, row.test_id))
+        phase = read(row.test_id)
         label = row.test_id.rsplit(".", 1)[-1]
         leg = {"a1": "first", "b": "candidate", "a2": "second"}.get(label.split("-")[0])
         if leg is None:

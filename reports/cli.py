@@ -193,10 +193,10 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _aba(args: argparse.Namespace) -> int:
-    from reports.aba import judge_aba, read_legs  # noqa: PLC0415
+    from reports.aba import fetch_legs, judge_aba, read_legs  # noqa: PLC0415
 
     try:
-        legs = read_legs(args.results, args.test_id)
+        legs = fetch_legs(args.server, args.test_id) if args.server else read_legs(args.results, args.test_id)
     except (ValueError, OSError) as exc:
         return _cannot(args, "aba", str(exc))
     verdict = judge_aba(legs, _gate_rules(args), args.max_drift)
@@ -495,7 +495,9 @@ def _add_history(sub: Any) -> None:
         "drifted apart, a run that measured no SUT), with one line saying why.",
     )
     aba.add_argument("test_id", help="the A-B-A test's id (its phases are TEST_ID.a1-01, .b-01, .a2-01...)")
-    aba.add_argument("--results", type=Path, default=Path("results"), help="a results folder (default: %(default)s)")
+    where = aba.add_mutually_exclusive_group()
+    where.add_argument("--results", type=Path, default=Path("results"), help="a results folder (default: %(default)s)")
+    where.add_argument("--server", help="a data server's URL instead, e.g. http://lab-data:8080")
     _add_thresholds(aba)
     aba.add_argument(
         "--max-drift",

@@ -14,14 +14,16 @@ from support.processes import BIN
 from support.proxy_process import ProxyProcess
 
 from coordinator import AbaTest, FixedRateTest, Maestro
+from coordinator.running.local import LocalCluster
 from protocol.test_record import TestRecord
 
 DELAY_MS = 20
 
 
 def _aba(results: Path, test_id: str, *thresholds: str) -> subprocess.CompletedProcess[str]:
+    where = [] if "--server" in thresholds else ["--results", str(results)]
     return subprocess.run(
-        [str(BIN / "maestro"), "aba", test_id, "--results", str(results), "--json", *thresholds],
+        [str(BIN / "maestro"), "aba", test_id, *where, "--json", *thresholds],
         capture_output=True,
         text=True,
         timeout=60,
@@ -82,3 +84,13 @@ def test_a_candidate_through_a_20_ms_proxy_is_a_regression_and_the_same_build_pa
     assert outside.returncode == 2 and "test id '../results': use letters" in outside.stderr
     missing = _aba(results, "no-such-test")
     assert missing.returncode == 2 and missing.stderr.strip() == f"maestro aba: no test 'no-such-test' in {results}"
+
+    # A nightly job whose coordinator does not hold the results reads them from the data server:
+    # the same verdict, the same code.
+    with LocalCluster(tmp_path / "server-logs", broker_url="unused") as local:
+        server = local.data_server(results)
+        remote = _aba(results, delayed.test_id, "--server", server)
+        absent = _aba(results, "no-such-test", "--server", server)
+    remote_verdict = json.loads(remote.stdout)
+    assert remote.returncode == 3 and remote_verdict["why"] == verdict["why"], remote.stderr
+    assert absent.returncode == 2 and f"no test 'no-such-test' on {server}" in absent.stderr

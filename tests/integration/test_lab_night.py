@@ -4,14 +4,15 @@ Network namespaces stand in for the hosts (tests/support/lab.py): `lab-ctl` runs
 broker, a Mosquitto with Debian's stock configuration, and the data server; `lab-snd` two senders;
 `lab-rcv` two receivers, an inspector and an agent with a fault proxy. The Ansible role writes
 their configuration and systemd units, and each unit's command line is started once, in its
-host's namespace. Then tests/support/lab/night.py runs seven tests of five kinds back to back
+host's namespace. Then tests/support/lab/night.py runs eight tests of six kinds back to back
 from one `maestro run`, and ends with `maestro history`. Meanwhile this test plays the broker's
 operator: during the nightly test's second run it restarts the control broker for 8 s, during
 its third for 45 s.
 
 Known answers: every test succeeds; each fixed-rate test's messages (rate x clients x senders x
 seconds) are all received once; every peer's files are collected; the two outages are in their
-tests' records, 8 s and 45 s long; the history lists the three runs; no daemon restarted.
+tests' records, 8 s and 45 s long; the history lists the three runs; no daemon restarted; the
+A-B-A check (the candidate the same broker through a proxy) is judged, and is no REGRESSION.
 """
 
 from __future__ import annotations
@@ -116,6 +117,24 @@ def _records(results: Path) -> list[dict[str, Any]]:
     return sorted((r for r in records if not r.get("phase_of")), key=lambda r: r["started"])
 
 
+def _judge_the_aba_check(records: list[dict[str, Any]], results: Path) -> None:
+    """The night's A-B-A check, judged from the data server's files: six legs on the same
+    daemons, and a verdict that is no REGRESSION (the same broker; two runs a leg may be too few
+    to say PASS)."""
+    aba = next(r for r in records if r["kind"] == "aba")
+    legs = [s["test_id"].rsplit(".", 1)[1] for s in aba["steps"]]
+    assert legs == ["a1-01", "a1-02", "b-01", "b-02", "a2-01", "a2-02"], legs
+    judged = subprocess.run(
+        [str(BIN / "maestro"), "aba", aba["test_id"], "--results", str(results)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    last = judged.stderr.strip().splitlines()[-1]
+    assert judged.returncode in (0, 5) and last.startswith(("aba: PASS: ", "aba: INCONCLUSIVE: ")), judged.stderr
+
+
 @pytest.mark.timeout(900)
 @pytest.mark.usefixtures("rabbitmq")
 def test_a_night_of_tests_in_a_lab_of_three_hosts_through_two_control_broker_restarts(tmp_path: Path) -> None:
@@ -160,6 +179,7 @@ def test_a_night_of_tests_in_a_lab_of_three_hosts_through_two_control_broker_res
         "incremental",
         "fixed-rate",
         "unbounded",
+        "aba",
         "fixed-rate",
     ]
     for record in records:
@@ -185,6 +205,7 @@ def test_a_night_of_tests_in_a_lab_of_three_hosts_through_two_control_broker_res
         ("latency", "start"),
         ("latency", "end"),
     ]
+    _judge_the_aba_check(records, tmp_path / "hosts" / "lab-ctl" / "results")
     # The night ends with the nightly test's history: its three runs, all of them successes.
     rows = [line.split() for line in night.stdout.splitlines()]
     listed = [(row[1], row[3]) for row in rows if len(row) > 3 and row[1] in operator.seen]

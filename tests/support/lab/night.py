@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-from coordinator import Action, FixedRateTest, IncrementalTest, Maestro, RequestReplyTest, UnboundedTest
+from coordinator import AbaTest, Action, FixedRateTest, IncrementalTest, Maestro, RequestReplyTest, UnboundedTest
 
 NIGHTLY = "lab night"  # the test whose history the night ends with
 SUT, PROXY, AGENT = os.environ["LAB_SUT"], os.environ["LAB_SUT_PROXY"], os.environ["LAB_AGENT"]
@@ -60,6 +61,12 @@ night = [
         name="lab night fault",
     ),
     UnboundedTest(send_url=f"{SUT}/{QUEUE}-unbounded", count=5000, senders=2, receivers=2, name="lab night unbounded"),
+    # One build's check: the candidate is the same broker through the agent's proxy (no fault).
+    AbaTest(
+        base=(aba := FixedRateTest(send_url=f"{SUT}/{QUEUE}-aba", rate=50, duration="3s", name="lab night aba")),
+        candidate=replace(aba, send_url=f"{PROXY}/{QUEUE}-aba", receive_url=f"{SUT}/{QUEUE}-aba"),
+        times=2,
+    ),
     nightly,
 ]
 
