@@ -22,12 +22,9 @@ the baselines' beyond `--max-loss-rise` (0) is a regression, as in the gate.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import statistics
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from protocol.test_record import TestRecord
+from reports.data_server_client import get_json
 from reports.history import COUNTED, FIGURES, Figure, how_worse, worse_by
 from reports.paths import check_test_id, resolve_inside
 from reports.summary import read_test_record
@@ -192,16 +190,7 @@ def fetch_legs(server: str, test_id: str) -> Legs:
     coordinator does not hold the results folder."""
 
     def fetch(wanted: str) -> TestRecord | None:
-        url = f"{server.rstrip('/')}/api/results/{urllib.parse.quote(check_test_id(wanted), safe='')}"
-        try:
-            with urllib.request.urlopen(url, timeout=60) as response:
-                answer = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return None
-            raise ValueError(f"{url} answered {exc.code}") from exc
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise ValueError(f"cannot read {url}: {getattr(exc, 'reason', exc)}") from exc
+        answer = get_json(f"{server.rstrip('/')}/api/results/{urllib.parse.quote(check_test_id(wanted), safe='')}")
         test = answer.get("test") if isinstance(answer, dict) else None
         try:  # the server answers {} for a test.json it cannot read
             return TestRecord.from_json(test) if isinstance(test, dict) and test else None

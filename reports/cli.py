@@ -12,10 +12,8 @@ import os
 import shutil
 import sys
 import traceback
-import urllib.error
 import urllib.parse
-import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +24,7 @@ from protocol.codes import ExitCode
 from protocol.daemon_cli import add_log_level, configure_logging
 from protocol.secrets import TOKEN_FILE_ENV, SecretFileError, env_path, read_secret_file, read_token_file
 from reports.change_points import DEFAULT_MAX_P
+from reports.data_server_client import DataServerError, get_json
 from reports.paths import UnsafePathError, resolve_inside, result_dirs
 from reports.results_index import ResultsIndexError
 from reports.server import create_app
@@ -311,14 +310,11 @@ def _history_runs(args: argparse.Namespace) -> list[Any]:
     if args.server:
         url = f"{args.server.rstrip('/')}/api/history/{urllib.parse.quote(args.name, safe='')}"
         try:
-            with urllib.request.urlopen(url, timeout=60) as response:
-                answer = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return []  # no run of that name: the gate's to say what that means
-            raise HistorySourceError(f"{url} answered {exc.code}: {exc.read().decode(errors='replace')[:300]}") from exc
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise HistorySourceError(f"cannot read {url}: {getattr(exc, 'reason', exc)}") from exc
+            answer = get_json(url)
+        except DataServerError as exc:
+            raise HistorySourceError(str(exc)) from exc
+        if not isinstance(answer, dict):
+            return []  # no run of that name: the gate's to say what that means
         return runs_from_dicts(answer.get("runs", []))
     if not args.results.is_dir():
         raise HistorySourceError(f"no results folder {args.results}")
@@ -375,24 +371,23 @@ def _at_least_2(text: str) -> int:
     return number
 
 
-def _ratio_points(text: str) -> float:
-    try:
-        number = float(text)
-    except ValueError:
-        number = math.nan
-    if not 0 <= number <= 1:  # NaN too
-        raise argparse.ArgumentTypeError(f"{text!r}: ratio points from 0 to 1 (0.001 is 0.1 %)")
-    return number
+def _number(what: str, fits: Callable[[float], bool]) -> Callable[[str], float]:
+    """An argparse type: a number that `fits` (NaN never does), else `what` it must be."""
+
+    def parse(text: str) -> float:
+        try:
+            number = float(text)
+        except ValueError:
+            number = math.nan
+        if not fits(number):
+            raise argparse.ArgumentTypeError(f"{text!r}: {what}")
+        return number
+
+    return parse
 
 
-def _probability(text: str) -> float:
-    try:
-        number = float(text)
-    except ValueError:
-        number = math.nan
-    if not 0 < number <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: a probability above 0, at most 1")
-    return number
+_ratio_points = _number("ratio points from 0 to 1 (0.001 is 0.1 %)", lambda n: 0 <= n <= 1)
+_probability = _number("a probability above 0, at most 1", lambda n: 0 < n <= 1)
 
 
 def _add_db(parser: Any) -> None:
