@@ -126,7 +126,9 @@ def _judge_figure(
         return Noise(len(values["candidate"]), base, 0.0, relative=False, centre="mean")
     residuals = [v - means[leg] for leg in LEGS for v in values[leg]]
     df = len(residuals) - len(LEGS)
-    if df < 1 or not base:
+    if not base:
+        return Verdict.INCONCLUSIVE, f"{fig.title}: 0 in the baselines: no level to judge a change against"
+    if df < 1:
         return Verdict.INCONCLUSIVE, f"{fig.title}: too few runs to know its noise"
     sigma = max(math.sqrt(sum(r * r for r in residuals) / df) / abs(base), NOISE_FLOOR)
     n_base, n_cand = len(values["first"]) + len(values["second"]), len(values["candidate"])
@@ -209,7 +211,11 @@ def _legs_of(test_id: str, record: TestRecord, read: Callable[[str], TestRecord 
         what = f"a {record.kind} test" if record.kind else "a test whose test.json names no kind"
         raise ValueError(f"{test_id} is {what}, not an A-B-A one")
     legs: dict[str, list[AbaRun]] = {leg: [] for leg in LEGS}
-    for row in record.steps or ():
+    steps = list(record.steps or ())
+    if foreign := next((row.test_id for row in steps if not row.test_id.startswith(f"{test_id}.")), None):
+        raise ValueError(f"{test_id}'s test.json names {foreign} as a phase: no phase of {test_id}")
+    # Each phase once: a row written twice would count its run twice and narrow the band.
+    for row in {row.test_id: row for row in steps}.values():
         phase = read(row.test_id)
         label = row.test_id.rsplit(".", 1)[-1]
         leg = {"a1": "first", "b": "candidate", "a2": "second"}.get(label.split("-")[0])
@@ -230,6 +236,8 @@ def _run(record: TestRecord) -> AbaRun:
         why = f"failed: {record.reason or 'no reason'}"
     elif record.outcome == "invalid":
         why = f"is invalid: {record.reason or 'no reason'}"
+    elif record.outcome != "success":  # running still, or ended without an outcome
+        why = f"ended {record.outcome!r}" if record.outcome else "has no outcome: it never ended"
     elif any(p.generator_bound for p in figures.peers):
         why = "was generator-bound: its figures are the load generator's"
     return AbaRun(

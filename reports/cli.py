@@ -16,7 +16,7 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import uvicorn
 
@@ -352,13 +352,28 @@ def _index(args: argparse.Namespace) -> int:
     return ExitCode.SUCCESS
 
 
-def _threshold(text: str) -> Any:
+def _threshold(text: str, drop: bool = False) -> Any:
     from reports.verdict import Threshold  # noqa: PLC0415
 
     try:
-        return Threshold.parse(text)
+        return Threshold.parse(text, fraction_under_1=drop)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _drop(text: str) -> Any:
+    return _threshold(text, drop=True)
+
+
+class _OneLineErrors(argparse.ArgumentParser):
+    """A usage error in one line, exit 2; under --json, {"error": ...} on standard output too
+    (a nightly job reading it got nothing there). --help shows the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        if "--json" in sys.argv[1:]:
+            print(json.dumps({"error": message}))
+        raise SystemExit(ExitCode.CANNOT_RUN)
 
 
 def _at_least_2(text: str) -> int:
@@ -401,7 +416,7 @@ def _add_db(parser: Any) -> None:
 def _add_thresholds(parser: argparse.ArgumentParser) -> None:
     thresholds = "a fraction (0.05), a percentage (5%%) or noise units (3sigma)"
     parser.add_argument(
-        "--max-throughput-drop", type=_threshold, default="0.05", help=f"{thresholds} (default: %(default)s)"
+        "--max-throughput-drop", type=_drop, default="0.05", help=f"{thresholds} (default: %(default)s)"
     )
     parser.add_argument(
         "--max-latency-rise", type=_threshold, default="0.10", help=f"{thresholds} (default: %(default)s)"
@@ -516,7 +531,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="maestro", description="The data server and report browser; the reporter.", fromfile_prefix_chars="@"
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineErrors)
     serve = sub.add_parser("serve", help="run the data server")
     serve.add_argument("--data", type=Path, default=Path("results"), help="the data root (default: %(default)s)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")

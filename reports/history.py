@@ -74,8 +74,13 @@ def _latency(key: str) -> Callable[[TestFigures], float | None]:
         # `latency_us` is the request leg alone, which a history of it once gated on.
         if figures.request_reply is not None:
             return _number(getattr(figures.request_reply.response_time_us, key))
-        # A latency that is no figure (`latency_untrusted`) is not one in a history either.
-        return None if figures.latency_untrusted else _number(getattr(figures.latency_us, key))
+        # A latency that is no figure (`latency_untrusted`) is not one in a history either; nor
+        # is 0, which no run measures (HDR's least value and the clock correction's clamp are
+        # 1 µs): it is a summary's latency left out (`latency_us` null), which read as 0 ms and
+        # passed any gate.
+        if figures.latency_untrusted:
+            return None
+        return _number(getattr(figures.latency_us, key)) or None
 
     return read
 
@@ -83,7 +88,9 @@ def _latency(key: str) -> Callable[[TestFigures], float | None]:
 def _per_sent(key: str) -> Callable[[TestFigures], float | None]:
     def ratio(figures: TestFigures) -> float | None:
         sent, count = _number(figures.sent), _number(getattr(figures, key))
-        return None if sent is None or count is None else (count / sent if sent else 0.0)
+        if sent is None or count is None or sent < 0 or count < 0:  # a negative count is no count
+            return None
+        return count / sent if sent else 0.0
 
     return ratio
 

@@ -15,6 +15,7 @@ stored its test.json on the data server, whoever reads next, with no hook in the
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ from reports.history import distribution_from as _distribution
 from reports.paths import result_dirs
 from reports.run_facts import inspected_version
 from reports.summary import read_test_record
+
+log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_INDEX_FILE", "VERSION_TABLE", "IndexStats", "ResultsIndex", "ResultsIndexError", "index_row"]
 
@@ -88,8 +91,12 @@ class IndexStats:
 
 def index_row(record: TestRecord, test_dir: Path, size: int, mtime_ns: int) -> JsonObject:
     """A test.json as its row. A run without figures (still running, a phase's parent) has a row
-    too, `finished` false, so that the next sync does not read it again until it changes."""
-    run = run_of(record)
+    too, `finished` false, so that the next sync does not read it again until it changes. A
+    test.json in a folder of another name is a copy of that test's (a folder copied by hand): not
+    a run of its own, which would count one night as several."""
+    run = run_of(record) if record.test_id in ("", test_dir.name) else None
+    if run is None and record.test_id not in ("", test_dir.name):
+        log.warning("test %s left out: its test.json is test %s's (a copy?)", test_dir.name, record.test_id)
     figures = record.summary if record.summary is not None and record.summary.error is None else None
     facts = facts_of(record)
     if not facts["sut_version"]:  # not stated by the script: as an inspector read it, if one did

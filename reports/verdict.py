@@ -76,6 +76,9 @@ _THRESHOLD = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*(%|sigma)?\s*")
 # the same to the message night after night: taken at its measured 0, "3sigma" flagged a night
 # one message short, and a band of 0 judged any change.
 NOISE_FLOOR = 0.001 / math.sqrt(12)
+# The most noise units a threshold may be: the t and band draws (2 M and 100,000 of them) give a
+# tail beyond 5 sigma no better than the largest draw, so 10sigma and 100sigma judged alike.
+_MAX_SIGMAS = 5.0
 
 
 class Verdict(StrEnum):
@@ -101,13 +104,18 @@ class Threshold:
     in_sigmas: bool = False
 
     @classmethod
-    def parse(cls, text: str) -> Threshold:
+    def parse(cls, text: str, fraction_under_1: bool = False) -> Threshold:
         match = _THRESHOLD.fullmatch(text)
         if not match:
             raise ValueError(f"{text!r} is no threshold: a fraction (0.05), a percentage (5%) or noise units (3sigma)")
         number, unit = float(match[1]), match[2]
-        if unit == "sigma" and number <= 0:
-            raise ValueError(f"{text!r}: a threshold in noise units is above 0 (0sigma would judge any change)")
+        if unit == "sigma" and not 0 < number <= _MAX_SIGMAS:
+            raise ValueError(
+                f"{text!r}: a threshold in noise units is above 0 (0sigma would judge any change) and at most "
+                f"{_MAX_SIGMAS:g}sigma (a tail of 1 in 3.5 million: the draws that calibrate a band reach no further)"
+            )
+        if unit != "sigma" and fraction_under_1 and number / (100 if unit == "%" else 1) >= 1:
+            raise ValueError(f"{text!r}: a drop is less than all of it (100 %)")
         return cls(number / 100 if unit == "%" else number, unit == "sigma")
 
     def of(self, sigma: float) -> float:
@@ -410,6 +418,11 @@ def _judge_figure(
             f"{fig.title}: {len(values)} comparable runs since its last change point, {rules.min_runs} needed",
         )
     noise = noise_of(values, relative=fig.key not in COUNTED)
+    if not noise.median and (fig.is_latency or fig.key == "receive_rate"):  # a change relative to 0 is none
+        return (
+            Verdict.INCONCLUSIVE,
+            f"{fig.title}: 0 over {noise.runs} comparable runs: no level to judge a change against",
+        )
     threshold = rules.threshold(fig)
     worse = worse_by(fig, noise.median, value)
     if fig.key in COUNTED:  # counts of what went wrong have no noise to speak of: any rise is one

@@ -118,6 +118,9 @@ class AbaTest(_OnBase):
 
     def __post_init__(self) -> None:
         _times(self.times, "an A-B-A test needs at least 2 runs a leg (its noise is their spread)")
+        for side in ("base", "candidate"):
+            if not isinstance(getattr(self, side), FixedRateTest):
+                raise DefinitionError(f"{side}: a test (FixedRateTest, RequestReplyTest…), not {getattr(self, side)!r}")
         if type(self.candidate) is not type(self.base):
             raise DefinitionError(
                 f"the candidate is a {type(self.candidate).__name__}, the baseline a {type(self.base).__name__}:"
@@ -126,24 +129,41 @@ class AbaTest(_OnBase):
         if differ := _beyond_where(self.base, self.candidate):
             raise DefinitionError(
                 f"the candidate differs from the baseline in {', '.join(differ)}: an A-B-A test compares the same "
-                "test on two builds (where they are: URLs, inspectors, agents, labels); a SweepTest compares settings"
+                "test on two builds (where they are: a URL's host, port and path, inspectors, agents, labels); a "
+                "SweepTest compares settings"
             )
 
 
 # What may differ between an A-B-A test's baseline and candidate: where the build under test is.
-_WHERE = frozenset({"send_url", "receive_url", "request_url", "reply_url", "inspectors", "agents", "labels", "name"})
+_WHERE = frozenset({"inspectors", "agents", "labels", "name"})
+# URLs, by what they ask of it: their scheme (the protocol) and query (the client's settings).
+_URLS = frozenset({"send_url", "receive_url", "request_url", "reply_url"})
+
+
+def _asked(urls: str | list[str]) -> list[tuple[str, list[tuple[str, str]]]]:
+    return [
+        (urlsplit(u).scheme, sorted(parse_qsl(urlsplit(u).query, keep_blank_values=True))) for u in split_urls(urls)
+    ]
 
 
 def _beyond_where(base: FixedRateTest, candidate: FixedRateTest) -> list[str]:
     """The fields in which `candidate` asks other than `base` of the SUT: all but where the
-    SUT is (a flow by its counts and rates, an action by when and what, not by which agent)."""
+    SUT is (a URL by its scheme and query, a flow by its counts, rates and URLs so, an action by
+    when and what, not by which agent)."""
     differ = []
     for f in dataclasses.fields(base):
         if f.name in _WHERE:
             continue
         mine, theirs = getattr(base, f.name), getattr(candidate, f.name)
-        if f.name == "flows":
-            mine, theirs = ([dataclasses.replace(x, send_url="", receive_url="") for x in v] for v in (mine, theirs))
+        if f.name == "receive_url":  # none: the send URL's
+            mine, theirs = mine or base.send_url, theirs or candidate.send_url
+        if f.name in _URLS:
+            mine, theirs = _asked(mine), _asked(theirs)
+        elif f.name == "flows":
+            mine, theirs = (
+                [(dataclasses.replace(x, send_url="", receive_url=""), *map(_asked, x.urls())) for x in v]
+                for v in (mine, theirs)
+            )
         elif f.name == "actions":
             mine, theirs = ([(a.at_s, a.command, a.args) for a in v] for v in (mine, theirs))
         if mine != theirs:

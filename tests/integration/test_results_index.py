@@ -5,6 +5,7 @@ after), and `maestro history --gate` as a process for each verdict."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import uuid
@@ -241,6 +242,19 @@ def test_nights_whose_latency_no_clock_could_back_are_no_pass(
     assert run.stderr.strip().splitlines()[-1] == (
         "gate: INCONCLUSIVE: Latency p50: no figure in nightly-rabbitmq-006 (a clock stepped on night 6) (and 2 more)"
     )
+
+
+def test_a_copied_folder_is_no_night_of_its_own(tmp_path: Path) -> None:
+    """A hostile pass copied the newest night's folder five times (copy1...): the copies counted
+    as five more nights at its level, a change point the gate took as old news, and a 50 % drop
+    passed. A test.json in a folder of another name is left out, saying so."""
+    _nights(tmp_path, 5_000.0)
+    newest = tmp_path / f"{NAME.replace(' ', '-')}-{len(NIGHTS):03d}"
+    for n in range(1, 6):
+        shutil.copytree(newest, tmp_path / f"copy{n}")
+    run = _maestro("history", NAME, "--results", str(tmp_path), "--gate")
+    assert run.returncode == ExitCode.REGRESSION, run.stderr
+    assert "test copy1 left out: its test.json is test nightly-rabbitmq-006's (a copy?)" in run.stderr
 
 
 def test_the_gate_with_too_few_runs_or_none_is_inconclusive(tmp_path: Path) -> None:

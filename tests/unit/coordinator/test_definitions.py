@@ -390,6 +390,13 @@ def test_an_aba_test_states_its_candidate_and_refuses_what_it_cannot_compare() -
     AbaTest(base=replace(base, actions=(Action(10, "old-agent", "restart", ("broker",)),)), candidate=moved)
     with pytest.raises(DefinitionError, match="the candidate differs from the baseline in rate, options: an A-B-A"):
         AbaTest(base=base, candidate=replace(candidate, rate=80, options={"confirm_window": 8}))
+    # A URL asks by its scheme and query: another protocol, or other client settings, is no other build.
+    for url in ("amqp://guest:secret@new:5672/q?prefetch=1", "nats://new:4222/q"):
+        with pytest.raises(DefinitionError, match="differs from the baseline in send_url, receive_url"):
+            AbaTest(base=base, candidate=replace(base, send_url=url))
+    AbaTest(base=base, candidate=replace(base, send_url="amqp://new/q", receive_url="amqp://other/q"))
+    with pytest.raises(DefinitionError, match="base: a test"):
+        AbaTest(base=None, candidate=None)  # type: ignore[arg-type]
     flows = (Flow("amqp://old/a", senders=2),)
     with pytest.raises(DefinitionError, match="differs from the baseline in flows"):
         AbaTest(base=replace(base, flows=flows), candidate=replace(base, flows=(Flow("amqp://new/a", senders=3),)))

@@ -210,3 +210,31 @@ def test_the_json_names_the_comparisons_centre_a_mean() -> None:
     noise = judge_aba(_legs(97.0), GateRules()).as_dict()["noise"]
     sigma = pytest.approx(0.0042426, rel=1e-4)
     assert isinstance(noise, dict) and noise["receive_rate"] == {"runs": 9, "mean": 100.0, "sigma": sigma}
+
+
+def _write_aba(root: Path, steps: list[str], outcome: str = "success") -> None:
+    """An A-B-A test `t` whose phases' rows are `steps`, each phase a run at 100 msg/s."""
+    root.mkdir(exist_ok=True)
+    rows = [{"test_id": step, "outcome": outcome} for step in steps]
+    (root / "t").mkdir()
+    (root / "t" / "test.json").write_text(json.dumps({"test_id": "t", "kind": "aba", "steps": rows}))
+    for n, step in enumerate(dict.fromkeys(steps)):
+        summary = {"sent": 100, "received": 100, "receive_rate": {"mean": 100.0 + n % 3}}
+        (root / step).mkdir(exist_ok=True)
+        record = {"test_id": step, "kind": "fixed-rate", "outcome": outcome, "summary": summary}
+        (root / step / "test.json").write_text(json.dumps(record))
+
+
+def test_phases_that_never_ended_twice_written_or_of_another_test_are_not_judged(tmp_path: Path) -> None:
+    """A hostile pass: candidate runs still "running" passed; the candidate's three rows written
+    ten times counted 30 runs and narrowed the band; another test's phase was judged as one."""
+    legs = ["t.a1-01", "t.a1-02", "t.b-01", "t.b-02", "t.a2-01", "t.a2-02"]
+    _write_aba(tmp_path / "running", legs, outcome="running")
+    found = judge_aba(read_legs(tmp_path / "running", "t"), GateRules())
+    assert (found.verdict, found.why) == (Verdict.INCONCLUSIVE, "t.a1-01 (first baseline) ended 'running'")
+    _write_aba(tmp_path / "twice", legs + ["t.b-01", "t.b-02"] * 10)
+    twice = read_legs(tmp_path / "twice", "t")
+    assert [len(leg) for leg in (twice.first, twice.candidate, twice.second)] == [2, 2, 2]
+    _write_aba(tmp_path / "foreign", [*legs, "other.b-01"])
+    with pytest.raises(ValueError, match=r"t.s test\.json names other\.b-01 as a phase: no phase of t"):
+        read_legs(tmp_path / "foreign", "t")

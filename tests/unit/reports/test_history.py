@@ -241,6 +241,17 @@ def test_a_damaged_record_is_left_out_saying_so_and_a_missing_latency_is_no_zero
     untrusted = base | {"latency_us": None, "latency_untrusted": "clamped"}  # summary.json's way: no figure
     run = _run_of({"test_id": "t-ok", "name": NAME, "summary": untrusted})
     assert run is not None and run.figures["latency_p50_us"] is None and run.figures["receive_rate"] == 5.0
+    # A second hostile pass: without latency_samples, or with latency_untrusted "", a null or
+    # missing latency still read as 0 ms, and a negative count as a negative loss.
+    for summary in (
+        {"sent": 10, "received": 10, "lost": -5, "receive_rate": {"mean": 5.0}, "latency_us": None},
+        {"sent": 10, "received": 10, "lost": -5, "receive_rate": {"mean": 5.0}, "latency_untrusted": ""},
+    ):
+        run = _run_of({"test_id": "t-ok", "name": NAME, "summary": summary})
+        assert run is not None and run.figures["receive_rate"] == 5.0
+        assert [run.figures[k] for k in ("latency_p50_us", "latency_p99_us", "latency_p999_us", "loss_ratio")] == [
+            None
+        ] * 4
 
 
 def test_a_closed_systems_latency_in_the_history_is_its_response_time() -> None:

@@ -314,3 +314,24 @@ def test_a_latency_the_newest_run_could_not_trust_is_no_pass() -> None:
         "Latency p50: no figure in run-09 (3 samples clamped) (and 2 more)",
     )
     assert judge(analyse("t", [*base, _run(9, 100.0)]), GateRules()).verdict is Verdict.PASS  # none asked
+
+
+def test_a_level_of_0_is_nothing_to_judge_a_change_against() -> None:
+    """A change relative to 0 read as none: nights that received nothing passed any night."""
+    verdict, why = _judge(_run(9, 50.0), base=(0.0,) * 5)
+    assert (verdict, why) == (
+        Verdict.INCONCLUSIVE,
+        "Receive rate: 0 over 5 comparable runs: no level to judge a change against",
+    )
+
+
+def test_thresholds_beyond_what_the_draws_can_tell_are_refused() -> None:
+    """A band's draws reach about 5 sigma: 10sigma and 100sigma judged alike. A drop of 100 % or
+    more can never happen: the figure would never be judged."""
+    assert Threshold.parse("5sigma") == Threshold(5.0, in_sigmas=True)
+    with pytest.raises(ValueError, match="at most 5sigma"):
+        Threshold.parse("6sigma")
+    assert Threshold.parse("100%") == Threshold(1.0)  # a rise of 100 %: twice
+    for text in ("100%", "1", "5"):
+        with pytest.raises(ValueError, match="a drop is less than all of it"):
+            Threshold.parse(text, fraction_under_1=True)
