@@ -15,6 +15,7 @@ import traceback
 import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -157,12 +158,14 @@ def _history(args: argparse.Namespace) -> int:
 
     try:
         args.webhook_url = _webhook_url(args.webhook_file)
-        runs = _history_runs(args)
+        runs, unreadable = _history_runs(args)
     except (HistorySourceError, SecretFileError) as exc:
         return _cannot(args, "history", str(exc))
     history = analyse(args.name, runs, max_p=args.max_p)
     rules = _gate_rules(args)
     verdict = judge(history, rules) if runs else GateVerdict(Verdict.INCONCLUSIVE, "no finished run")
+    if verdict.verdict is Verdict.PASS and (late := _written_after(unreadable, history.newest)):
+        verdict = GateVerdict(Verdict.INCONCLUSIVE, late)
     if not runs:
         where = args.server or args.results
         missing = f"no finished run of a test named {args.name!r} in {where}"
@@ -202,6 +205,23 @@ def _aba(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(verdict.as_dict(), indent=2))
     return _said(verdict, "aba")
+
+
+def _written_after(unreadable: list[tuple[str, int]], newest: Any) -> str | None:
+    """Why a PASS of `newest` cannot stand: a test.json that could not be read was written
+    after it started, and may be tonight's run (a nightly job racing its writer, or a damaged
+    file, passed the night before)."""
+    try:
+        started_ns = datetime.fromisoformat(newest.started).timestamp() * 1e9 if newest else 0.0
+    except ValueError:
+        started_ns = 0.0
+    late = sorted(name for name, mtime_ns in unreadable if mtime_ns > started_ns)
+    if not late:
+        return None
+    return (
+        f"{late[0]}/test.json could not be read (being written, or damaged) and is newer than the newest run "
+        f"{newest.test_id if newest else ''}: it may be tonight's"
+    )
 
 
 def _cannot(args: argparse.Namespace, command: str, why: str) -> int:
@@ -304,7 +324,9 @@ class HistorySourceError(Exception):
     pass
 
 
-def _history_runs(args: argparse.Namespace) -> list[Any]:
+def _history_runs(args: argparse.Namespace) -> tuple[list[Any], list[tuple[str, int]]]:
+    """The runs named `args.name`, and the results folder's test.json files that could not be
+    read (folder, mtime in ns): one of them may be tonight's run."""
     from reports.history import runs_from_dicts  # noqa: PLC0415
 
     if args.server:
@@ -314,21 +336,22 @@ def _history_runs(args: argparse.Namespace) -> list[Any]:
         except DataServerError as exc:
             raise HistorySourceError(str(exc)) from exc
         if not isinstance(answer, dict):
-            return []  # no run of that name: the gate's to say what that means
-        return runs_from_dicts(answer.get("runs", []))
+            return [], []  # no run of that name: the gate's to say what that means
+        return runs_from_dicts(answer.get("runs", [])), []
     if not args.results.is_dir():
         raise HistorySourceError(f"no results folder {args.results}")
     return _indexed_runs(args.results, args.db, args.name)
 
 
-def _indexed_runs(results: Path, db: str | None, name: str) -> list[Any]:
-    """The runs named `name` from the results index, brought up to date with the files first."""
+def _indexed_runs(results: Path, db: str | None, name: str) -> tuple[list[Any], list[tuple[str, int]]]:
+    """The runs named `name` from the results index, brought up to date with the files first,
+    and the test.json files it could not read."""
     from reports.results_index import ResultsIndex, ResultsIndexError  # noqa: PLC0415 - SQLAlchemy only here
 
     try:
         with ResultsIndex(results, db) as index:
-            index.sync()
-            return index.runs(name)
+            stats = index.sync()
+            return index.runs(name), list(stats.unreadable)
     except ResultsIndexError as exc:
         raise HistorySourceError(str(exc)) from exc
 

@@ -87,6 +87,8 @@ class IndexStats:
     read: int  # test.json files read (new or changed)
     dropped: int  # rows whose folder is gone
     rows: int  # rows of this results folder now
+    # Folders whose test.json could not be read (being written, or damaged), with its mtime (ns).
+    unreadable: tuple[tuple[str, int], ...] = ()
 
 
 def index_row(record: TestRecord, test_dir: Path, size: int, mtime_ns: int) -> JsonObject:
@@ -223,13 +225,15 @@ class ResultsIndex:
     def _index(self, connection: Connection, known: dict[str, tuple[int, int]]) -> IndexStats:
         read = 0
         seen = set()
+        unreadable = []
         for test_dir, size, mtime_ns in _records(self.root):
             seen.add(test_dir.name)
             if known.get(test_dir.name) == (size, mtime_ns):
                 continue
             record = read_test_record(test_dir)
-            if record is None:
-                continue  # being written, or damaged: read again at the next sync
+            if record is None:  # being written, or damaged: read again at the next sync
+                unreadable.append((test_dir.name, mtime_ns))
+                continue
             connection.execute(sa.delete(RUNS).where(self._mine, RUNS.c.test_id == test_dir.name))
             connection.execute(sa.insert(RUNS).values(index_row(record, test_dir, size, mtime_ns)))
             read += 1
@@ -237,7 +241,7 @@ class ResultsIndex:
         if gone:
             connection.execute(sa.delete(RUNS).where(self._mine, RUNS.c.test_id.in_(sorted(gone))))
         rows = connection.execute(sa.select(sa.func.count()).select_from(RUNS).where(self._mine)).scalar_one()
-        return IndexStats(read, len(gone), int(rows))
+        return IndexStats(read, len(gone), int(rows), tuple(unreadable))
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[Connection]:

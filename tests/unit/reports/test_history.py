@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import os
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -283,3 +285,22 @@ def test_people_read_latency_in_ms_in_the_table_and_the_page(tmp_path: Path) -> 
     assert columns["latency_p99_ms"] == f"{stored / 1000:,.3f}", (head, first)
     page = history_page(history, "/assets/plotly.min.js")
     assert '"title":{"text":"ms"}' in page.replace(" ", "") and "µs" not in page
+
+
+def test_a_test_json_that_cannot_be_read_and_is_newer_than_the_newest_run_is_no_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A hostile pass cut tonight's test.json in half (a job racing its writer, or a damaged
+    file): it was left out with a warning, and the gate passed the night before. One older than
+    the newest run cannot be tonight's, and changes nothing."""
+    _nights(tmp_path, drop_from=None)
+    (tmp_path / "tonight").mkdir()
+    (tmp_path / "tonight" / "test.json").write_text('{"test_id": "tonight", "name": "nightly rabbitmq", "summ')
+    assert reports_main(["history", NAME, "--results", str(tmp_path), "--gate"]) == 5
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "gate: INCONCLUSIVE: tonight/test.json could not be read (being written, or damaged) and is newer than "
+        "the newest run nightly-rabbitmq-029: it may be tonight's"
+    )
+    long_ago = datetime(2026, 9, 1, tzinfo=UTC).timestamp()
+    os.utime(tmp_path / "tonight" / "test.json", (long_ago, long_ago))
+    assert reports_main(["history", NAME, "--results", str(tmp_path), "--gate"]) == 0
