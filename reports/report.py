@@ -499,6 +499,9 @@ def _cells(figures: TestFigures | None, *, counts_samples: bool) -> _Cells:
     (test.json's do; summary.json's do not, and hold a null latency where it is no figure)."""
     if figures is None or figures.error is not None:
         return None, None, None, None
+    if (rr := figures.request_reply) is not None:  # a closed system's p99 is its response time's
+        p99 = rr.response_time_us.p99 / 1000 if rr.replies else None
+        return figures.sent, figures.lost, figures.receive_rate.mean, p99
     no_latency = figures.latency_untrusted or (counts_samples and not figures.latency_samples)
     return figures.sent, figures.lost, figures.receive_rate.mean, None if no_latency else figures.latency_us.p99 / 1000
 

@@ -49,7 +49,24 @@ def junit_xml(result: TestResult, cases: list[TestResult]) -> bytes:
         elif not case.passed:
             ET.SubElement(element, "failure", message=case.reason or "failed").text = case.reason or ""
         s = case.summary
-        if s.error is None:
+        rr = s.request_reply
+        if s.error is None and rr is not None:
+            # A closed system's figure is its response time; its latency_us is the request leg,
+            # which read as "latency p50 2.5 ms" where the responses took 9.4.
+            times = rr.response_time_us
+            figures, line = (
+                (
+                    f"response_p50_us={times.p50:.0f} response_p99_us={times.p99:.0f}",
+                    f"response time p50 {times.p50 / 1000:.3f} ms  p99 {times.p99 / 1000:.3f} ms",
+                )
+                if rr.replies
+                else ("response_time=none", "response time: none (no reply came in time)")
+            )
+            ET.SubElement(element, "system-out").text = (
+                f"requests={rr.requests} replies={rr.replies} timed_out={rr.timed_out} "
+                f"throughput={rr.throughput_per_s:.1f}/s {figures}\n{line}"
+            )
+        elif s.error is None:
             latency = (
                 "latency=none"
                 if s.latency_untrusted

@@ -1,8 +1,10 @@
 """The console's lines of a result: rates in msg/s and MB/s, and a closed system's response
 time first (#40: "latency p50 2.4 ms" was its request leg, the response took 10.7 ms)."""
 
+import xml.etree.ElementTree as ET
 from typing import Any
 
+from coordinator.outcome.junit import junit_xml
 from coordinator.outcome.results import TestResult, phase_row
 from protocol.figures import TestFigures
 from protocol.test_record import TestRecord
@@ -138,3 +140,15 @@ def test_a_phase_row_has_no_latency_where_no_message_came_back() -> None:
     assert phase_row(TestResult("t.b-01", "failure", "no message", empty, record, "")).latency_us is None
     measured = phase_row(TestResult("t.b-02", "success", None, _summary(), record, "")).latency_us
     assert measured is not None and measured.p50 == 2_400.0
+
+
+def test_junit_gives_a_closed_systems_response_time_not_its_request_leg() -> None:
+    """junit.xml said "latency p50 2.521 ms" (the request leg) where the responses took 9.4 ms."""
+    times = {"p50": 9_415.0, "p90": 15_000.0, "p99": 20_591.0, "max": 30_000.0, "mean": 10_000.0}
+    rr = {"requests": 240, "replies": 238, "timed_out": 2, "throughput_per_s": 30.0, "response_time_us": times}
+    result = TestResult("t-rr", "success", None, _summary(request_reply=rr), TestRecord("t-rr"), "")
+    out = ET.fromstring(junit_xml(result, [result])).find("testcase/system-out")
+    assert out is not None and out.text == (
+        "requests=240 replies=238 timed_out=2 throughput=30.0/s response_p50_us=9415 response_p99_us=20591\n"
+        "response time p50 9.415 ms  p99 20.591 ms"
+    )
