@@ -77,6 +77,12 @@ class Rate:
     def to_json(self) -> JsonObject:
         return {"mean": self.mean, "min": self.min, "max": self.max}
 
+    def of(self, count: int) -> float | None:
+        """The mean, for `count` messages in all: None where some went but none after the
+        warm-up (a run stopped that early has no window to measure, not a rate of 0: "send rate
+        0.0 msg/s" stood beside 4,609 sent). Any message after the warm-up makes the mean positive."""
+        return None if count and not self.mean else self.mean
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Rate:
         data = data or {}

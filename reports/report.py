@@ -178,8 +178,8 @@ def build_report(
         {"figure": "received", "value": figures.received},
         {"figure": "lost", "value": figures.lost},
         {"figure": "duplicates", "value": figures.duplicates},
-        {"figure": "send rate, mean msg/s", "value": figures.send_rate.mean},
-        {"figure": "receive rate, mean msg/s", "value": figures.receive_rate.mean},
+        {"figure": "send rate, mean msg/s", "value": _or_none(figures.send_rate.of(figures.sent))},
+        {"figure": "receive rate, mean msg/s", "value": _or_none(figures.receive_rate.of(figures.received))},
         *_megabytes(figures, record.message_size),
         *_response_time_rows(figures.request_reply),
         *(
@@ -286,13 +286,15 @@ def _client_settings_section(peers: Peers) -> str:
     return f'<h2>Client settings</h2><div class="client-settings">{tables}</div>'
 
 
+def _or_none(rate: float | None) -> float | str:
+    return "none: no message after the warm-up" if rate is None else rate
+
+
 def _megabytes(figures: TestFigures, size: object) -> list[Row]:
     """The mean rates in MB/s (10^6 B) beside msg/s, where the message size is known (a range
     of sizes by its mean)."""
-    rates = {
-        "send": megabytes_per_s(figures.send_rate.mean, size),
-        "receive": megabytes_per_s(figures.receive_rate.mean, size),
-    }
+    measured = {"send": figures.send_rate.of(figures.sent), "receive": figures.receive_rate.of(figures.received)}
+    rates = {side: megabytes_per_s(rate, size) for side, rate in measured.items() if rate is not None}
     return [
         {"figure": f"{side} rate, mean MB/s", "value": round(mb, 3)} for side, mb in rates.items() if mb is not None
     ]
@@ -501,9 +503,14 @@ def _cells(figures: TestFigures | None, *, counts_samples: bool) -> _Cells:
         return None, None, None, None
     if (rr := figures.request_reply) is not None:  # a closed system's p99 is its response time's
         p99 = rr.response_time_us.p99 / 1000 if rr.replies else None
-        return figures.sent, figures.lost, figures.receive_rate.mean, p99
+        return figures.sent, figures.lost, figures.receive_rate.of(figures.received), p99
     no_latency = figures.latency_untrusted or (counts_samples and not figures.latency_samples)
-    return figures.sent, figures.lost, figures.receive_rate.mean, None if no_latency else figures.latency_us.p99 / 1000
+    return (
+        figures.sent,
+        figures.lost,
+        figures.receive_rate.of(figures.received),
+        None if no_latency else figures.latency_us.p99 / 1000,
+    )
 
 
 def build_index(root: Path) -> Path:

@@ -17,6 +17,10 @@ def _seconds(start: str, end: str) -> float:
         return 0.0
 
 
+def _per_s(rate: float | None) -> str:
+    return "none" if rate is None else f"{rate:.1f}/s"
+
+
 def junit_xml(result: TestResult, cases: list[TestResult]) -> bytes:
     """One test case per phase (a fixed-rate test has one; an incremental test one per step)."""
     # An invalid case did not measure the SUT: an error, as a test that could not run is.
@@ -75,6 +79,6 @@ def junit_xml(result: TestResult, cases: list[TestResult]) -> bytes:
             )
             ET.SubElement(element, "system-out").text = (
                 f"sent={s.sent} received={s.received} lost={s.lost} duplicates={s.duplicates} "
-                f"receive_rate={s.receive_rate.mean:.1f}/s {latency}\n{latency_line(s)}"
+                f"receive_rate={_per_s(s.receive_rate.of(s.received))} {latency}\n{latency_line(s)}"
             )
     return ET.tostring(suite, encoding="utf-8", xml_declaration=True)

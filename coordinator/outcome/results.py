@@ -118,7 +118,8 @@ class TestResult:
             text += (
                 f"\n  sent {s.sent:,}  received {s.received:,}  lost {s.lost:,}  duplicates {s.duplicates:,}"
                 + (f"  (the SUT skipped {s.skipped_by_sut:,})" if s.skipped_by_sut else "")
-                + f"\n  send rate {_rate(s.send_rate.mean, size)}  receive rate {_rate(s.receive_rate.mean, size)}"
+                + f"\n  send rate {_rate(s.send_rate.of(s.sent), size)}"
+                + f"  receive rate {_rate(s.receive_rate.of(s.received), size)}"
                 + ("" if rr else f"\n  {latency_line(s)}")
             )
             # What the figures cannot say themselves (Nagle's mark, a SUT that held the senders
@@ -150,9 +151,11 @@ def _estimate_line(name: str, e: Estimate, size: object = None) -> str:
     return f"{label}: mean {_rate(e.mean, size)}, 95% CI [{low:,.1f}, {high:,.1f}] msg/s (n={e.n})"
 
 
-def _rate(per_s: float, size: object) -> str:
+def _rate(per_s: float | None, size: object) -> str:
     """msg/s, and MB/s beside it where the message size is known (1 MB = 10^6 B, as PerfTest's;
-    a range of sizes by its mean)."""
+    a range of sizes by its mean); none where the run had no window after its warm-up."""
+    if per_s is None:
+        return "none (no message after the warm-up)"
     mb = f" ({megabytes:,.2f} MB/s)" if (megabytes := megabytes_per_s(per_s, size)) is not None else ""
     return f"{per_s:,.1f} msg/s{mb}"
 

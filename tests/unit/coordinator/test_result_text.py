@@ -152,3 +152,24 @@ def test_junit_gives_a_closed_systems_response_time_not_its_request_leg() -> Non
         "requests=240 replies=238 timed_out=2 throughput=30.0/s response_p50_us=9415 response_p99_us=20591\n"
         "response time p50 9.415 ms  p99 20.591 ms"
     )
+
+
+def test_a_run_stopped_before_its_warm_up_ended_has_no_rate_not_one_of_0() -> None:
+    """A hostile pass: a test that failed 1 s into its load printed "send rate 0.0 msg/s" beside
+    4,609 sent: no message came after the warm-up, so there is no window to measure a rate in."""
+    zero = {"mean": 0.0, "min": 0.0, "max": 0.0}
+    early = _summary(send_rate=zero, receive_rate=zero)
+    result = TestResult("t-1", "failure", "stopped", early, TestRecord.from_json({"definition": {"size": 1000}}), "")
+    assert "  send rate none (no message after the warm-up)  receive rate none (no message after the warm-up)" in (
+        str(result).splitlines()
+    )
+    out = ET.fromstring(junit_xml(result, [result])).find("testcase/system-out")
+    assert out is not None and out.text is not None and "receive_rate=none " in out.text
+    # Nothing sent: a rate of 0 is what it measured.
+    idle = _summary(sent=0, received=0, send_rate=zero, receive_rate=zero)
+    assert (
+        "  send rate 0.0 msg/s (0.00 MB/s)  receive rate 0.0 msg/s (0.00 MB/s)"
+        in str(
+            TestResult("t-2", "failure", "no SUT", idle, TestRecord.from_json({"definition": {"size": 1000}}), "")
+        ).splitlines()
+    )
