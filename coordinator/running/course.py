@@ -27,7 +27,9 @@ class PhaseCourse:
     def fail(self, reason: str) -> None:
         """The phase fails, for the first reason given (what follows from it is not news)."""
         if self.reason is None:
-            log.error("test %s fails: %s", self.test_id, reason)
+            # Info, not error: the console says it as "stopping: ..." and the result with its
+            # outcome; a timestamped ERROR line between progress lines said it a third time.
+            log.info("test %s fails: %s", self.test_id, reason)
             self.reason = reason
             self.failed_iso = now_iso()
 
