@@ -54,12 +54,15 @@ def to_dict(test: TestDefinition) -> JsonObject:
 def workload(test: TestDefinition) -> str:
     """The test as it will run, in a line, as the console, test.json, the report and the live page
     state it first: kind (as test.json names it), the load (rate per client and in all; a closed
-    system's clients and think time), clients per side, size, length, where (a URL's password
-    hidden)."""
+    system's clients, think, service and timeout times), clients per side, size, length, where
+    (a URL's password hidden), and the options given."""
     base = test if isinstance(test, FixedRateTest) else test.base  # a series' steps are its base test's
     kind = "unbounded" if test.KIND == "fixed-rate" and not base.rate else test.KIND
     if isinstance(base, RequestReplyTest):
-        load = f"closed: {base.outstanding} outstanding per client, think time {span_text(base.think_time)}"
+        load = (
+            f"closed: {base.outstanding} outstanding per client, think time {span_text(base.think_time)}, "
+            f"service time {span_text(base.service_time)}, request timeout {span_text(base.request_timeout)}"
+        )
         clients = f"{base.parallel} client(s) in each of {base.senders} requester(s); {base.receivers} replier(s)"
     else:
         load = f"{base.rate:g} msg/s per client, {base.target_rate():g} in all" if base.rate else "as fast as it goes"
@@ -69,7 +72,11 @@ def workload(test: TestDefinition) -> str:
     urls = ", ".join(split_urls(base.send_url))
     size = str(base.size).strip()
     size = f"{size} B" if size.lstrip("~").replace("-", "").isdigit() else size  # "1MiB" says its unit
-    return redact_text(f"{kind}: {load}; {clients}; {size}; {length}, warm-up {span_text(base.warm_up)}; {urls}")
+    # The SET options a script or --option gave (the drivers' own defaults are the report's).
+    options = "".join(f"; {key}={value}" for key, value in sorted(base.options.items()))
+    return redact_text(
+        f"{kind}: {load}; {clients}; {size}; {length}, warm-up {span_text(base.warm_up)}; {urls}{options}"
+    )
 
 
 def _series_load(test: TestDefinition, load: str, clients: str) -> tuple[str, str]:

@@ -339,10 +339,16 @@ def test_the_test_as_it_will_run_is_said_in_one_line() -> None:
     assert "; 100-2000 B; " in workload(replace(odd, size="100-2000")) and "; 1MiB; " in workload(
         replace(odd, size="1MiB")
     )
-    closed = RequestReplyTest(request_url="amqp://h/q", clients=2, outstanding=3, think_time="5ms")
+    closed = RequestReplyTest(
+        request_url="amqp://h/q", clients=2, outstanding=3, think_time="5ms", service_time="2ms", request_timeout="3s"
+    )
     assert workload(closed).startswith(
-        "request-reply: closed: 3 outstanding per client, think time 5ms; 2 client(s) in each of 1 requester(s); "
-        "1 replier(s); 256 B;"
+        "request-reply: closed: 3 outstanding per client, think time 5ms, service time 2ms, request timeout 3s; "
+        "2 client(s) in each of 1 requester(s); 1 replier(s); 256 B;"
+    )
+    # The options given, in the line (a hostile pass: --option confirm_window=10 was said nowhere).
+    assert workload(replace(test, options={"processes": 2, "confirm_window": 10})).endswith(
+        "amqp://u:***@h/q; confirm_window=10; processes=2"
     )
 
 
