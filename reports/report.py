@@ -514,10 +514,16 @@ def _cells(figures: TestFigures | None, *, counts_samples: bool) -> _Cells:
 
 
 def build_index(root: Path) -> Path:
-    """`<root>/index.html`: every test with its key figures, newest first, sortable. A test
-    without a report yet shows the figures its test.json holds and links to that file; a test's
-    name links to its history (the data server's /history/NAME). A figure a test does not have
-    (an untrusted latency) is an empty cell, never 0."""
+    """`<root>/index.html` (`index_page`)."""
+    (root / "index.html").write_text(index_page(root))
+    return root / "index.html"
+
+
+def index_page(root: Path) -> str:
+    """Every test with its key figures, newest first, sortable. A test without a report yet
+    shows the figures its test.json holds and links to that file; a test's name links to its
+    history (the data server's /history/NAME). A figure a test does not have (an untrusted
+    latency) is an empty cell, never 0."""
     rows = []
     folders = sorted(result_dirs(root), reverse=True)
     records = {test_dir.name: read_test_record(test_dir) or TestRecord(test_dir.name) for test_dir in folders}
@@ -587,5 +593,4 @@ function sortBy(col) {{
   rows.forEach(r => body.appendChild(r));
 }}
 </script></body></html>"""
-    (root / "index.html").write_text(page)
-    return root / "index.html"
+    return page

@@ -119,10 +119,29 @@ def create_app(root: Path, token: bytes | None = None, db: str | None = None) ->
     app.state.metrics = live_registry(app.state.live)
     app.include_router(router)
     app.include_router(live_router)
+    app.include_router(index_links)  # last: it takes only what no other route did
     return app
 
 
 router = APIRouter()
+index_links = APIRouter()
+
+
+@index_links.api_route(
+    "/{test_id}/{path:path}", methods=["GET", "HEAD", "PUT", "POST", "DELETE"], include_in_schema=False
+)
+def index_link(test_id: str, path: str, request: Request) -> RedirectResponse:
+    """The results index's links are relative to the results folder, as it is opened from disk
+    too: served at /, a test's `T/report/index.html` is /results/T/report/index.html (it was a
+    404: no test could be opened from the index the data server served). Anything else no
+    route took stays a 404, whatever its method."""
+    try:
+        check_test_id(test_id)
+    except UnsafePathError as exc:
+        raise HTTPException(404, f"no page {test_id}/{path}") from exc
+    if request.method not in ("GET", "HEAD"):
+        raise HTTPException(404, f"no page {test_id}/{path}")
+    return RedirectResponse(f"/results/{test_id}/{urllib.parse.quote(path)}")
 
 
 def inside(request: Request, test_id: str, path: str = "") -> Path:
@@ -174,28 +193,30 @@ async def put_file(test_id: str, path: str, request: Request) -> JSONResponse:
 
 @router.get("/", response_model=None)
 async def home(request: Request) -> Response:
-    """The results index `maestro report` writes, with the tests running now above it; the JSON
-    list while there is neither."""
+    """The results index `maestro report` writes, with the tests running now above it; made
+    from the test.json files where no report has written it yet (it was the JSON list, with no
+    figures and no links, until a first report)."""
     root = request.app.state.root
     running = request.app.state.live.listing()
     if not running:
         try:
             return _file_response(root, root / "index.html")
         except (FileNotFoundError, NotADirectoryError, UnsafePathError):  # none yet, or a link: not served
-            return RedirectResponse("/api/results")
+            return HTMLResponse(await asyncio.to_thread(_index_page, root))
     try:
         with open_folder(root, root) as folder, os.fdopen(open_file(folder, "index.html"), "rb") as f:
             page = f.read().decode()
     except (OSError, UnsafePathError, UnicodeDecodeError):
-        page = _EMPTY_INDEX
+        page = await asyncio.to_thread(_index_page, root)
     section = _running_section(running)
     at = page.find("<h1>")
     return HTMLResponse(page + section if at < 0 else page[:at] + section + page[at:])
 
 
-_EMPTY_INDEX = (
-    "<!doctype html><html><head><meta charset='utf-8'><title>Maestro results</title></head><body></body></html>"
-)
+def _index_page(root: Path) -> str:
+    from reports.report import index_page  # noqa: PLC0415 - Plotly's import only where it is needed
+
+    return index_page(root)
 
 
 def _running_section(tests: list[LiveRow]) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 import pytest
+from support.synthetic import history_run
 
 from coordinator.running.local import LocalCluster
 from protocol.file_check import check_files
@@ -137,6 +138,20 @@ def test_upload_tree_deletes_only_what_the_server_confirmed(server: tuple[str, P
     assert [t["test_id"] for t in tests] == ["t2"]
 
 
+def test_the_index_lists_every_test_before_any_report_and_its_links_open_them(server: tuple[str, Path]) -> None:
+    """A hostile pass of #40: with no report built yet, / was the JSON list (no figures, no
+    links); and the index's links, relative to the results folder, were 404s when it was served
+    at /."""
+    url, root = server
+    test_id = history_run(root, "nightly", 1, 1000.0, p99_us=2500.0)
+    status, body = get(f"{url}/")
+    assert status == 200 and body.startswith(b"<!doctype html>"), body[:200]
+    assert f'<a href="{test_id}/test.json">{test_id}</a>'.encode() in body and b"<td>1,000</td>" in body
+    status, body = get(f"{url}/{test_id}/test.json")  # the link, followed from /
+    assert status == 200 and json.loads(body)["test_id"] == test_id
+    assert get(f"{url}/..%2fetc/passwd")[0] == 404
+
+
 def test_an_unreachable_server_is_retried_then_reported(tmp_path: Path) -> None:
     path = tmp_path / "a.txt"
     path.write_text("kept")
@@ -213,7 +228,7 @@ def test_nothing_is_read_listed_or_written_through_a_symlink(server: tuple[str, 
     (root / "index.html").symlink_to(outside / "data.token")
     (root / "t1" / "test.json").symlink_to(outside / "test.json")
     status, body = get(f"{url}/")
-    assert b"secret" not in body and status == 200 and body.startswith(b"["), body  # the JSON list instead
+    assert b"secret" not in body and status == 200 and b"<table" in body, body  # made from test.json instead
     listed = json.loads(get(f"{url}/api/results")[1])
     assert [(t["test_id"], t["outcome"]) for t in listed] == [("t1", None)]
     assert json.loads(get(f"{url}/api/results/t1")[1])["test"] == {}
