@@ -21,7 +21,9 @@ from support.runs import run_with
 
 from coordinator import FixedRateTest
 
-pytestmark = [pytest.mark.mosquitto, pytest.mark.rabbitmq, pytest.mark.nats]
+# Quiet: each path's p50 is held to 4 ms (0.6-1.4 ms measured alone); beside two other tests on
+# 2 cores under load 5-8 (2026-11-29) three paths read 5.8 ms and more, and failed.
+pytestmark = [pytest.mark.mosquitto, pytest.mark.rabbitmq, pytest.mark.nats, pytest.mark.quiet]
 
 
 @pytest.fixture(scope="module")
