@@ -111,7 +111,8 @@ def check_latency_size(daemons: Daemons, test_id: str, bound_us: int = 4_000) ->
     alike keeps the log and the rows in step, and only a bound on the figure sees it. The median
     of every message's latency (its row's arrival less its intended time) through a broker on
     loopback at 200 msg/s is under 4 ms (0.6-1.4 ms measured here for RabbitMQ and Mosquitto;
-    tansu's floor is higher: TANSU_P50_BOUND_US); 5 ms more fails it."""
+    tansu's floor is higher: TANSU_P50_BOUND_US); 5 ms more fails it. A test that judges it is
+    `quiet`: beside the others in one CI run, RabbitMQ's p50 was 4.1-4.3 ms."""
     latencies = []
     for name in ("r1", "r2"):
         directory = peer_dir(daemons, test_id, "receiver", name)
@@ -194,6 +195,7 @@ def check_results(
     assert maestro.live_stats and all(isinstance(n, StatsReport) for n in maestro.live_stats), "no live statistics"
 
 
+@pytest.mark.quiet
 @pytest.mark.mosquitto
 def test_mqtt_fixed_rate(daemons: Daemons, maestro: Maestro) -> None:
     topic = f"maestro-test/{uuid.uuid4().hex[:8]}"
@@ -208,6 +210,7 @@ def test_mqtt_fixed_rate(daemons: Daemons, maestro: Maestro) -> None:
     check_results(daemons, maestro, test_id)
 
 
+@pytest.mark.quiet
 @pytest.mark.rabbitmq
 @pytest.mark.usefixtures("rabbitmq")
 def test_amqp_fixed_rate(daemons: Daemons, maestro: Maestro) -> None:
@@ -217,6 +220,7 @@ def test_amqp_fixed_rate(daemons: Daemons, maestro: Maestro) -> None:
     check_results(daemons, maestro, test_id)
 
 
+@pytest.mark.quiet
 @pytest.mark.rabbitmq
 @pytest.mark.usefixtures("rabbitmq")
 def test_amqp10_fixed_rate(daemons: Daemons, maestro: Maestro) -> None:
@@ -228,6 +232,7 @@ def test_amqp10_fixed_rate(daemons: Daemons, maestro: Maestro) -> None:
     check_results(daemons, maestro, test_id)
 
 
+@pytest.mark.quiet
 @pytest.mark.kafka
 def test_kafka_fixed_rate(daemons: Daemons, maestro: Maestro, tansu: str) -> None:
     topic = f"maestro-test-{uuid.uuid4().hex[:8]}"
@@ -240,6 +245,7 @@ def test_kafka_fixed_rate(daemons: Daemons, maestro: Maestro, tansu: str) -> Non
     check_results(daemons, maestro, test_id, p50_bound_us=TANSU_P50_BOUND_US)
 
 
+@pytest.mark.quiet
 @pytest.mark.rabbitmq
 @pytest.mark.usefixtures("rabbitmq")
 def test_receivers_in_two_processes_merge_to_exact_counts(daemons: Daemons, maestro: Maestro) -> None:
@@ -256,6 +262,7 @@ def test_receivers_in_two_processes_merge_to_exact_counts(daemons: Daemons, maes
         assert parts == {"p0", "p1"}, info["files"]
 
 
+@pytest.mark.quiet
 @pytest.mark.kafka
 def test_kafka_receivers_subscribed_before_the_topic_exists_miss_nothing(
     daemons: Daemons, maestro: Maestro, tansu: str

@@ -188,6 +188,7 @@ def test_added_delay_by_netem_where_the_kernel_has_it_else_by_the_fault_proxy_it
     has it; where it has not (this machine's: ENVIRONMENT.md), the refusal names the fault proxy,
     and the proxy adds the delay on the same path."""
     target = _target(netns)
+    base = min(_get_ms(netns) for _ in range(7))
     try:
         change = asyncio.run(target.apply("latency", {"ms": "30"}))
     except PeerError as exc:
@@ -195,14 +196,14 @@ def test_added_delay_by_netem_where_the_kernel_has_it_else_by_the_fault_proxy_it
         assert "netem" not in netns.qdisc()
         base, delayed, cleared = asyncio.run(_through_the_proxy(netns, latency_ms=30))
     else:
-        base = _get_ms(netns)
-        delayed = _get_ms(netns)
+        delayed = min(_get_ms(netns) for _ in range(7))
         assert change is not None and change.undo is not None
         asyncio.run(change.undo())
         assert "netem" not in netns.qdisc()
-        cleared = _get_ms(netns)
+        cleared = min(_get_ms(netns) for _ in range(7))
     # A GET and its answer: once each way, 60 ms more (59.9-61.1 ms measured here through the
-    # proxy: the base path's own median moves by a millisecond or two on a loaded machine).
+    # proxy). The fastest of 7 GETs: a loaded machine only adds to a GET's time, and one CI run's
+    # median of 5 put 6.9 ms on the base path alone.
     assert 58 <= delayed - base < 75, (base, delayed)
     assert cleared < base + 15, (base, cleared)
 
@@ -214,14 +215,14 @@ def _get_ms(ns: Namespace) -> float:
 
 
 async def _through_the_proxy(ns: Namespace, latency_ms: int) -> tuple[float, float, float]:
-    """The median of 5 GETs through a fault proxy in front of the namespace's server: as they
+    """The fastest of 7 GETs through a fault proxy in front of the namespace's server: as they
     go, with `latency_ms` added each way, and with it cleared."""
     proxy = FaultProxy("sut-net", ("127.0.0.1", 0), (ns.address, HTTP_PORT), seed=1)
     await proxy.start()
 
     async def get_ms() -> float:
         samples = []
-        for _ in range(5):
+        for _ in range(7):
             started = time.perf_counter()
             reader, writer = await asyncio.open_connection(*proxy.address)
             writer.write(b"GET / HTTP/1.0\r\n\r\n")
@@ -229,7 +230,7 @@ async def _through_the_proxy(ns: Namespace, latency_ms: int) -> tuple[float, flo
             assert (await reader.read()).startswith(b"HTTP/1.0 200")
             writer.close()
             samples.append((time.perf_counter() - started) * 1000)
-        return sorted(samples)[2]
+        return min(samples)
 
     try:
         base = await get_ms()
