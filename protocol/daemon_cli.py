@@ -33,7 +33,10 @@ def configure_logging(level: str) -> None:
 def add_log_level(parser: argparse.ArgumentParser, default: str) -> None:
     """The `--log-level` every command of ours takes, for `configure_logging`."""
     parser.add_argument(
-        "--log-level", default=default, choices=["debug", "info", "warning", "error"], help="(default: %(default)s)"
+        "--log-level",
+        default=default,
+        choices=["debug", "info", "warning", "error"],
+        help="the least severe log record written to stderr (default: %(default)s)",
     )
 
 

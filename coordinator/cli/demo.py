@@ -35,8 +35,8 @@ def add_demo(commands: Any) -> None:
     )
     p.add_argument("--rate", type=float, default=100.0, help="msg/s per client (default: %(default)s)")
     p.add_argument("--parallel", type=int, default=2, help="clients (default: %(default)s)")
-    p.add_argument("--duration", default="15s", help="(default: %(default)s)")
-    p.add_argument("--warm-up", default="3s", help="(default: %(default)s)")
+    p.add_argument("--duration", default="15s", help="how long the load runs (default: %(default)s)")
+    p.add_argument("--warm-up", default="3s", help="time left out of the figures (default: %(default)s)")
     add_where(p, local_flag=False)
     p.set_defaults(run=cmd_demo)
 

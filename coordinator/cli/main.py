@@ -217,7 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
     broker.set_defaults(run=_cmd_broker)
 
     keygen = commands.add_parser("keygen", help="write a new cluster key for signed notes to a file of mode 600")
-    keygen.add_argument("path", nargs="?", type=Path, default=Path("maestro.key"), help="(default: %(default)s)")
+    keygen.add_argument(
+        "path", nargs="?", type=Path, default=Path("maestro.key"), help="the key file to write (default: %(default)s)"
+    )
     keygen.set_defaults(run=_cmd_keygen)
     add_commands(commands)
     return parser

@@ -94,7 +94,8 @@ def _positive_seconds(text: str) -> float:
 
 
 def add_where(parser: argparse.ArgumentParser, local_flag: bool = True) -> None:
-    parser.add_argument("--broker", help="control broker URL (default: $MAESTRO_BROKER, or embedded with --local)")
+    embedded = "an embedded one started with --local" if local_flag else "an embedded one started here"
+    parser.add_argument("--broker", help=f"control broker URL (default: $MAESTRO_BROKER, or {embedded})")
     parser.add_argument("--topic-prefix", default=DEFAULT_PREFIX, help="MQTT topic prefix (default: %(default)s)")
     parser.add_argument(
         "--data-server", help="data server URL peers upload to (default: $MAESTRO_DATA_SERVER, or one started here)"

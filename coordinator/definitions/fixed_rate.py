@@ -156,6 +156,9 @@ class FixedRateTest:
 
     def duration_option(self) -> str | int:
         if self.count is not None:
+            # Both given: one would be dropped without a word (the count won, and a 10 s test ran for minutes).
+            if span_text(self.duration) != str(_DEFAULTS.duration):
+                raise DefinitionError(f"duration {self.duration!r} and count {self.count!r}: give one of them")
             return parse_duration(int(self.count)).messages or 0
         value = span_text(self.duration)
         if parse_duration(value).messages is not None:

@@ -309,6 +309,26 @@ def test_flags_given_override_a_files_values(tmp_path: Path) -> None:
     )
 
 
+def test_a_time_and_a_message_count_are_one_bound(tmp_path: Path) -> None:
+    """#40: `--count` with `--duration` ran the count and dropped the time without a word. Both
+    are refused; a flag replaces the file's other bound."""
+    with pytest.raises(DefinitionError, match="duration '5s' and count 10: give one of them"):
+        FixedRateTest(send_url="amqp://h/q", duration="5s", count=10)
+    with pytest.raises(DefinitionError, match="give one of them"):
+        definition_from_args(
+            build_parser().parse_args(["test", "--send-url", "amqp://h/q", "--count", "10", "--duration", "5s"])
+        )
+    timed = _write(tmp_path / "timed.toml", 'send_url = "amqp://h/q"\nduration = "30s"\n')
+    counted = _write(tmp_path / "counted.toml", 'send_url = "amqp://h/q"\ncount = 500\n')
+    by_count, _ = definition_from_args(build_parser().parse_args(["test", "--file", str(timed), "--count", "10"]))
+    assert isinstance(by_count, FixedRateTest) and by_count.duration_option() == 10
+    by_time, _ = definition_from_args(build_parser().parse_args(["test", "--file", str(counted), "--duration", "5s"]))
+    assert isinstance(by_time, FixedRateTest) and (by_time.count, by_time.duration_option()) == (None, "5s")
+    both = _write(tmp_path / "both.toml", 'send_url = "amqp://h/q"\nduration = "30s"\ncount = 500\n')
+    with pytest.raises(DefinitionError, match="both.toml: duration '30s' and count 500"):
+        load_test_file(both)
+
+
 def test_the_test_as_it_will_run_is_said_in_one_line() -> None:
     test = FixedRateTest(send_url="amqp://u:secret@h/q", rate=50, parallel=2, senders=2, duration="30s", warm_up="5s")
     assert workload(test) == (
