@@ -28,6 +28,7 @@ __all__ = [
     "Verdict",
     "accounting_verdict",
     "generator_shortfall",
+    "held",
     "judge",
     "latency_line",
     "loss_verdict",
@@ -287,6 +288,38 @@ def judge(summary: TestFigures, test: FixedRateTest) -> Verdict:
     invalid += copies_of_everything(summary)
     invalid += [why for p in summary.peers for why in p.inspector_shortfall if "no sample" in why]
     return Verdict(failure, tuple(invalid), untrusted)
+
+
+def held(summary: TestFigures, test: FixedRateTest) -> str:
+    """Why a phase is a success, said beside the word: what was checked and held. A bare
+    "success" above a generator-bound warning read as the SUT's success."""
+    fail, sent = test.fail, summary.sent
+    said = []
+    if rr := summary.request_reply:
+        said.append(
+            f"all {rr.requests:,} requests had their reply in time"
+            if not rr.timed_out
+            else f"{rr.timed_out:,} of {rr.requests:,} requests timed out, within the {fail.max_loss_ratio:.3%} allowed"
+        )
+    elif summary.lost:
+        said.append(f"lost {summary.lost:,} of {sent:,}, within the {fail.max_loss_ratio:.3%} allowed")
+    else:
+        said.append(f"all {sent:,} messages arrived")
+    if summary.duplicates:
+        said.append(f"{summary.duplicates:,} duplicates")
+    if fail.latency_ms:
+        at = "max" if fail.latency_policy == "hard" else f"p{fail.latency_percentile:g}"
+        said.append(f"latency {at} within {fail.latency_ms:g} ms in every second")
+    if fail.min_rate_ratio:
+        said.append(f"every sender at {fail.min_rate_ratio:.0%} of its target rate or more")
+    target, rate = test.target_rate(), summary.send_rate.of(sent)
+    if target and rate is not None and not test.profile:
+        said.append(f"sent {rate / target:.0%} of the {target:,.6g} msg/s asked")
+    if any(p.generator_bound for p in summary.peers):
+        said.append(f"but the load generator was its own limit (within the {fail.max_generator_shortfall:.0%} allowed)")
+    if summary.latency_untrusted:
+        said.append("but its latency is no figure")
+    return "; ".join(said)
 
 
 # Duplicates of at least this share of the messages received: every message came again, which is

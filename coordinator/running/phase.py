@@ -18,7 +18,7 @@ from typing import Any
 from coordinator.bus.client import MaestroClient
 from coordinator.definitions import FixedRateTest, workload
 from coordinator.errors import MaestroError, PeerRequestError, note_interruption
-from coordinator.outcome.results import TestResult, judge, now_iso, outages_between, peer_record, phase_record
+from coordinator.outcome.results import TestResult, held, judge, now_iso, outages_between, peer_record, phase_record
 from coordinator.outcome.storage import ResultStore
 from coordinator.registry import ClockSample, PeerInfo
 from coordinator.running.actions import Actions
@@ -299,6 +299,8 @@ class Phase:
         outcome = "success" if reason is None else "failure"
         if verdict.invalid and outcome == "success":
             outcome, reason = "invalid", "; ".join(verdict.invalid)
+        elif outcome == "success":
+            reason = held(summary, self.test)
         record = replace(
             phase_record(self.test, self.test_id, outcome, reason),
             started=self.started_iso,

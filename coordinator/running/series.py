@@ -226,6 +226,12 @@ def run_series(
     else:
         reason = None if best is not None else f"no passing step: {phases[-1].reason}"
     outcome = "success" if reason is None else "failure"
+    if reason is None:  # said beside the word, as a phase's is
+        reason = (
+            f"all {len(phases)} phases succeeded"
+            if best is None or isinstance(test, RepeatedTest | SweepTest | AbaTest)
+            else f"the highest passing step is {best.test_id}" + (f"; {found.stopped_by}" if found.stopped_by else "")
+        )
     steps = tuple(phase_row(p) for p in phases)
     record = replace(
         parent_record(test, test_id, started, outcome, reason),

@@ -12,7 +12,7 @@ from coordinator.cli.main import build_parser
 from coordinator.definitions import AbaTest, DefinitionError, RepeatedTest, SearchTest, SweepTest, workload
 from coordinator.definitions.declared import load_test_file
 from coordinator.outcome.junit import junit_xml
-from coordinator.outcome.results import TestResult, Verdict, judge, loss_verdict
+from coordinator.outcome.results import TestResult, Verdict, held, judge, loss_verdict
 from protocol.figures import TestFigures
 from protocol.test_record import TestRecord
 
@@ -269,6 +269,34 @@ def test_a_generator_that_fell_short_of_the_target_makes_the_run_invalid() -> No
     # The user's bound: 25 % short allowed.
     lenient = FixedRateTest(send_url="amqp://h/q", rate=400, fail=Fail(max_generator_shortfall=0.25))
     assert _judge(_figures(320.6, generator_bound=busy), lenient).invalid == ()
+
+
+def test_a_success_says_what_held() -> None:
+    """#40: the headline's "success" stood alone, above a red generator-bound warning."""
+    test = FixedRateTest(send_url="amqp://h/q", rate=400)
+    assert (
+        held(TestFigures.from_json(_figures(400.0)), test)
+        == "all 4,000 messages arrived; sent 100% of the 400 msg/s asked"
+    )
+    bounded = FixedRateTest(
+        send_url="amqp://h/q",
+        rate=200,
+        parallel=2,
+        fail=Fail(max_loss_ratio=0.01, latency_ms=10, min_rate_ratio=0.9, max_generator_shortfall=0.1),
+    )
+    lossy = _figures(388.0, generator_bound="sender s1 used 97 % of a core") | {"lost": 12, "duplicates": 3}
+    assert held(TestFigures.from_json(lossy), bounded) == (
+        "lost 12 of 4,000, within the 1.000% allowed; 3 duplicates; latency p99 within 10 ms in every second; "
+        "every sender at 90% of its target rate or more; sent 97% of the 400 msg/s asked; "
+        "but the load generator was its own limit (within the 10% allowed)"
+    )
+    closed = _figures(0.0) | {
+        "request_reply": {"requests": 500, "timed_out": 0},
+        "latency_untrusted": "a clock stepped",
+    }
+    assert held(TestFigures.from_json(closed), FixedRateTest(send_url="amqp://h/q", rate=0)) == (
+        "all 500 requests had their reply in time; but its latency is no figure"
+    )
 
 
 def test_an_inspector_that_collected_nothing_makes_the_run_invalid() -> None:
