@@ -64,6 +64,11 @@ class Figure:
         return value / self.per_unit
 
     @property
+    def headed(self) -> str:
+        """The title with the unit its values read in, as a column's head: "Latency p99 (ms)"."""
+        return f"{self.title} ({self.unit})"
+
+    @property
     def is_latency(self) -> bool:
         return self.key.startswith("latency_")
 
@@ -402,15 +407,15 @@ def history_page(
             "test": f'<a href="{results_url}/{html.escape(r.test_id)}">{html.escape(r.test_id)}</a>',
             "started": r.started[:19],
             "outcome": r.outcome,
-            **{f.title: _value(f, r.figures.get(f.key)) for f in FIGURES},
+            **{f.headed: _value(f, r.figures.get(f.key)) for f in FIGURES},
             "marks": history.left_out(r) or "",
         }
         for i, r in enumerate(history.runs, start=1)
     ]
-    columns = ["run", "test", "started", "outcome", *[f.title for f in FIGURES], "marks"]
+    columns = ["run", "test", "started", "outcome", *[f.headed for f in FIGURES], "marks"]
     shifts = [
         {
-            "figure": fig.title,
+            "figure": fig.headed,
             "run": s.run,
             "test": s.test_id,
             "before": _value(fig, s.before),

@@ -22,7 +22,8 @@ def _per_s(rate: float | None) -> str:
 
 
 def junit_xml(result: TestResult, cases: list[TestResult]) -> bytes:
-    """One test case per phase (a fixed-rate test has one; an incremental test one per step)."""
+    """One test case per phase (a fixed-rate test has one; an incremental test one per step).
+    Its text is read by people in a CI page: times in ms, as the console's line below it."""
     # An invalid case did not measure the SUT: an error, as a test that could not run is.
     failures = sum(1 for c in cases if c.outcome == "failure")
     errors = sum(1 for c in cases if c.outcome == "invalid")
@@ -60,7 +61,7 @@ def junit_xml(result: TestResult, cases: list[TestResult]) -> bytes:
             times = rr.response_time_us
             figures, line = (
                 (
-                    f"response_p50_us={times.p50:.0f} response_p99_us={times.p99:.0f}",
+                    f"response_p50_ms={times.p50 / 1000:.3f} response_p99_ms={times.p99 / 1000:.3f}",
                     f"response time p50 {times.p50 / 1000:.3f} ms  p99 {times.p99 / 1000:.3f} ms",
                 )
                 if rr.replies
@@ -74,8 +75,8 @@ def junit_xml(result: TestResult, cases: list[TestResult]) -> bytes:
             latency = (
                 "latency=none"
                 if s.latency_untrusted
-                else f"p50_us={s.latency_us.p50:.0f} p99_us={s.latency_us.p99:.0f}"
-                + (f" latency_uncertainty_us={s.latency_uncertainty_us:.0f}" if s.latency_uncertainty_us else "")
+                else f"p50_ms={s.latency_us.p50 / 1000:.3f} p99_ms={s.latency_us.p99 / 1000:.3f}"
+                + (f" latency_uncertainty_ms={s.latency_uncertainty_us / 1000:.3f}" if s.latency_uncertainty_us else "")
             )
             ET.SubElement(element, "system-out").text = (
                 f"sent={s.sent} received={s.received} lost={s.lost} duplicates={s.duplicates} "

@@ -163,7 +163,7 @@ def _check_corrected(lab: Lab, result: TestResult, skew_s: float, truth_p50_us: 
     # The same figure printed, in junit.xml and in test.json.
     assert f"latency p50 {p50_us / 1000:.3f} ms" in str(result)
     assert f"± {uncertainty_us / 1000:.3f} ms: clocks across hosts" in str(result)
-    assert f"p50_us={p50_us:.0f}" in (test_dir / "junit.xml").read_text()
+    assert f"p50_ms={p50_us / 1000:.3f}" in (test_dir / "junit.xml").read_text()
     assert (
         json.loads((test_dir / "test.json").read_text())["summary"]["latency_us"] == result.summary.latency_us.to_json()
     )

@@ -353,7 +353,7 @@ def test_a_time_and_a_message_count_are_one_bound(tmp_path: Path) -> None:
     by_time, _ = definition_from_args(build_parser().parse_args(["test", "--file", str(counted), "--duration", "5s"]))
     assert isinstance(by_time, FixedRateTest) and (by_time.count, by_time.duration_option()) == (None, "5s")
     both = _write(tmp_path / "both.toml", 'send_url = "amqp://h/q"\nduration = "30s"\ncount = 500\n')
-    with pytest.raises(DefinitionError, match="both.toml: duration '30s' and count 500"):
+    with pytest.raises(DefinitionError, match=r"both\.toml: duration '30s' and count 500"):
         load_test_file(both)
 
 

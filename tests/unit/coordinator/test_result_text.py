@@ -149,7 +149,7 @@ def test_junit_gives_a_closed_systems_response_time_not_its_request_leg() -> Non
     result = TestResult("t-rr", "success", None, _summary(request_reply=rr), TestRecord("t-rr"), "")
     out = ET.fromstring(junit_xml(result, [result])).find("testcase/system-out")
     assert out is not None and out.text == (
-        "requests=240 replies=238 timed_out=2 throughput=30.0/s response_p50_us=9415 response_p99_us=20591\n"
+        "requests=240 replies=238 timed_out=2 throughput=30.0/s response_p50_ms=9.415 response_p99_ms=20.591\n"
         "response time p50 9.415 ms  p99 20.591 ms"
     )
 
@@ -172,4 +172,14 @@ def test_a_run_stopped_before_its_warm_up_ended_has_no_rate_not_one_of_0() -> No
         in str(
             TestResult("t-2", "failure", "no SUT", idle, TestRecord.from_json({"definition": {"size": 1000}}), "")
         ).splitlines()
+    )
+
+
+def test_junit_says_times_in_ms_as_the_console_does() -> None:
+    """#40: junit.xml's text said p50_us=2400 above "latency p50 2.400 ms": one unit for people."""
+    result = TestResult("t-ms", "success", "all 20,000 messages arrived", _summary(), TestRecord("t-ms"), "")
+    out = ET.fromstring(junit_xml(result, [result])).find("testcase/system-out")
+    assert out is not None and out.text == (
+        "sent=20000 received=20000 lost=0 duplicates=0 receive_rate=9500.0/s p50_ms=2.400 p99_ms=9.000\n"
+        "latency p50 2.400 ms  p99 9.000 ms  max 12.000 ms"
     )

@@ -285,6 +285,9 @@ def test_people_read_latency_in_ms_in_the_table_and_the_page(tmp_path: Path) -> 
     assert columns["latency_p99_ms"] == f"{stored / 1000:,.3f}", (head, first)
     page = history_page(history, "/assets/plotly.min.js")
     assert '"title":{"text":"ms"}' in page.replace(" ", "") and "µs" not in page
+    # Each figure's column says its unit: the page's table read "Latency p99" above "2.15".
+    heads = [f"<th>{unit}</th>" for unit in ("Receive rate (msg/s)", "Latency p99 (ms)", "Loss (lost / sent) (ratio)")]
+    assert all(head in page for head in heads), page[page.index("<h2>Runs</h2>") :][:600]
 
 
 def test_a_test_json_that_cannot_be_read_and_is_newer_than_the_newest_run_is_no_pass(
