@@ -17,7 +17,30 @@ from typing import Any
 
 from protocol.json_value import JsonObject
 
-__all__ = ["BUSY_CPU_PERCENT", "BUSY_LOOP_LAG_MS", "FinalCounts", "LiveCounters", "LivePeer", "LivePoint", "LiveUpdate"]
+__all__ = [
+    "BUSY_CPU_PERCENT",
+    "BUSY_LOOP_LAG_MS",
+    "WORKLOAD_LABELS",
+    "FinalCounts",
+    "LiveCounters",
+    "LivePeer",
+    "LivePoint",
+    "LiveUpdate",
+]
+
+# The workload's parts, each a label of /metrics' maestro_test_info (a fixed set, as Prometheus
+# wants a family's labels): what `workload` says in a line, to select and group by.
+WORKLOAD_LABELS = (
+    "rate_per_client",
+    "target_rate",
+    "clients",
+    "senders",
+    "receivers",
+    "message_size",
+    "length",
+    "warm_up",
+    "destination",
+)
 
 # A sender this busy was the limit itself: its figures describe the load generator, not the SUT.
 # The report judges the run's mean CPU and its worst loop lag by them (reports.summary), the
@@ -31,6 +54,13 @@ BUSY_LOOP_LAG_MS = 100.0
 _MAX_COUNT = 2**63 - 1
 _MAX_FIGURE = 1e18
 MAX_PEERS = 20_000  # a live update's; the control-plane bench runs 1,000
+
+
+def _workload_labels(value: Any) -> dict[str, str]:
+    """The known parts, as text of a label's length; none from a coordinator that sent none."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {key: str(value[key])[:200] for key in WORKLOAD_LABELS if isinstance(value.get(key), str | int | float)}
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -287,6 +317,7 @@ class LiveUpdate:
     name: str = ""
     kind: str = ""
     workload: str = ""  # the test as it runs, in a line (coordinator.definitions.workload)
+    workload_labels: Mapping[str, str] = field(default_factory=dict)  # its parts: WORKLOAD_LABELS
     target_rate: float = 0.0  # msg/s in all; 0: unbounded, or a closed system
     size_bytes: float = 0.0  # a message's mean, for MB/s beside msg/s
     started_s: float = 0.0  # wall clock
@@ -305,6 +336,7 @@ class LiveUpdate:
             "name": self.name,
             "kind": self.kind,
             "workload": self.workload,
+            "workload_labels": dict(self.workload_labels),
             "target_rate": self.target_rate,
             "size_bytes": self.size_bytes,
             "started_s": self.started_s,
@@ -339,6 +371,7 @@ class LiveUpdate:
                 name=str(data.get("name") or ""),
                 kind=str(data.get("kind") or ""),
                 workload=str(data.get("workload") or ""),
+                workload_labels=_workload_labels(data.get("workload_labels")),
                 target_rate=_float_or_none(data.get("target_rate")) or 0.0,
                 size_bytes=_float_or_none(data.get("size_bytes")) or 0.0,
                 started_s=_float_or_none(data.get("started_s")) or 0.0,

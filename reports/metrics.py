@@ -10,7 +10,8 @@ receiver's latency since its run began is a classic histogram (`maestro_peer_lat
 buckets at protocol.hdr.BUCKET_BOUNDS_US), so `histogram_quantile(0.99, sum by (le)
 (rate(maestro_peer_latency_seconds_bucket[1m])))` is the test's p99 across peers; the last
 interval's own quantiles are gauges beside it. The workload is on `maestro_test_info`'s
-labels; `maestro_test_outcome` says how a test ended.
+labels, in a line and in parts; `maestro_test_outcome` says how a test ended; the bytes moved are
+messages times their mean size; a peer's CPU is a ratio of one core.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from protocol.hdr import BUCKET_BOUNDS_US
-from protocol.live import LiveCounters
+from protocol.live import WORKLOAD_LABELS, LiveCounters
 from reports.live import LiveTest, LiveTests
 
 __all__ = ["live_registry"]
@@ -58,7 +59,9 @@ def _test_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
     elapsed = GaugeMetricFamily("maestro_test_elapsed_seconds", "time since the test started", labels=_TEST)
     expected = GaugeMetricFamily("maestro_test_expected_seconds", "how long the test should run", labels=_TEST)
     info = GaugeMetricFamily(
-        "maestro_test_info", "1, with the test's kind and workload as labels", labels=[*_TEST, "kind", "workload"]
+        "maestro_test_info",
+        "1, with the test's kind and workload as labels: in a line, and in parts",
+        labels=[*_TEST, "kind", "workload", *WORKLOAD_LABELS],
     )
     target = GaugeMetricFamily(
         "maestro_test_target_rate", "the rate the senders are to send at, msg/s in all (not unbounded)", labels=_TEST
@@ -73,6 +76,14 @@ def _test_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
         ),
         "duplicates": CounterMetricFamily("maestro_test_duplicate_messages", "messages received twice", labels=_TEST),
     }
+    volume = {
+        "sent": CounterMetricFamily(
+            "maestro_test_sent_bytes", "bytes the senders sent: messages x their mean size", labels=_TEST
+        ),
+        "received": CounterMetricFamily(
+            "maestro_test_received_bytes", "bytes the receivers took: messages x their mean size", labels=_TEST
+        ),
+    }
     lost = GaugeMetricFamily(
         "maestro_test_lost_messages", "lost so far (gaps; the summary's exact count once ended)", labels=_TEST
     )
@@ -81,7 +92,7 @@ def _test_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
         for name in _STATES:
             state.add_metric([*labels, name], 1.0 if test.state == name else 0.0)
         elapsed.add_metric(labels, u.elapsed_s)
-        info.add_metric([*labels, u.kind, u.workload], 1.0)
+        info.add_metric([*labels, u.kind, u.workload, *(u.workload_labels.get(k, "") for k in WORKLOAD_LABELS)], 1.0)
         if u.target_rate:
             target.add_metric(labels, u.target_rate)
         if u.state == "finished" and u.outcome:
@@ -92,7 +103,10 @@ def _test_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
         for key, family in counts.items():
             family.add_metric(labels, totals[key])
         lost.add_metric(labels, totals["lost"])
-    yield from (state, elapsed, expected, info, target, outcome, *counts.values(), lost)
+        if u.size_bytes:  # the messages' mean size times their count: MB/s is its rate
+            for key, family in volume.items():
+                family.add_metric(labels, totals[key] * u.size_bytes)
+    yield from (state, elapsed, expected, info, target, outcome, *counts.values(), lost, *volume.values())
 
 
 def _test_totals(test: LiveTest) -> dict[str, float]:
@@ -137,7 +151,11 @@ def _peer_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
     )
     replies = CounterMetricFamily("maestro_peer_replies", "replies a requester had in time", labels=_PEER)
     timed_out = CounterMetricFamily("maestro_peer_requests_timed_out", "requests with no reply in time", labels=_PEER)
-    cpu = GaugeMetricFamily("maestro_peer_cpu_percent", "the generator's CPU, % of one core", labels=_PEER)
+    cpu = GaugeMetricFamily(
+        "maestro_peer_cpu_usage_ratio",
+        "the generator's CPU over the last interval, in cores (1 = one core)",
+        labels=_PEER,
+    )
     up = GaugeMetricFamily("maestro_peer_state", "1 for the state the peer is in", labels=[*_PEER, "state"])
     for test in tests:
         summary = test.update.summary if test.update.state == "finished" else None
@@ -170,7 +188,7 @@ def _peer_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
             if buckets := _buckets(c):
                 histogram.add_metric(labels, buckets, _number(c.latency_sum_us) / 1e6)
             if c.cpu_percent is not None:
-                cpu.add_metric(labels, c.cpu_percent)
+                cpu.add_metric(labels, c.cpu_percent / 100)
             up.add_metric([*labels, peer.state], 1.0)
     yield from (
         sent,

@@ -41,6 +41,7 @@ __all__ = [
     "UnboundedTest",
     "to_dict",
     "workload",
+    "workload_labels",
 ]
 
 TestDefinition = FixedRateTest | IncrementalTest | SearchTest | RepeatedTest | SweepTest | AbaTest
@@ -68,15 +69,39 @@ def workload(test: TestDefinition) -> str:
         load = f"{base.rate:g} msg/s per client, {base.target_rate():g} in all" if base.rate else "as fast as it goes"
         clients = f"{base.parallel} client(s) in each of {base.senders} sender(s) and {base.receivers} receiver(s)"
     load, clients = _series_load(test, load, clients)
-    length = f"{base.count:,} messages per sender" if base.count is not None else span_text(base.duration)
     urls = ", ".join(split_urls(base.send_url))
-    size = str(base.size).strip()
-    size = f"{size} B" if size.lstrip("~").replace("-", "").isdigit() else size  # "1MiB" says its unit
     # The SET options a script or --option gave (the drivers' own defaults are the report's).
     options = "".join(f"; {key}={value}" for key, value in sorted(base.options.items()))
     return redact_text(
-        f"{kind}: {load}; {clients}; {size}; {length}, warm-up {span_text(base.warm_up)}; {urls}{options}"
+        f"{kind}: {load}; {clients}; {_size(base)}; {_length(base)}, warm-up {span_text(base.warm_up)}; {urls}{options}"
     )
+
+
+def workload_labels(test: FixedRateTest) -> dict[str, str]:
+    """A phase's workload in parts (protocol.live.WORKLOAD_LABELS), for /metrics' labels: the rate
+    per client (0: as fast as it goes; "closed": a closed system's), clients per sender, size,
+    length, warm-up and where (a URL's password hidden)."""
+    closed = isinstance(test, RequestReplyTest)
+    return {
+        "rate_per_client": "closed" if closed else f"{test.rate:g}",
+        "target_rate": "closed" if closed else f"{test.target_rate():g}",
+        "clients": str(test.parallel),
+        "senders": str(test.senders),
+        "receivers": str(test.receivers),
+        "message_size": _size(test),
+        "length": _length(test),
+        "warm_up": span_text(test.warm_up),
+        "destination": redact_text(", ".join(split_urls(test.send_url))),
+    }
+
+
+def _size(test: FixedRateTest) -> str:
+    size = str(test.size).strip()
+    return f"{size} B" if size.lstrip("~").replace("-", "").isdigit() else size  # "1MiB" says its unit
+
+
+def _length(test: FixedRateTest) -> str:
+    return f"{test.count:,} messages per sender" if test.count is not None else span_text(test.duration)
 
 
 def _series_load(test: TestDefinition, load: str, clients: str) -> tuple[str, str]:

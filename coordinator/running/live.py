@@ -56,6 +56,7 @@ class LiveFeed:
     expected_s: float | None
     peers: list[PeerInfo]
     workload: str = ""  # the test as it runs, in a line (coordinator.definitions.workload)
+    workload_labels: dict[str, str] = field(default_factory=dict)  # its parts, /metrics' labels
     target_rate: float = 0.0  # msg/s in all; 0: unbounded, or a closed system
     size_bytes: float = 0.0  # a message's mean, for MB/s beside msg/s
     started_s: float = field(default_factory=time.time)
@@ -163,6 +164,7 @@ class LiveFeed:
             name=self.name,
             kind=self.kind,
             workload=self.workload,
+            workload_labels=self.workload_labels,
             target_rate=self.target_rate,
             size_bytes=self.size_bytes,
             started_s=self.started_s,

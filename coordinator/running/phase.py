@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from coordinator.bus.client import MaestroClient
-from coordinator.definitions import FixedRateTest, workload
+from coordinator.definitions import FixedRateTest, workload, workload_labels
 from coordinator.errors import MaestroError, PeerRequestError, note_interruption
 from coordinator.outcome.results import TestResult, held, judge, now_iso, outages_between, peer_record, phase_record
 from coordinator.outcome.storage import ResultStore
@@ -85,6 +85,7 @@ class Phase:
             t.expected_seconds(),
             self.cast.everyone,
             workload=workload(t),
+            workload_labels=workload_labels(t),
             target_rate=t.target_rate(),
             size_bytes=mean_message_bytes(t.size) or 0.0,
         )

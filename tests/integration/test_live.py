@@ -121,7 +121,11 @@ def test_metrics_grow_during_a_run_and_end_at_the_summary(daemons: Daemons, data
     ordered = sorted(buckets.items(), key=lambda item: float(item[0]))
     assert [v for _, v in ordered] == sorted(buckets.values()) and buckets["+Inf"] == count
     assert 1400 <= count <= 1600, count  # 200 msg/s for 8 s; the last second's report may come before its end
-    assert [v for ls, v in samples["maestro_peer_cpu_percent"] if ls["test_id"] == test_id and ls["peer"] == "s1"]
+    assert [v for ls, v in samples["maestro_peer_cpu_usage_ratio"] if ls["test_id"] == test_id and ls["peer"] == "s1"]
+    # The workload in parts, and the bytes: the messages times their size.
+    [info] = [ls for ls, _ in samples["maestro_test_info"] if ls["test_id"] == test_id]
+    assert (info["rate_per_client"], info["clients"], info["message_size"]) == ("200", "1", "256 B"), info
+    assert final("maestro_test_sent_bytes_total") == 1600 * 256
 
 
 def test_the_live_page_gains_points_then_turns_into_the_report(

@@ -9,7 +9,15 @@ import pytest
 from coordinator import Action, Fail, FixedRateTest, Flow, IncrementalTest, RequestReplyTest, UnboundedTest
 from coordinator.cli.commands import test_from_args as definition_from_args
 from coordinator.cli.main import build_parser
-from coordinator.definitions import AbaTest, DefinitionError, RepeatedTest, SearchTest, SweepTest, workload
+from coordinator.definitions import (
+    AbaTest,
+    DefinitionError,
+    RepeatedTest,
+    SearchTest,
+    SweepTest,
+    workload,
+    workload_labels,
+)
 from coordinator.definitions.declared import load_test_file
 from coordinator.outcome.junit import junit_xml
 from coordinator.outcome.results import TestResult, Verdict, held, judge, loss_verdict
@@ -355,6 +363,23 @@ def test_a_time_and_a_message_count_are_one_bound(tmp_path: Path) -> None:
     both = _write(tmp_path / "both.toml", 'send_url = "amqp://h/q"\nduration = "30s"\ncount = 500\n')
     with pytest.raises(DefinitionError, match=r"both\.toml: duration '30s' and count 500"):
         load_test_file(both)
+
+
+def test_the_workload_in_parts_for_metrics_labels() -> None:
+    test = FixedRateTest(send_url="amqp://u:secret@h/q", rate=50, parallel=2, senders=2, count=900, size="1KB")
+    assert workload_labels(test) == {
+        "rate_per_client": "50",
+        "target_rate": "200",
+        "clients": "2",
+        "senders": "2",
+        "receivers": "1",
+        "message_size": "1KB",
+        "length": "900 messages per sender",
+        "warm_up": "0s",
+        "destination": "amqp://u:***@h/q",
+    }
+    closed = workload_labels(RequestReplyTest(request_url="amqp://h/r", clients=4))
+    assert (closed["rate_per_client"], closed["target_rate"], closed["clients"]) == ("closed", "closed", "4")
 
 
 def test_the_test_as_it_will_run_is_said_in_one_line() -> None:

@@ -27,7 +27,10 @@ def _update_json(state: str = "running", **extra: Any) -> dict[str, Any]:
         "name": "nightly",
         "kind": "fixed-rate",
         "workload": "fixed-rate: 50 msg/s per client, 100 in all; 2 client(s) in each of 1 sender(s) and 1 receiver(s)",
+        "workload_labels": {"rate_per_client": "50", "clients": "2", "message_size": "256 B", "length": "20s",
+                            "destination": "amqp://h/q", "other": "dropped"},
         "target_rate": 100.0,
+        "size_bytes": 256.0,
         "started_s": 1.0,
         "elapsed_s": 5.0,
         "expected_s": 20.0,
@@ -70,7 +73,7 @@ def test_a_running_test_in_the_prometheus_text_format() -> None:
     assert _value(s, "maestro_peer_messages_sent_total", **peer) == 500
     assert _value(s, "maestro_peer_errors_total", **peer, kind="refused") == 2
     assert _value(s, "maestro_peer_schedule_lag_seconds", **peer, quantile="0.99") == 40e-6
-    assert _value(s, "maestro_peer_cpu_percent", **peer) == 12.5
+    assert _value(s, "maestro_peer_cpu_usage_ratio", **peer) == 0.125  # of one core
     receiver = peer | {"peer": "r1", "role": "receiver", "host": "b"}
     assert _value(s, "maestro_peer_messages_received_total", **receiver) == 480
     assert _value(s, "maestro_peer_interval_latency_seconds", **receiver, quantile="0.5") == 800e-6
@@ -92,6 +95,14 @@ def test_a_running_test_in_the_prometheus_text_format() -> None:
     assert _value(s, "maestro_test_state", test_id="t1", state="finished") == 0
     info = _value(s, "maestro_test_info", test_id="t1", kind="fixed-rate", workload=_update_json()["workload"])
     assert info == 1 and _value(s, "maestro_test_target_rate", test_id="t1") == 100
+    # The workload in parts, to select and group by: a fixed set, the parts not sent empty.
+    (labels,) = [dict(ls) for n, ls in s if n == "maestro_test_info"]
+    assert (labels["rate_per_client"], labels["clients"], labels["message_size"]) == ("50", "2", "256 B")
+    assert (labels["length"], labels["destination"], labels["senders"]) == ("20s", "amqp://h/q", "")
+    assert "other" not in labels
+    # Bytes as Prometheus counts them: 500 messages of 256 B sent, 480 received.
+    assert _value(s, "maestro_test_sent_bytes_total", test_id="t1") == 500 * 256
+    assert _value(s, "maestro_test_received_bytes_total", test_id="t1") == 480 * 256
     assert not [n for n, _ in s if n == "maestro_test_outcome"]  # running: no outcome yet
     assert _value(s, "maestro_test_expected_seconds", test_id="t1") == 20
 
