@@ -241,6 +241,6 @@ async def live_events(test_id: str, request: Request, since: int = 0) -> Streami
 
 
 @live_router.get("/live/{test_id}", response_class=HTMLResponse)
-def live(test_id: str, request: Request) -> HTMLResponse:
-    _checked(test_id)
-    return HTMLResponse(live_page(test_id))
+async def live(test_id: str, request: Request) -> HTMLResponse:
+    test = _tests(request).tests.get(_checked(test_id))
+    return HTMLResponse(live_page(test_id, None if test is None else test.update))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import json
 
+from protocol.live import LiveUpdate
 from reports.page import ERRORS_JS, STYLE
 
 __all__ = ["live_page"]
@@ -179,16 +180,23 @@ _PEERS_STYLE = (
 )
 
 
-def live_page(test_id: str) -> str:
+def live_page(test_id: str, update: LiveUpdate | None = None) -> str:
+    """The page, with what was tested and where it stands as of `update` (the last post) in its
+    HTML: the first screen says it before the event stream connects."""
     title = html.escape(f"Live: {test_id}")
     script = _SCRIPT % {"test_id": json.dumps(test_id).replace("</", "<\\/")}
+    workload = f"Workload: {update.workload}" if update is not None and update.workload else ""
+    status = "connecting"
+    if update is not None:
+        total = f" of {round(update.expected_s)} s" if update.expected_s else ""
+        status = f"{update.state}: {round(update.elapsed_s)} s{total}"
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title>
 {ERRORS_JS}<script src="/assets/plotly.min.js"></script><style>{STYLE}{_PEERS_STYLE}</style></head><body>
 <h1>{title}</h1>
-<p id="status">connecting</p>
+<p id="workload">{html.escape(workload)}</p>
+<p id="status">{html.escape(status)}</p>
 <button id="stop" type="button" hidden onclick="askStop()">Stop the test</button>
-<p id="workload"></p>
 <p id="totals"></p>
 <p id="bound" class="failure"></p>
 <div id="throughput"></div>

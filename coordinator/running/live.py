@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -124,10 +125,12 @@ class LiveFeed:
             self._add_point(now - self.started_s)
         self._wake.set()
 
-    def end(self, outcome: str, reason: str | None, summary: TestFigures) -> None:
-        """The last update: the outcome and the summary's exact counts; waits a little for it."""
+    def end(self, outcome: str, reason: str | None, summary: TestFigures, lost: AbstractSet[str] = frozenset()) -> None:
+        """The last update: the outcome and the summary's exact counts, every peer finished but
+        the `lost` (a receiver read "running" on the page of an ended test); waits a little for it."""
         with self._lock:
             self._final = (outcome, reason, _final_counts(summary))
+            self._states |= {p.peer_id: "lost" if p.peer_id in lost else "finished" for p in self.peers}
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)

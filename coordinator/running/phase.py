@@ -319,7 +319,8 @@ class Phase:
         )
         result = TestResult(self.test_id, outcome, reason, summary, record, self.store.url)
         self.store.store(result, [result])
-        self.live.end(outcome, reason, summary)
+        lost = {p.peer_id for p in self.cast.everyone} - {p.peer_id for p in self.maestro.not_lost(self.cast.everyone)}
+        self.live.end(outcome, reason, summary, lost)
         return result
 
 

@@ -61,6 +61,16 @@ def test_rates_per_second_come_from_the_peers_counters(monkeypatch: Any) -> None
         ("s1", "sender", "host-a"),
         ("r1", "receiver", "host-b"),
     ]
+    # Ended: no peer reads "running" (the receiver did on the page of an ended test).
+    assert [p["state"] for p in last["peers"]] == ["finished", "finished"]
+
+
+def test_a_peer_lost_by_the_end_reads_lost() -> None:
+    sink = Sink()
+    feed = _feed(sink)
+    feed.mark({"s-id", "r-id"}, "running")
+    feed.end("failure", "r1 was lost", TestFigures.from_json({}), lost={"r-id"})
+    assert [(p["name"], p["state"]) for p in sink.posts[-1]["peers"]] == [("s1", "finished"), ("r1", "lost")]
 
 
 def test_points_not_posted_go_with_the_next_post() -> None:
