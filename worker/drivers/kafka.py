@@ -60,6 +60,7 @@ from worker.drivers.base import (
     connect_cause,
     probe,
 )
+from worker.drivers.librdkafka_conf import in_effect
 
 __all__ = ["KafkaDriver"]
 
@@ -184,14 +185,20 @@ class KafkaDriver(Driver):
 
     def settings(self, sending: bool) -> dict[str, str]:
         """The base's, and the librdkafka configuration this driver builds from the URL (the
-        producer's or the consumer's), the password left out; what it does not set is
-        librdkafka's own default (linger.ms among them: 5 ms)."""
+        producer's or the consumer's), the password left out; then the settings that move the
+        figures which it leaves to librdkafka, at the library's own defaults as it reports them
+        (linger.ms among them: 5 ms)."""
         base = super().settings(sending)
         config = self._producer_config() if sending else self._consumer_config(self._group())
         shown = {
             f"librdkafka {key}": str(value)
             for key, value in sorted(config.items())
             if not callable(value) and key not in ("sasl.password", "client.id")
+        }
+        shown |= {
+            f"librdkafka {key}": f"{value} (librdkafka's default)"
+            for key, value in in_effect(config, sending).items()
+            if key not in config
         }
         library = f"{base.pop('library')} (librdkafka {confluent_kafka.libversion()[0]})"
         rest = {"everything else": f"librdkafka's defaults; {base.pop('everything else')}"}

@@ -33,7 +33,12 @@ def _settings(url: str, sending: bool = True) -> dict[str, str]:
 
 def test_kafka_leaves_linger_to_librdkafka_unless_the_url_sets_it() -> None:
     default = _settings("kafka://user:s3cret@127.0.0.1:9092/t?acks=1")
-    assert "librdkafka linger.ms" not in default and default["librdkafka acks"] == "1"
+    assert default["librdkafka acks"] == "1"
+    # #40: "every client setting in effect, defaults included": librdkafka's own, as it reports
+    # them (its CONFIGURATION.md: linger 5 ms since 1.5, 10,000 a batch, 300 s to deliver).
+    assert default["librdkafka linger.ms"] == "5 (librdkafka's default)"
+    assert default["librdkafka batch.num.messages"] == "10000 (librdkafka's default)"
+    assert default["librdkafka enable.idempotence"] == "false (librdkafka's default)"
     assert default["librdkafka sasl.username"] == "user" and "s3cret" not in repr(default)
     assert re.fullmatch(r"confluent-kafka [\d.]+ \(librdkafka [\d.]+\)", default["library"]), default
     assert default["everything else"].startswith("librdkafka's defaults")
@@ -44,6 +49,9 @@ def test_kafka_leaves_linger_to_librdkafka_unless_the_url_sets_it() -> None:
 def test_a_kafka_receiver_records_its_consumer_settings() -> None:
     consumer = _settings("kafka://127.0.0.1:9092/t?group=g1&fetch_wait_max_ms=2", sending=False)
     assert (consumer["librdkafka group.id"], consumer["librdkafka fetch.wait.max.ms"]) == ("g1", "2")
+    assert consumer["librdkafka fetch.min.bytes"] == "1 (librdkafka's default)"
+    assert consumer["librdkafka queued.min.messages"] == "100000 (librdkafka's default)"
+    assert "librdkafka linger.ms" not in consumer
     assert "librdkafka acks" not in consumer and "librdkafka on_delivery" not in consumer
     # Without group=, the group its consumers join: the topic's (it read "?" at first).
     assert _settings("kafka://127.0.0.1:9092/t", sending=False)["librdkafka group.id"] == "maestro-t"
