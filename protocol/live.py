@@ -120,6 +120,9 @@ class LiveCounters:
     timed_out: int | None = None
     response_p50_us: float | None = None  # a requester's response time over the last interval
     response_p99_us: float | None = None
+    response_le_us: tuple[int, ...] | None = None  # since the run began, as latency_le_us
+    response_count: int | None = None
+    response_sum_us: int | None = None
     # a receiver's
     received: int | None = None
     foreign: Mapping[str, int] | None = None
@@ -156,7 +159,7 @@ class LiveCounters:
         if not isinstance(data, Mapping):
             raise ValueError(f"live counters must be a JSON object, not {type(data).__name__}")
         try:
-            le = data.get("latency_le_us")
+            le, response_le = data.get("latency_le_us"), data.get("response_le_us")
             number, count = (lambda n: _float_or_none(data.get(n))), (lambda n: _int_or_none(data.get(n)))
             return cls(
                 sent=count("sent"),
@@ -169,6 +172,9 @@ class LiveCounters:
                 timed_out=count("timed_out"),
                 response_p50_us=number("response_p50_us"),
                 response_p99_us=number("response_p99_us"),
+                response_le_us=None if response_le is None else tuple(_int_or_none(n) or 0 for n in _list(response_le)),
+                response_count=count("response_count"),
+                response_sum_us=count("response_sum_us"),
                 received=count("received"),
                 foreign=_mapping_or_none(data.get("foreign")),
                 duplicates=count("duplicates"),

@@ -8,8 +8,9 @@ counts gaps below the highest sequence number each receiver saw, and a late arri
 Times are in seconds, as Prometheus expects (the JSON's keys say µs, its people ms). Each
 receiver's latency since its run began is a classic histogram (`maestro_peer_latency_seconds`,
 buckets at protocol.hdr.BUCKET_BOUNDS_US), so `histogram_quantile(0.99, sum by (le)
-(rate(maestro_peer_latency_seconds_bucket[1m])))` is the test's p99 across peers; the last
-interval's own quantiles are gauges beside it. The workload is on `maestro_test_info`'s
+(rate(maestro_peer_latency_seconds_bucket[1m])))` is the test's p99 across peers, and a
+requester's response time likewise (`maestro_peer_response_time_seconds`); the last interval's
+own quantiles are gauges beside them. The workload is on `maestro_test_info`'s
 labels, in a line and in parts; `maestro_test_outcome` says how a test ended; the bytes moved are
 messages times their mean size; a peer's CPU is a ratio of one core.
 """
@@ -23,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from protocol.hdr import BUCKET_BOUNDS_US
-from protocol.live import WORKLOAD_LABELS, LiveCounters
+from protocol.live import WORKLOAD_LABELS
 from reports.live import LiveTest, LiveTests
 
 __all__ = ["live_registry"]
@@ -149,6 +150,11 @@ def _peer_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
         "a requester's response time over the last interval (request/reply; from the intended send)",
         labels=[*_PEER, "quantile"],
     )
+    responses = HistogramMetricFamily(
+        "maestro_peer_response_time_seconds",
+        "a requester's response time since the run began (request/reply; from the intended send)",
+        labels=_PEER,
+    )
     replies = CounterMetricFamily("maestro_peer_replies", "replies a requester had in time", labels=_PEER)
     timed_out = CounterMetricFamily("maestro_peer_requests_timed_out", "requests with no reply in time", labels=_PEER)
     cpu = GaugeMetricFamily(
@@ -185,8 +191,10 @@ def _peer_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
                 replies.add_metric(labels, count)
             if (count := final.get("timed_out", c.timed_out)) is not None:
                 timed_out.add_metric(labels, count)
-            if buckets := _buckets(c):
+            if buckets := _buckets(c.latency_le_us, c.latency_count):
                 histogram.add_metric(labels, buckets, _number(c.latency_sum_us) / 1e6)
+            if buckets := _buckets(c.response_le_us, c.response_count):
+                responses.add_metric(labels, buckets, _number(c.response_sum_us) / 1e6)
             if c.cpu_percent is not None:
                 cpu.add_metric(labels, c.cpu_percent / 100)
             up.add_metric([*labels, peer.state], 1.0)
@@ -200,6 +208,7 @@ def _peer_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
         histogram,
         lag,
         response,
+        responses,
         replies,
         timed_out,
         cpu,
@@ -207,14 +216,14 @@ def _peer_metrics(tests: list[LiveTest]) -> Iterator[Metric]:
     )
 
 
-def _buckets(counters: LiveCounters) -> list[tuple[str, float]]:
-    """A receiver's cumulative counts at each bound, in seconds, and +Inf; none from a peer
-    whose counts do not fit the bounds (a sender, or a worker of another version)."""
-    counts = counters.latency_le_us
+def _buckets(counts: tuple[int, ...] | None, total: int | None) -> list[tuple[str, float]]:
+    """A receiver's latency or a requester's response time: cumulative counts at each bound, in
+    seconds, and +Inf; none from a peer whose counts do not fit the bounds (a sender, or a
+    worker of another version)."""
     if counts is None or len(counts) != len(BUCKET_BOUNDS_US):
         return []
     bounds = [f"{bound / 1e6:g}" for bound in BUCKET_BOUNDS_US]
-    return [*zip(bounds, map(float, counts), strict=True), ("+Inf", _number(counters.latency_count))]
+    return [*zip(bounds, map(float, counts), strict=True), ("+Inf", _number(total))]
 
 
 def _number(value: float | None) -> float:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from protocol.concurrency import wait_event
 from protocol.fail import FailConditions
-from protocol.hdr import value_at_percentile
+from protocol.hdr import counts_at_or_below, sum_of, value_at_percentile
 from protocol.json_value import JsonObject
 from protocol.live import LiveCounters
 from protocol.options import Delay, Duration, MessageSize
@@ -289,7 +289,7 @@ class RequesterRun(SendingRun[RequesterPlan, RequesterStats]):
         self.rate_file.flush()
         interval = self.last_interval = self.latency.roll()
         self.legs.roll()
-        response, s = interval.corrected, self.stats
+        response, s, total = interval.corrected, self.stats, self.latency.total_corrected
         answered = response.get_total_count() > 0  # an interval with no reply has no response time, not 0
         return LiveCounters(
             sent=s.sent,
@@ -298,6 +298,10 @@ class RequesterRun(SendingRun[RequesterPlan, RequesterStats]):
             timed_out=s.timed_out,
             response_p50_us=value_at_percentile(response, 50) if answered else None,
             response_p99_us=value_at_percentile(response, 99) if answered else None,
+            # Since the run began, for /metrics' histogram, as a receiver's latency.
+            response_le_us=tuple(counts_at_or_below(total)),
+            response_count=total.get_total_count(),
+            response_sum_us=sum_of(total),
         )
 
     def verdict(self, conditions: FailConditions, watch: Watch, now: float) -> str | None:

@@ -304,3 +304,14 @@ def test_a_request_reply_test_is_watched_by_its_response_time(
     # Each reply waits 5 ms of service and two trips through RabbitMQ: the p99 is over 5 ms, and
     # under the 12 s of the test (a µs figure drawn as ms would read 5,000 and over).
     assert p99_ms and all(5.0 <= v < 1000 for v in p99_ms), p99_ms
+    # /metrics: the response time since the run began, as a histogram in seconds. Every response
+    # took the replier's 5 ms at least, and the count is the replies as of the last report (a
+    # second or so before the end).
+    samples = _metrics(url)
+    buckets = {
+        ls["le"]: v for ls, v in samples["maestro_peer_response_time_seconds_bucket"] if ls["test_id"] == test_id
+    }
+    [count] = [v for ls, v in samples["maestro_peer_response_time_seconds_count"] if ls["test_id"] == test_id]
+    rr = results[0].summary.request_reply
+    assert rr is not None and buckets["0.005"] == 0 and buckets["+Inf"] == count, (buckets, count)
+    assert 0.8 * rr.replies <= count <= rr.replies, (count, rr.replies)

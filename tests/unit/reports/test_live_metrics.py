@@ -172,7 +172,9 @@ def test_the_grafana_dashboard_reads_only_what_metrics_exposes() -> None:
 
 def test_a_closed_system_shows_its_response_time_replies_and_timeouts() -> None:
     requester = {"name": "q1", "role": "sender", "host": "a", "state": "running", "sent": 210, "replies": 200,
-                 "timed_out": 4, "errors": {}, "response_p50_us": 10_700, "response_p99_us": 52_000}  # fmt: skip
+                 "timed_out": 4, "errors": {}, "response_p50_us": 10_700, "response_p99_us": 52_000,
+                 "response_le_us": [*[0] * 8, 150, 190, 200, *[200] * 8], "response_count": 200,
+                 "response_sum_us": 3_000_000}  # fmt: skip
     replier = {"name": "p1", "role": "receiver", "host": "b", "state": "running", "received": 206}
     point = {"elapsed_s": 3.0, "send_rate": 70.0, "receive_rate": 69.0, "response_p50_us": 10_700.0,
              "response_p99_us": 52_000.0}  # fmt: skip
@@ -184,6 +186,16 @@ def test_a_closed_system_shows_its_response_time_replies_and_timeouts() -> None:
     assert _value(s, "maestro_peer_interval_response_time_seconds", peer="q1", quantile="0.99") == 0.052
     assert _value(s, "maestro_peer_replies_total", peer="q1") == 200
     assert _value(s, "maestro_peer_requests_timed_out_total", peer="q1") == 4
+    # #40: the response time since the run began, as a histogram in seconds, to sum across
+    # requesters: 150 at or below 25 ms, 190 at or below 50 ms, all 200 at or below 100 ms.
+    assert _value(s, "maestro_peer_response_time_seconds_bucket", peer="q1", le="0.01") == 0
+    assert _value(s, "maestro_peer_response_time_seconds_bucket", peer="q1", le="0.025") == 150
+    assert _value(s, "maestro_peer_response_time_seconds_bucket", peer="q1", le="0.05") == 190
+    assert _value(s, "maestro_peer_response_time_seconds_bucket", peer="q1", le="+Inf") == 200
+    assert _value(s, "maestro_peer_response_time_seconds_sum", peer="q1") == 3.0
+    assert not [
+        n for n, labels in s if n.startswith("maestro_peer_response_time_seconds") and dict(labels)["peer"] == "p1"
+    ]
     assert not [n for n, labels in s if n == "maestro_peer_replies_total" and dict(labels)["peer"] == "p1"]
     (drawn,) = tests.tests["t1"].view()["points"]
     assert (drawn["response_p50_us"], drawn["response_p99_us"]) == (10_700.0, 52_000.0)
