@@ -147,17 +147,19 @@ class SenderPlan:
     def messages_for(self, client: int) -> int | None:
         return self.duration.messages_for(client, self.parallel_count)
 
-    def intended_for(self, client: int, started_ns: int) -> int | None:
+    def intended_for(self, client: int, started_ns: int, stopped_ns: int | None = None) -> int | None:
         """How many messages client `client`'s schedule, begun at `started_ns` (monotonic), meant
         to send: its count, or the slots of each step it takes part in before the duration's
-        end; None where a step it sends in is unbounded (no schedule to count by) or the run has
-        no end. The steps' schedules are made as `SenderRun._send_loop` makes them."""
+        end, or before `stopped_ns` where the run was stopped first (a test stopped 5 s into 30
+        read 12,000 intended beside 2,254 sent); None where a step it sends in is unbounded (no
+        schedule to count by) or the run has no end. The steps' schedules are made as
+        `SenderRun._send_loop` makes them."""
         limit = self.messages_for(client)
-        if limit is not None:
+        ends = [started_ns + int(self.duration.seconds * 1e9)] if self.duration.seconds is not None else []
+        ends += [stopped_ns] if stopped_ns is not None else []
+        if not ends:
             return limit
-        if self.duration.seconds is None:
-            return None
-        end_ns = started_ns + int(self.duration.seconds * 1e9)
+        end_ns = min(ends)
         steps = self.steps()
         total = 0
         for i, step in enumerate(steps):
@@ -169,7 +171,7 @@ class SenderPlan:
                 return None
             seed = client if i == 0 else client + 7919 * i
             total += Schedule(step.rate_per_s, begin, self.poisson, seed).slots_before(until)
-        return total
+        return total if limit is None else min(limit, total)
 
 
 @dataclass
@@ -301,6 +303,7 @@ class SenderRun(ScheduledSending):
         self._down_reason = ""  # what the driver said when a client last found its connection down
         self.test_key = key_of(plan.test_id)
         self._stop = asyncio.Event()
+        self._stopped_ns: int | None = None  # perf_counter: when it was stopped, if before its end
         self._filler = random.Random(0).randbytes(plan.size.max_bytes)
         self._tails: dict[int, bytes] = {}  # filler after the header, by message size
         # Same-size bodies, a burst at a time, for drivers that take a burst whole (_burst).
@@ -311,6 +314,8 @@ class SenderRun(ScheduledSending):
         self._size_rng = random.Random(1)
 
     def stop(self) -> None:
+        if self._stopped_ns is None:
+            self._stopped_ns = time.perf_counter_ns()
         self._stop.set()
 
     def files(self) -> list[str]:
@@ -360,7 +365,11 @@ class SenderRun(ScheduledSending):
                 self.stats.in_flight -= flight.in_flight
                 flight.in_flight = 0
             self.stats.accepted_per_client[client] = flight.accepted if driver.acknowledges() else None
-            self.stats.intended_per_client[client] = plan.intended_for(client, begin)
+            intended = plan.intended_for(client, begin, self._stopped_ns)
+            if intended is not None and self._stopped_ns is not None:
+                # A burst takes the slots due within a wake-up's worth: sent, so meant to be.
+                intended = max(intended, self.stats.sent_per_client[client])
+            self.stats.intended_per_client[client] = intended
 
     def _settled(self, flight: _Flight, count: int, error: SendError | None) -> None:
         if flight.closed:

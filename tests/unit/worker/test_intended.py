@@ -69,6 +69,18 @@ def test_intended_per_client() -> None:
     assert _plan(duration=Duration()).intended_for(0, _T0) is None
 
 
+def test_a_run_stopped_early_meant_to_send_only_what_came_due_before_the_stop() -> None:
+    """A test stopped 5 s into 30 read 12,000 intended beside 2,254 sent: the whole schedule."""
+    stopped = _T0 + 500_000_000  # 0.5 s in: 10/s gives the slots at 0, 100, ..., 400 ms
+    assert [_plan().intended_for(c, _T0, stopped) for c in (0, 1)] == [5, 5]
+    assert _plan().intended_for(0, _T0, _T0 + 9_000_000_000) == 20  # after its end: the whole
+    # A count stopped early likewise; unbounded, no schedule to count by; a run with no end, its stop.
+    assert _plan(duration=Duration(messages=7)).intended_for(0, _T0, stopped) == 4
+    assert _plan(duration=Duration(messages=70)).intended_for(0, _T0, stopped) == 5
+    assert _plan(rate_per_s=0.0).intended_for(0, _T0, stopped) is None
+    assert _plan(duration=Duration()).intended_for(0, _T0, stopped) == 5
+
+
 # Starts and ends (rate, start, end) where the arithmetic estimate of the count, (end - start) /
 # interval in floats, falls one short of the slots: found by search over starts as large as a
 # host's monotonic clock, where start + k * interval rounds up past an integer the estimate
