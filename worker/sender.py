@@ -151,8 +151,9 @@ class SenderPlan:
         """How many messages client `client`'s schedule, begun at `started_ns` (monotonic), meant
         to send: its count, or the slots of each step it takes part in before the duration's
         end, or before `stopped_ns` where the run was stopped first (a test stopped 5 s into 30
-        read 12,000 intended beside 2,254 sent); None where a step it sends in is unbounded (no
-        schedule to count by) or the run has no end. The steps' schedules are made as
+        read 12,000 intended beside 2,254 sent: slots never due are owed by no one); None where
+        a step it sends in is unbounded and no count bounds it (no schedule to count by) or the
+        run has no end. The steps' schedules are made as
         `SenderRun._send_loop` makes them."""
         limit = self.messages_for(client)
         ends = [started_ns + int(self.duration.seconds * 1e9)] if self.duration.seconds is not None else []
@@ -167,8 +168,8 @@ class SenderPlan:
             until = min(end_ns, started_ns + int(steps[i + 1].at_s * 1e9) if i + 1 < len(steps) else end_ns)
             if client >= step.parallel or begin >= until:
                 continue
-            if not step.rate_per_s:
-                return None
+            if not step.rate_per_s:  # as fast as it goes: a count is due whole at once
+                return limit
             seed = client if i == 0 else client + 7919 * i
             total += Schedule(step.rate_per_s, begin, self.poisson, seed).slots_before(until)
         return total if limit is None else min(limit, total)

@@ -78,6 +78,7 @@ def test_a_run_stopped_early_meant_to_send_only_what_came_due_before_the_stop() 
     assert _plan(duration=Duration(messages=7)).intended_for(0, _T0, stopped) == 4
     assert _plan(duration=Duration(messages=70)).intended_for(0, _T0, stopped) == 5
     assert _plan(rate_per_s=0.0).intended_for(0, _T0, stopped) is None
+    assert _plan(rate_per_s=0.0, duration=Duration(messages=7)).intended_for(0, _T0, stopped) == 4  # due at once
     assert _plan(duration=Duration()).intended_for(0, _T0, stopped) == 5
 
 

@@ -357,8 +357,9 @@ def test_a_driver_that_acknowledges_nothing_gives_no_accepted_count(tmp_path: Pa
     assert _accounts(run) == [(10, 10, None)]
 
 
-def test_a_stopped_sender_still_owes_its_schedules_slots(tmp_path: Path) -> None:
-    # 200 msg/s for 5 s: 1,000 slots, 0 to 995 ms apart. Stopped after 10 went: intended stays 1,000.
+def test_a_stopped_sender_owes_the_slots_due_before_its_stop(tmp_path: Path) -> None:
+    # 200 msg/s for 5 s: 1,000 slots, 0 to 995 ms apart. Stopped after 10 went: it meant to send
+    # those that came due before the stop (it read 1,000: a shortfall no one made).
     driver = MemoryDriver()
     run = _run(_plan(rate_per_s=200.0, duration=Duration(seconds=5.0)), tmp_path, {0: driver})
 
@@ -371,4 +372,4 @@ def test_a_stopped_sender_still_owes_its_schedules_slots(tmp_path: Path) -> None
     asyncio.run(scenario())
     run.rate_file.close()
     [(intended, sent, accepted)] = _accounts(run)
-    assert intended == 1000 and 10 <= sent < 100 and accepted == sent
+    assert 10 <= sent <= intended <= sent + 20 and accepted == sent, (intended, sent)  # 100 ms of lag at most
