@@ -24,6 +24,7 @@ from protocol.options import (
     parse_profile,
     parse_seconds,
 )
+from protocol.secrets import redact_text
 from protocol.sut_url import parse_sut_url, split_urls
 
 __all__ = ["Action", "DefinitionError", "Fail", "FixedRateTest", "Flow", "UnboundedTest"]
@@ -146,6 +147,7 @@ class FixedRateTest:
                 raise DefinitionError(f"action {action.command}: {exc}") from exc
         if self.rate < 0 or self.parallel < 1 or self.senders < 0 or self.receivers < 0:
             raise DefinitionError("rate must be >= 0, parallel >= 1, senders and receivers >= 0")
+        self._each_url_has_a_client()
         # A warm-up the whole run long leaves nothing to measure: every figure would read 0.
         seconds, warm_up_s = self.expected_seconds(), parse_seconds(self.warm_up)
         if seconds is not None and warm_up_s >= seconds:
@@ -153,6 +155,21 @@ class FixedRateTest:
                 f"the warm-up ({warm_up_s:g} s) is as long as the run ({seconds:g} s) or longer: nothing would be "
                 "measured; give a shorter warm-up or a longer duration"
             )
+
+    def _each_url_has_a_client(self) -> None:
+        """Each worker's clients take its URLs round robin: a URL past the clients' number got no
+        load, or was never read, while the workload line named it."""
+        clients = max((int(step[2]) for step in self.profile), default=0) if self.profile else 0
+        for flow in self.all_flows():
+            for side, urls in zip(("send", "receive"), flow.urls(), strict=True):
+                most = clients or flow.parallel
+                if len(urls) > most:
+                    unused = ", ".join(redact_text(url) for url in urls[most:])
+                    raise DefinitionError(
+                        f"{len(urls)} {side} URLs for {most} client(s) a worker: each client takes one, round robin, "
+                        f"so {unused} would be {'sent nothing' if side == 'send' else 'read by no one'}; "
+                        f"give parallel={len(urls)} or more"
+                    )
 
     def duration_option(self) -> str | int:
         if self.count is not None:

@@ -55,6 +55,8 @@ def junit_xml(result: TestResult, cases: list[TestResult]) -> bytes:
             ET.SubElement(element, "failure", message=case.reason or "failed").text = case.reason or ""
         s = case.summary
         rr = s.request_reply
+        # A success's reason is what held (coordinator.outcome.results.held): said as the console says it.
+        said = f"success: {case.reason}\n" if case.passed and case.reason else ""
         if s.error is None and rr is not None:
             # A closed system's figure is its response time; its latency_us is the request leg,
             # which read as "latency p50 2.5 ms" where the responses took 9.4.
@@ -67,19 +69,22 @@ def junit_xml(result: TestResult, cases: list[TestResult]) -> bytes:
                 if rr.replies
                 else ("response_time=none", "response time: none (no reply came in time)")
             )
-            ET.SubElement(element, "system-out").text = (
+            ET.SubElement(element, "system-out").text = said + (
                 f"requests={rr.requests} replies={rr.replies} timed_out={rr.timed_out} "
                 f"throughput={rr.throughput_per_s:.1f}/s {figures}\n{line}"
             )
         elif s.error is None:
             latency = (
                 "latency=none"
-                if s.latency_untrusted
+                if s.latency_untrusted or not s.latency_samples  # no figure, not one of 0 ms
                 else f"p50_ms={s.latency_us.p50 / 1000:.3f} p99_ms={s.latency_us.p99 / 1000:.3f}"
                 + (f" latency_uncertainty_ms={s.latency_uncertainty_us / 1000:.3f}" if s.latency_uncertainty_us else "")
             )
-            ET.SubElement(element, "system-out").text = (
+            ET.SubElement(element, "system-out").text = said + (
                 f"sent={s.sent} received={s.received} lost={s.lost} duplicates={s.duplicates} "
                 f"receive_rate={_per_s(s.receive_rate.of(s.received))} {latency}\n{latency_line(s)}"
             )
+    # The test's own outcome, a series' included ("all 3 phases succeeded"; invalid where a step
+    # measured no SUT), after its cases as JUnit's schema has it.
+    ET.SubElement(suite, "system-out").text = f"{result.outcome}" + (f": {result.reason}" if result.reason else "")
     return ET.tostring(suite, encoding="utf-8", xml_declaration=True)

@@ -84,12 +84,21 @@ class _Found:
     stopped_by: str | Unset | None = UNSET  # an incremental test's or a search's
     statistics: dict[str, Estimate] | None = None  # a repeated test's
     comparison: tuple[PhaseRow, ...] | None = field(default=None)  # a sweep's
+    # Why the series did not find what it looked for: a step or probe that did not measure the
+    # SUT (its generator the limit, every message read twice) is no limit of the SUT's.
+    invalid: str | None = None
+
+
+def _unmeasured(phase: TestResult) -> str:
+    return f"{phase.test_id} did not measure the SUT ({phase.reason}): the SUT's limit was not found"
 
 
 def _incremental(runner: _Runner, test: IncrementalTest) -> _Found:
     best = None
     for number, (rate, parallel) in enumerate(test.steps(), start=1):
         step = runner.run(f"step{number:02d}", test.base.with_load(rate, parallel), _load(rate, parallel))
+        if step.outcome == "invalid":
+            return _Found(best, stopped_by=f"step {number}: {step.reason}", invalid=_unmeasured(step))
         if not step.passed:
             return _Found(best, stopped_by=f"step {number}: {step.reason}")
         best = step
@@ -106,9 +115,13 @@ def _search(runner: _Runner, test: SearchTest) -> _Found:
 
     low, high = test.low_rate, test.high_rate
     best = probe(1, low)
+    if best.outcome == "invalid":
+        return _Found(None, stopped_by=f"the low rate {low:g} did not measure the SUT", invalid=_unmeasured(best))
     if not best.passed:
         return _Found(None, stopped_by=f"the low rate {low:g} already fails: {best.reason}")
     top = probe(2, high)
+    if top.outcome == "invalid":
+        return _Found(best, stopped_by=f"the high rate {high:g} did not measure the SUT", invalid=_unmeasured(top))
     if top.passed:
         return _Found(top, stopped_by=f"the high rate {high:g} passes: raise high_rate to find the limit")
     number = 2
@@ -116,6 +129,10 @@ def _search(runner: _Runner, test: SearchTest) -> _Found:
         number += 1
         middle = (low + high) / 2
         result = probe(number, middle)
+        if result.outcome == "invalid":  # neither side of the limit: the search cannot narrow on it
+            return _Found(
+                best, stopped_by=f"{middle:g} msg/s per client did not measure the SUT", invalid=_unmeasured(result)
+            )
         if result.passed:
             low, best = middle, result
         else:
@@ -226,6 +243,8 @@ def run_series(
     else:
         reason = None if best is not None else f"no passing step: {phases[-1].reason}"
     outcome = "success" if reason is None else "failure"
+    if found.invalid:  # it stopped at a phase that measured its generator, not the SUT
+        outcome, reason = "invalid", found.invalid
     if reason is None:  # said beside the word, as a phase's is
         reason = (
             f"all {len(phases)} phases succeeded"
@@ -242,7 +261,7 @@ def run_series(
         # The latency-vs-throughput curve: every rate measured, in order of load.
         curve=tuple(sorted(steps, key=lambda row: row.target_rate or 0.0)) if isinstance(test, SearchTest) else None,
     )
-    if best is not None and isinstance(test, IncrementalTest | SearchTest):
+    if best is not None and isinstance(test, IncrementalTest | SearchTest) and outcome == "success":
         record = replace(record, max_sustainable=phase_row(best))
     elif best is not None and isinstance(test, SweepTest):
         record = replace(record, best=phase_row(best))

@@ -98,9 +98,20 @@ def test_a_comma_separated_list_of_urls_is_several_urls_wherever_it_is_given() -
         assert test.sender_options(flow, "t")["send_url"] == [u1, u2]
         assert "secret" not in workload(test)
     # A sweep over a URL option puts it on each URL.
-    sweep = SweepTest(FixedRateTest(send_url=[f"{u1},{u2}"]), {"url.prefetch": [5]})
+    sweep = SweepTest(FixedRateTest(send_url=[f"{u1},{u2}"], parallel=2), {"url.prefetch": [5]})
     (flow,) = sweep.at({"url.prefetch": 5}).all_flows()
     assert flow.urls()[0] == [f"{u1}?prefetch=5", f"{u2}?prefetch=5"]
+    # More URLs than clients a worker: the last would get no load (a hostile pass: named in the
+    # workload line and sent nothing), or no reader.
+    with pytest.raises(
+        DefinitionError,
+        match=r"2 send URLs for 1 client\(s\) a worker: .* amqp://guest:\*\*\*@h:5673/q2 would be sent nothing",
+    ):
+        FixedRateTest(send_url=[u1, u2], receive_url=u1)
+    with pytest.raises(DefinitionError, match=r"3 receive URLs for 2 client\(s\) .* would be read by no one"):
+        FixedRateTest(send_url=[u1, u2], receive_url=f"{u1},{u2},{u1}x", parallel=2)
+    with pytest.raises(DefinitionError, match="give parallel=2 or more"):
+        FixedRateTest(send_url=[u1, u2], parallel=4, profile=((0, 10, 1),))
     # An option's value that holds a password is not shown in the refusal.
     with pytest.raises(DefinitionError) as refused:
         FixedRateTest(send_url=f"{u1}?destinations=1-2,{u2}?destinations=x")

@@ -9,13 +9,14 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.definitions import FixedRateTest, SearchTest
+from coordinator.definitions import FixedRateTest, IncrementalTest, SearchTest
 from coordinator.errors import MaestroError
 from coordinator.running import ending
 from coordinator.running.cast import Cast
 from coordinator.running.phase import Phase
 from coordinator.running.series import run_series
 from protocol.codes import Role
+from protocol.figures import TestFigures
 from protocol.notes import (
     DrainRequest,
     LogRequest,
@@ -177,6 +178,45 @@ def test_a_search_over_simulated_peers_finds_the_limit_they_have() -> None:
     # Each step says whose step it is: `maestro history` leaves steps out of a test's nights.
     assert {r.record.phase_of for r in store.stored[:-1]} == {"t-4"}
     assert result.record.phase_of is None and "phase_of" not in result.record.to_json()
+
+
+class _CopiesAbove(MemoryStore):
+    """Figures whose every message arrived twice from `phase` on: a phase that measured the
+    test's own reading (a stream read whole by each client), not the SUT."""
+
+    def __init__(self, phase: str) -> None:
+        super().__init__()
+        self.phase = phase
+
+    def summary(self, test_id: str, *args: object, **kwargs: object) -> TestFigures:
+        figures = super().summary(test_id, *args, **kwargs)  # type: ignore[arg-type]
+        return (
+            replace(figures, duplicates=figures.received)
+            if test_id.rsplit(".", maxsplit=1)[-1] >= self.phase
+            else figures
+        )
+
+
+@pytest.mark.parametrize("invalid_from", ["step03", "probe01", "probe02", "probe03"])
+def test_a_series_that_stops_at_a_phase_that_measured_no_sut_found_no_limit(invalid_from: str) -> None:
+    """A hostile pass: an incremental test whose third step read every message twice said
+    "success" and "max sustainable: the second step's rate", a limit the run never found."""
+
+    def verdict(options: dict[str, object]) -> str | None:  # the SUT holds 740 msg/s (probe02 is 1,000)
+        rate = float(options["rate_per_s"])  # type: ignore[arg-type]
+        return None if rate <= 740 or invalid_from == "probe02" else f"rate {rate:g} missed"
+
+    client, _ = memory_client([SimulatedPeer("s1", Role.SENDER, verdict=verdict), SimulatedPeer("r1", Role.RECEIVER)])
+    test = (
+        IncrementalTest(base=TEST, initial_rate=100, ceiling_rate=500, rate_step=100)
+        if invalid_from.startswith("step")
+        else SearchTest(base=TEST, low_rate=100, high_rate=1000, resolution=0.02, max_steps=12)
+    )
+    result = run_series(client, test, _CopiesAbove(invalid_from), "t-9", progress=False)
+    assert result.outcome == "invalid" and result.record.max_sustainable is None
+    assert result.reason is not None and result.reason.startswith(f"t-9.{invalid_from} did not measure the SUT (every")
+    assert result.reason.endswith("the SUT's limit was not found")
+    assert [r.test_id.split(".")[-1] for r in result.steps][-1] == invalid_from  # it stopped there
 
 
 def test_every_request_of_a_phase_waits_only_for_its_cast() -> None:

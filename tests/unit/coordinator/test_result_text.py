@@ -180,6 +180,13 @@ def test_junit_says_times_in_ms_as_the_console_does() -> None:
     result = TestResult("t-ms", "success", "all 20,000 messages arrived", _summary(), TestRecord("t-ms"), "")
     out = ET.fromstring(junit_xml(result, [result])).find("testcase/system-out")
     assert out is not None and out.text == (
+        "success: all 20,000 messages arrived\n"
         "sent=20000 received=20000 lost=0 duplicates=0 receive_rate=9500.0/s p50_ms=2.400 p99_ms=9.000\n"
         "latency p50 2.400 ms  p99 9.000 ms  max 12.000 ms"
     )
+    assert ET.fromstring(junit_xml(result, [result])).findtext("system-out") == "success: all 20,000 messages arrived"
+    # No sample: no figure, not one of 0 ms (a receiver that got nothing read p50_ms=0.000).
+    nothing = _summary(received=0, lost=20_000, latency_samples=0, latency_us={"p50": 0.0, "p99": 0.0})
+    failed = TestResult("t-0", "failure", "lost 20,000 of 20,000", nothing, TestRecord("t-0"), "")
+    text = ET.fromstring(junit_xml(failed, [failed])).findtext("testcase/system-out") or ""
+    assert "latency=none" in text and "p50_ms" not in text and "latency: no samples" in text, text
