@@ -61,7 +61,9 @@ def daemon_parser(prog: str, description: str) -> argparse.ArgumentParser:
         help="control broker URL, mqtt://[user:pw@]host[:port] or mqtts://..., or @FILE: the URL in FILE "
         "(mode 600) (default: $MAESTRO_BROKER or %(default)s)",
     )
-    parser.add_argument("--name", help="peer name, unique on this host (default: ROLE-PID)")
+    parser.add_argument(
+        "--name", help="peer name, unique on this host (default: ROLE-PID, or worker-PID for a worker without --role)"
+    )
     parser.add_argument(
         "--data-dir", type=Path, default=Path("maestro-data"), help="where test files go (default: %(default)s)"
     )

@@ -555,7 +555,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="maestro", description="The data server and report browser; the reporter.", fromfile_prefix_chars="@"
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineErrors)
-    serve = sub.add_parser("serve", help="run the data server")
+    serve = sub.add_parser(
+        "serve",
+        help="run the data server",
+        description="Run the data server: it takes the peers' uploads under --data, serves the results, reports, "
+        "live pages, history and /metrics, and builds a report when one is asked for.",
+    )
     serve.add_argument("--data", type=Path, default=Path("results"), help="the data root (default: %(default)s)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=int, default=8080, help="port to listen on (default: %(default)s)")

@@ -31,7 +31,7 @@ def add_collect(commands: Any) -> None:
         "and write the report.",
     )
     p.add_argument("test_id", metavar="TEST-ID", help="the test whose files to gather (its folder's name)")
-    p.add_argument("--broker", help="control broker URL (default: $MAESTRO_BROKER)")
+    p.add_argument("--broker", help="control broker URL (default: $MAESTRO_BROKER, or mqtt://127.0.0.1:1883)")
     p.add_argument("--topic-prefix", default=DEFAULT_PREFIX, help="MQTT topic prefix (default: %(default)s)")
     p.add_argument("--data-server", help="data server URL (default: $MAESTRO_DATA_SERVER, or one started here)")
     p.add_argument(

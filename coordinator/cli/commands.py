@@ -75,7 +75,9 @@ def _add_test(commands: Any) -> None:
     fail = p.add_argument_group("fail conditions")
     fail.add_argument("--fail-latency-ms", type=float, help="bound on each second's latency (default: none)")
     fail.add_argument("--fail-percentile", type=float, help="the percentile it bounds (default: 99)")
-    fail.add_argument("--fail-policy", choices=["soft", "hard"], help="soft: the percentile; hard: the max")
+    fail.add_argument(
+        "--fail-policy", choices=["soft", "hard"], help="soft: the percentile; hard: the max (default: soft)"
+    )
     fail.add_argument("--fail-min-rate-ratio", type=float, help="achieved/target rate below this fails (default: 0)")
     fail.add_argument("--fail-max-loss-ratio", type=float, help="lost/sent above this fails (default: 0)")
     fail.add_argument("--fail-stall-s", type=float, help="no progress this long fails (default: 30)")
@@ -108,7 +110,7 @@ def _add_test(commands: Any) -> None:
     search = p.add_argument_group("search (bisection on the rate per client)")
     search.add_argument("--low-rate", type=float, help="the lowest rate per client to try (needed)")
     search.add_argument("--high-rate", type=float, help="the highest rate per client to try (needed)")
-    search.add_argument("--resolution", type=float, help="stop when the gap is under this fraction (default 0.05)")
+    search.add_argument("--resolution", type=float, help="stop when the gap is under this fraction (default: 0.05)")
     rep = p.add_argument_group("repeated")
     rep.add_argument("--times", type=int, help="repetitions (default: 3)")
     rep.add_argument(
@@ -285,8 +287,10 @@ def _add_run(commands: Any) -> None:
     )
     p.add_argument("script", type=Path, help="the script; options for maestro go before it")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script (after it)")
-    p.add_argument("--broker", help="control broker URL")
-    p.add_argument("--data-server", help="data server URL")
+    p.add_argument("--broker", help="control broker URL (default: $MAESTRO_BROKER, or mqtt://127.0.0.1:1883)")
+    p.add_argument(
+        "--data-server", help="data server URL (default: $MAESTRO_DATA_SERVER, or one the script's Maestro starts)"
+    )
     p.set_defaults(run=cmd_run)
 
 

@@ -195,7 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    peers = commands.add_parser("peers", help="list the live peers on a control broker")
+    peers = commands.add_parser(
+        "peers",
+        help="list the live peers on a control broker",
+        description="List the peers that answer a PING on the control broker: name, role, host, state, version, "
+        "the round trip through the broker and each one's clock offset.",
+    )
     peers.add_argument(
         "--broker",
         default=default_broker_url(),
@@ -211,7 +216,12 @@ def build_parser() -> argparse.ArgumentParser:
     peers.add_argument("--json", action="store_true", help="print JSON instead of a table")
     peers.set_defaults(run=_cmd_peers)
 
-    broker = commands.add_parser("broker", help="run the embedded MQTT control broker in the foreground")
+    broker = commands.add_parser(
+        "broker",
+        help="run the embedded MQTT control broker in the foreground",
+        description="Run the embedded MQTT control broker (amqtt) in the foreground, for a lab without Mosquitto; "
+        "Ctrl-C stops it.",
+    )
     broker.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     broker.add_argument("--port", type=int, default=1883, help="port to listen on (default: %(default)s)")
     broker.set_defaults(run=_cmd_broker)

@@ -123,5 +123,12 @@ def _series_load(test: TestDefinition, load: str, clients: str) -> tuple[str, st
         load += f", {test.times} times as the baseline, the candidate ({candidate}), the baseline again"
     elif isinstance(test, SweepTest):
         grid = " x ".join(f"{key} {', '.join(str(v) for v in values)}" for key, values in test.grid.items())
+        # The grid's rate or clients, not the base's (a sweep of rate 20, 40 read "100 msg/s per client").
+        if "rate" in test.grid:
+            load = "the point's msg/s per client"
+        elif "parallel" in test.grid and test.base.rate:  # no total: it is the point's
+            load = f"{test.base.rate:g} msg/s per client"
+        if "parallel" in test.grid:
+            clients = clients.replace(f"{test.base.parallel} client(s)", "the point's client(s)", 1)
         load += f", each point of {grid}"
     return load, clients

@@ -27,7 +27,13 @@ def add_topology_command(commands: Any) -> None:
     )
     p.add_argument("inventory", type=Path, help="the Ansible inventory")
     p.add_argument("graph", type=Path, nargs="?", help="graph metadata (YAML); or give --type")
-    p.add_argument("--type", dest="kind", choices=KINDS, help="connect the inventory's routers and brokers so")
+    p.add_argument(
+        "--type",
+        dest="kind",
+        choices=KINDS,
+        help="instead of a graph: connect the inventory's routers and brokers in a line, a circle or each to each "
+        "(complete) (default: none, the graph file's links)",
+    )
     p.add_argument("--out", type=Path, help="write here instead of standard output (JSON when it ends in .json)")
     p.add_argument("--client-port-base", type=int, default=5000, help="first client port (default: %(default)s)")
     p.add_argument(

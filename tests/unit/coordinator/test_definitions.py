@@ -242,6 +242,14 @@ def test_requests_that_time_out_fail_a_test_as_lost_messages_do() -> None:
     assert loss_verdict(TestFigures.from_json({"sent": 100, "lost": 0}), 0.0) is None
 
 
+def test_a_closed_system_takes_no_rate() -> None:
+    """A hostile pass: `--rate 50` on a request-reply test was dropped without a word."""
+    argv = ["test", "request-reply", "--request-url", "amqp://h/r", "--rate", "50"]
+    with pytest.raises(DefinitionError, match="rate 50: a request/reply test is a closed system"):
+        definition_from_args(build_parser().parse_args(argv))
+    assert RequestReplyTest(request_url="amqp://h/r").rate == 0.0
+
+
 def test_the_incremental_and_repeated_executors_take_a_closed_system_as_their_base() -> None:
     base = RequestReplyTest(request_url="amqp://h/requests", clients=1, think_time="10ms", duration="5s")
     incremental = IncrementalTest(
@@ -412,7 +420,10 @@ def test_the_test_as_it_will_run_is_said_in_one_line() -> None:
         "search: searched between 5 and 80 msg/s per client to 5%;"
     )
     assert workload(SweepTest(base=test, grid={"rate": [10, 40], "option.confirm_window": [1, 8]})).startswith(
-        "sweep: 50 msg/s per client, 200 in all, each point of rate 10, 40 x option.confirm_window 1, 8;"
+        "sweep: the point's msg/s per client, each point of rate 10, 40 x option.confirm_window 1, 8;"
+    )  # not the base's 50 (a hostile pass: "100 msg/s per client" stood above points of 20 and 40)
+    assert workload(SweepTest(base=test, grid={"parallel": [1, 4]})).startswith(
+        "sweep: 50 msg/s per client, each point of parallel 1, 4; the point's client(s) in each of 2 sender(s)"
     )
     # As test.json names the kind; a size keeps its own unit; seconds given as a number say so.
     odd = FixedRateTest(send_url="amqp://h/q", rate=0, size="~1kb", duration=30, warm_up=0.0)
