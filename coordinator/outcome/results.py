@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -290,6 +291,16 @@ def judge(summary: TestFigures, test: FixedRateTest) -> Verdict:
     return Verdict(failure, tuple(invalid), untrusted)
 
 
+def percent(ratio: float) -> str:
+    """A share as people read it, to 3 significant digits: 0%, 3%, 12.5%, 0.0001% (one message
+    of a million read "0.000%", as if none were lost)."""
+    if ratio == 0:
+        return "0%"
+    digits = max(0, 2 - math.floor(math.log10(abs(ratio) * 100)))
+    text = f"{ratio * 100:.{digits}f}"
+    return (text.rstrip("0").rstrip(".") if "." in text else text) + "%"
+
+
 def held(summary: TestFigures, test: FixedRateTest) -> str:
     """Why a phase is a success, said beside the word: what was checked and held. A bare
     "success" above a generator-bound warning read as the SUT's success."""
@@ -299,10 +310,11 @@ def held(summary: TestFigures, test: FixedRateTest) -> str:
         said.append(
             f"all {rr.requests:,} requests had their reply in time"
             if not rr.timed_out
-            else f"{rr.timed_out:,} of {rr.requests:,} requests timed out, within the {fail.max_loss_ratio:.3%} allowed"
+            else f"{rr.timed_out:,} of {rr.requests:,} requests timed out, "
+            f"within the {percent(fail.max_loss_ratio)} allowed"
         )
     elif summary.lost:
-        said.append(f"lost {summary.lost:,} of {sent:,}, within the {fail.max_loss_ratio:.3%} allowed")
+        said.append(f"lost {summary.lost:,} of {sent:,}, within the {percent(fail.max_loss_ratio)} allowed")
     else:
         said.append(f"all {sent:,} messages arrived")
     if summary.duplicates:
@@ -470,12 +482,13 @@ def loss_verdict(summary: TestFigures, max_loss_ratio: float) -> str | None:
     if sent == 0:
         return "nothing was sent"
     if lost / sent > max_loss_ratio:
-        return f"lost {lost:,} of {sent:,} messages ({lost / sent:.3%}; bound {max_loss_ratio:.3%})"
+        return f"lost {lost:,} of {sent:,} messages ({percent(lost / sent)}; bound {percent(max_loss_ratio)})"
     # A request without its reply in time is lost to its requester, whatever reached the replier.
     if rr := summary.request_reply:
         unanswered = rr.timed_out
         if unanswered / sent > max_loss_ratio:
             return (
-                f"{unanswered:,} of {sent:,} requests timed out ({unanswered / sent:.3%}; bound {max_loss_ratio:.3%})"
+                f"{unanswered:,} of {sent:,} requests timed out ({percent(unanswered / sent)}; "
+                f"bound {percent(max_loss_ratio)})"
             )
     return None

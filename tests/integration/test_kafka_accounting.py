@@ -116,4 +116,4 @@ def test_messages_the_topic_still_holds_are_not_named_as_the_brokers_drop(
         True,
     )
     assert _high_watermark(tansu, topic) == 300
-    assert (result.outcome, result.reason) == ("failure", "lost 300 of 300 messages (100.000%; bound 0.000%)")
+    assert (result.outcome, result.reason) == ("failure", "lost 300 of 300 messages (100%; bound 0%)")

@@ -111,7 +111,7 @@ def test_judge_tells_the_loss_as_the_suts_breach() -> None:
     # Without an accepted count (at most once) the loss is still a loss, by the loss bound.
     summary["accounting"] = _accounting(_row("s1/0", 1000, None, 900)).to_json()
     verdict = judge(TestFigures.from_json(summary), FixedRateTest(send_url=_SUT, rate=100))
-    assert verdict.failure == "lost 100 of 1,000 messages (10.000%; bound 0.000%)"
+    assert verdict.failure == "lost 100 of 1,000 messages (10%; bound 0%)"
     # A bound that allows the loss allows it for accepted messages too.
     summary["accounting"] = _accounting(_row("s1/0", 1000, 1000, 900)).to_json()
     lenient = FixedRateTest(send_url=_SUT, rate=100, fail=Fail(max_loss_ratio=0.1))
@@ -165,7 +165,7 @@ def test_a_kafka_topic_that_still_holds_what_was_missed_did_not_drop_it() -> Non
     summary: dict[str, Any] = {"sent": 1000, "lost": 400, "send_rate": {"mean": 100.0}, "peers": []}
     summary |= {"latency_samples": 600, "latency_us": {"p50": 1000.0}, "accounting": accounting.to_json()}
     assert judge(TestFigures.from_json(summary), FixedRateTest(send_url=_KAFKA, rate=100)).failure == (
-        "lost 400 of 1,000 messages (40.000%; bound 0.000%)"
+        "lost 400 of 1,000 messages (40%; bound 0%)"
     )
 
 

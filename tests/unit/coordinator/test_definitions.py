@@ -237,7 +237,7 @@ def test_the_command_line_makes_a_request_reply_test() -> None:
 
 def test_requests_that_time_out_fail_a_test_as_lost_messages_do() -> None:
     figures = TestFigures.from_json({"sent": 100, "lost": 0, "request_reply": {"timed_out": 3}})
-    assert loss_verdict(figures, 0.0) == "3 of 100 requests timed out (3.000%; bound 0.000%)"
+    assert loss_verdict(figures, 0.0) == "3 of 100 requests timed out (3%; bound 0%)"
     assert loss_verdict(figures, 0.05) is None
     assert loss_verdict(TestFigures.from_json({"sent": 100, "lost": 0}), 0.0) is None
 
@@ -313,7 +313,7 @@ def test_a_success_says_what_held() -> None:
     )
     lossy = _figures(388.0, generator_bound="sender s1 used 97 % of a core") | {"lost": 12, "duplicates": 3}
     assert held(TestFigures.from_json(lossy), bounded) == (
-        "lost 12 of 4,000, within the 1.000% allowed; 3 duplicates; latency p99 within 10 ms in every second; "
+        "lost 12 of 4,000, within the 1% allowed; 3 duplicates; latency p99 within 10 ms in every second; "
         "every sender at 90% of its target rate or more; sent 97% of the 400 msg/s asked; "
         "but the load generator was its own limit (within the 10% allowed)"
     )

@@ -138,7 +138,7 @@ def test_figures_that_show_loss_fail_a_phase_the_peers_passed() -> None:
     store = MemoryStore()
     store.figures |= {"lost": 10}
     result = Phase(client, TEST, "t-3", store, Cast.choose(client, TEST), show_progress=False).run()
-    assert result.reason == "lost 10 of 1,000 messages (1.000%; bound 0.000%)"
+    assert result.reason == "lost 10 of 1,000 messages (1%; bound 0%)"
 
 
 def test_role_less_workers_are_given_roles_receivers_first() -> None:

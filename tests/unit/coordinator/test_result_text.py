@@ -5,7 +5,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from coordinator.outcome.junit import junit_xml
-from coordinator.outcome.results import TestResult, phase_row
+from coordinator.outcome.results import TestResult, loss_verdict, percent, phase_row
 from protocol.figures import TestFigures
 from protocol.test_record import TestRecord
 
@@ -190,3 +190,11 @@ def test_junit_says_times_in_ms_as_the_console_does() -> None:
     failed = TestResult("t-0", "failure", "lost 20,000 of 20,000", nothing, TestRecord("t-0"), "")
     text = ET.fromstring(junit_xml(failed, [failed])).findtext("testcase/system-out") or ""
     assert "latency=none" in text and "p50_ms" not in text and "latency: no samples" in text, text
+
+
+def test_a_share_reads_to_three_significant_digits() -> None:
+    """One message of a million lost read "(0.000%; bound 0.000%)", as if none were."""
+    cases = [(0.0, "0%"), (1.0, "100%"), (0.125, "12.5%"), (0.03, "3%"), (0.0123456, "1.23%"), (1e-6, "0.0001%")]
+    assert [percent(ratio) for ratio, _ in cases] == [said for _, said in cases]
+    figures = TestFigures.from_json({"sent": 1_000_000, "lost": 1})
+    assert loss_verdict(figures, 0.0) == "lost 1 of 1,000,000 messages (0.0001%; bound 0%)"
