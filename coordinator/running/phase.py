@@ -228,7 +228,8 @@ class Phase:
         expected = t.expected_seconds()
         deadline = None if expected is None else time.monotonic() + _START_MARGIN_S + expected + _FINISH_GRACE_S
         down_at_start = m.bus.downtime_s()  # a control-broker outage does not count against it
-        progress = Progress(expected, enabled=self.show_progress, interval_s=self.log_interval_s)
+        closed = t.KIND == "request-reply"
+        progress = Progress(expected, enabled=self.show_progress, interval_s=self.log_interval_s, closed=closed)
         m.live_stats.clear()
         next_clock = time.monotonic() + _CLOCK_EVERY_S
         while pending:

@@ -35,10 +35,16 @@ class Progress:
     stream: TextIO = field(default_factory=lambda: sys.stderr)
     enabled: bool = True
     interval_s: float = 1.0  # between lines without a terminal
+    closed: bool = False  # a request/reply test: requests, replies and the response time
     _started: float = field(default_factory=time.monotonic)
     _senders: dict[str, _PeerRate] = field(default_factory=dict)
     _receivers: dict[str, _PeerRate] = field(default_factory=dict)
     _latency_p99_us: dict[str, float] = field(default_factory=dict)
+    # A closed system's requesters: its figures are replies and the response time (the
+    # receivers' latency is its request leg, which read as the test's "p99").
+    _replies: dict[str, _PeerRate] = field(default_factory=dict)
+    _timed_out: dict[str, int] = field(default_factory=dict)
+    _response_p99_us: dict[str, float] = field(default_factory=dict)
     _last_line: float = 0.0
     _printed: str = ""  # the last line a log got
 
@@ -53,6 +59,11 @@ class Progress:
             return  # a peer of another version: its line waits for its next report
         if counters.sent is not None:
             self._track(self._senders, peer, report.elapsed_s, counters.sent)
+        if counters.replies is not None:
+            self._track(self._replies, peer, report.elapsed_s, counters.replies)
+            self._timed_out[peer] = counters.timed_out or 0
+            if counters.response_p99_us:
+                self._response_p99_us[peer] = counters.response_p99_us
         if counters.received is not None:
             self._track(self._receivers, peer, report.elapsed_s, counters.received)
             if counters.latency_p99_us:
@@ -77,8 +88,19 @@ class Progress:
         else:
             head = f"{elapsed:5.0f} s"
         sent = sum(p.count for p in self._senders.values())
-        received = sum(p.count for p in self._receivers.values())
         send_rate = sum(p.rate for p in self._senders.values())
+        if self.closed or self._replies:
+            replies, reply_rate = (
+                sum(p.count for p in self._replies.values()),
+                sum(p.rate for p in self._replies.values()),
+            )
+            response = max(self._response_p99_us.values(), default=None)
+            return (
+                f"{self.label}{head}  requests {sent:,} ({send_rate:,.0f}/s)  replies {replies:,} ({reply_rate:,.0f}/s)"
+                f"  timed out {sum(self._timed_out.values()):,}"
+                + (f"  response p99 {response / 1000:.2f} ms" if response else "")
+            )
+        received = sum(p.count for p in self._receivers.values())
         receive_rate = sum(p.rate for p in self._receivers.values())
         latency = f"  p99 {max(self._latency_p99_us.values()) / 1000:.2f} ms" if self._latency_p99_us else ""
         return (

@@ -25,6 +25,20 @@ def test_no_latency_is_shown_before_a_receiver_reported_one() -> None:
     assert progress.line().endswith("received 90 (0/s)  p99 2.50 ms")
 
 
+def test_a_closed_system_shows_its_requests_replies_and_response_time() -> None:
+    """#40: a request/reply run's line read "p99 1.92 ms", its replier's request leg, where the
+    response time's p99 was 5.7 ms."""
+    progress = Progress(10.0, stream=io.StringIO(), closed=True)
+    assert progress.line().endswith("requests 0 (0/s)  replies 0 (0/s)  timed out 0")  # before any report
+    progress.feed(_report("q1", 1.0, sent=100, replies=99, timed_out=0, response_p99_us=5_700))
+    progress.feed(_report("q1", 2.0, sent=700, replies=698, timed_out=1, response_p99_us=5_747))
+    progress.feed(_report("p1", 2.0, received=699, latency_p99_us=1_920))
+    assert progress.line().endswith("requests 700 (600/s)  replies 698 (599/s)  timed out 1  response p99 5.75 ms"), (
+        progress.line()
+    )
+    assert "1.92" not in progress.line()
+
+
 def test_the_clock_stops_at_the_tests_length() -> None:
     progress = Progress(6.0, stream=io.StringIO())
     progress._started = time.monotonic() - 7.4  # the drain after a 6 s load
