@@ -10,7 +10,9 @@ ANSWERED = RequestReplyFigures(
     requests=40,
     replies=40,
     throughput_per_s=20.0,
-    response_time_us=TimeFigures(p50=10_700.0, p90=12_000.0, p99=15_000.0, max=16_000.0, mean=11_000.0, samples=40),
+    response_time_us=TimeFigures(
+        p50=10_700.0, p90=12_000.0, p99=15_000.0, p999=15_800.0, max=16_000.0, mean=11_000.0, samples=40
+    ),
     request_leg_us=TimeFigures(p50=2_400.0, samples=40),
     replier_us=TimeFigures(p50=5_100.0, samples=40),
     reply_leg_us=TimeFigures(p50=3_100.0, samples=40),
@@ -23,10 +25,13 @@ def test_the_response_time_leads_in_ms() -> None:
         ("response time p50, ms", 10.7),
         ("response time p90, ms", 12.0),
         ("response time p99, ms", 15.0),
+        ("response time p99.9, ms", 15.8),
         ("response time max, ms", 16.0),
     ]
     section = _request_reply_section(ANSWERED)
     assert "<td>response (intended → reply)</td><td>10.7</td>" in section and "Little's law: 0 clients" in section
+    # The legs' table has the latency table's p99.9 (it was left out), between p99 and max.
+    assert "<th>p99</th><th>p99.9</th><th>max</th>" in section and "<td>15</td><td>15.8</td><td>16</td>" in section
 
 
 def test_no_reply_in_time_is_no_response_time_not_0_ms() -> None:
