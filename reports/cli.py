@@ -24,7 +24,7 @@ import uvicorn
 from protocol.codes import ExitCode
 from protocol.daemon_cli import add_log_level, configure_logging
 from protocol.secrets import TOKEN_FILE_ENV, SecretFileError, env_path, read_secret_file, read_token_file
-from reports.change_points import DEFAULT_MAX_P
+from reports.change_points import DEFAULT_LAST_RUNS, DEFAULT_MAX_P
 from reports.data_server_client import DataServerError, get_json
 from reports.paths import UnsafePathError, resolve_inside, result_dirs
 from reports.results_index import ResultsIndexError
@@ -161,7 +161,7 @@ def _history(args: argparse.Namespace) -> int:
         runs, unreadable = _history_runs(args)
     except (HistorySourceError, SecretFileError) as exc:
         return _cannot(args, "history", str(exc))
-    history = analyse(args.name, runs, max_p=args.max_p)
+    history = analyse(args.name, runs, max_p=args.max_p, last=args.last)
     rules = _gate_rules(args)
     verdict = judge(history, rules) if runs else GateVerdict(Verdict.INCONCLUSIVE, "no finished run")
     if verdict.verdict is Verdict.PASS and (late := _written_after(unreadable, history.newest)):
@@ -486,6 +486,13 @@ def _add_history(sub: Any) -> None:
         type=_probability,
         default=DEFAULT_MAX_P,
         help="significance level of a change point (default: %(default)s)",
+    )
+    history.add_argument(
+        "--last",
+        type=_at_least_2,
+        default=DEFAULT_LAST_RUNS,
+        metavar="N",
+        help="analyse and show the newest N runs; older ones are counted, not analysed (default: %(default)s)",
     )
     history.add_argument("--json", action="store_true", help="print the history as JSON instead of a table")
     history.add_argument(

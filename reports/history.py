@@ -26,14 +26,13 @@ from protocol.json_value import JsonObject
 from protocol.test_record import TestRecord
 from protocol.testbed import testbed_fingerprint
 from reports.baseline import Thresholds
-from reports.change_points import DEFAULT_MAX_P, change_points
+from reports.change_points import DEFAULT_LAST_RUNS, DEFAULT_MAX_P, change_points
 from reports.page import ERRORS_JS, STYLE, figure, table
 from reports.paths import result_dirs
 from reports.run_facts import sut_of, workload_hash
 from reports.summary import read_test_record
 
 log = logging.getLogger(__name__)
-
 __all__ = [
     "FIGURES",
     "Figure",
@@ -236,6 +235,7 @@ class History:
     runs: list[Run]
     shifts: dict[str, list[Shift]] = field(default_factory=dict)  # by figure key
     max_p: float = DEFAULT_MAX_P
+    older: int = 0  # runs before `runs`, neither analysed nor shown (analyse's `last`)
 
     @property
     def newest(self) -> Run | None:
@@ -257,6 +257,7 @@ class History:
         return {
             "name": self.name,
             "max_p": self.max_p,
+            "older_runs": self.older,
             "runs": [asdict(r) | {"excluded": r.excluded, "left_out": self.left_out(r)} for r in self.runs],
             "change_points": {
                 key: [asdict(s) | {"change_percent": round(s.change_percent, 3)} for s in shifts]
@@ -284,10 +285,12 @@ def runs_from_dicts(rows: Iterable[Mapping[str, Any]]) -> list[Run]:
     ]
 
 
-def analyse(name: str, runs: list[Run], max_p: float = DEFAULT_MAX_P) -> History:
-    """Change points of each figure over the runs that count (not failed, not generator-bound,
-    the same workload and testbed as the newest run, the figure present)."""
-    history = History(name, runs, max_p=max_p)
+def analyse(name: str, runs: list[Run], max_p: float = DEFAULT_MAX_P, last: int = DEFAULT_LAST_RUNS) -> History:
+    """Change points of each figure over the newest `last` runs that count (not failed, not
+    generator-bound, the same workload and testbed as the newest run, the figure present)."""
+    older = max(0, len(runs) - last)
+    history = History(name, runs[older:], max_p=max_p, older=older)
+    runs = history.runs
     for fig in FIGURES:
         counted = [
             (i, r) for i, r in enumerate(runs) if history.left_out(r) is None and r.figures.get(fig.key) is not None
@@ -298,6 +301,16 @@ def analyse(name: str, runs: list[Run], max_p: float = DEFAULT_MAX_P) -> History
             for c in change_points(values, max_p=max_p)
         ]
     return history
+
+
+def older_note(history: History) -> str:
+    """What a history of more runs than it analyses says of the rest."""
+    if not history.older:
+        return ""
+    return (
+        f"{history.older:,} older run(s) neither analysed nor shown: the newest {len(history.runs):,} are "
+        "(maestro history --last)"
+    )
 
 
 def limits_of(thresholds: Thresholds) -> dict[str, float]:
@@ -387,6 +400,8 @@ def history_table(history: History) -> str:
     unlike = sum(1 for r in history.runs if not r.excluded and history.left_out(r))
     if unlike:
         lines.append(f"{unlike} run(s) of another workload or testbed than the newest: listed, left out")
+    if older := older_note(history):
+        lines.append(older)
     return "\n".join(lines)
 
 
@@ -439,6 +454,7 @@ def history_page(
 <p>{len(history.runs)} runs. Change points by E-divisive means with a permutation test at p &le; {history.max_p};
 failed and generator-bound runs, and runs of another workload or testbed than the newest (marked &times;), are
 left out of the detection. A point opens its run's report.</p>
+{f"<p id='older'>{html.escape(older_note(history))}.</p>" if history.older else ""}
 {_compare_link(history, compare_url)}
 <h2>Change points</h2>{found}
 {"".join(charts)}{_POINTS_LINK_JS}

@@ -307,3 +307,30 @@ def test_a_test_json_that_cannot_be_read_and_is_newer_than_the_newest_run_is_no_
     long_ago = datetime(2026, 9, 1, tzinfo=UTC).timestamp()
     os.utime(tmp_path / "tonight" / "test.json", (long_ago, long_ago))
     assert reports_main(["history", NAME, "--results", str(tmp_path), "--gate"]) == 0
+
+
+def test_a_long_history_analyses_its_newest_runs_and_says_how_many_it_left(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """#39: a gate over 3,000 runs took 220 s a figure (E-divisive grows with the square of the
+    runs): the newest --last are analysed, and the rest are counted and said, not silently cut."""
+    _nights(tmp_path, drop_from=10, n=30)  # a drop at night 10: before the newest 15
+    assert reports_main(["history", NAME, "--results", str(tmp_path), "--last", "15", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["older_runs"] == 15 and len(found["runs"]) == 15
+    assert found["runs"][0]["test_id"] == "nightly-rabbitmq-015" and found["change_points"]["receive_rate"] == []
+    # The whole history (the default keeps the newest 400) finds the drop.
+    assert reports_main(["history", NAME, "--results", str(tmp_path), "--json"]) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert whole["older_runs"] == 0 and [s["run"] for s in whole["change_points"]["receive_rate"]] == [11]
+    assert reports_main(["history", NAME, "--results", str(tmp_path), "--last", "15"]) == 0
+    table = capsys.readouterr().out
+    assert (
+        table.splitlines()[-1]
+        == "15 older run(s) neither analysed nor shown: the newest 15 are (maestro history --last)"
+    )
+    history = analyse(NAME, read_runs(tmp_path, NAME), last=15)
+    assert "15 older run(s) neither analysed nor shown" in history_page(history, "/p.js")
+    with pytest.raises(SystemExit) as refused:
+        reports_main(["history", NAME, "--results", str(tmp_path), "--last", "1"])
+    assert refused.value.code == 2 and "at least 2" in capsys.readouterr().err
