@@ -29,7 +29,7 @@ from reports.baseline import Thresholds
 from reports.change_points import DEFAULT_LAST_RUNS, DEFAULT_MAX_P, change_points
 from reports.page import ERRORS_JS, STYLE, figure, table
 from reports.paths import result_dirs
-from reports.run_facts import sut_of, workload_hash
+from reports.run_facts import started_utc, sut_of, workload_hash
 from reports.summary import read_test_record
 
 log = logging.getLogger(__name__)
@@ -156,7 +156,7 @@ def run_of(record: TestRecord) -> Run | None:
         return None
     return Run(
         test_id=record.test_id,
-        started=record.started or "",
+        started=started_utc(record),
         outcome=record.outcome or "unknown",
         figures={f.key: f.read(figures) for f in FIGURES},
         generator_bound=any(p.generator_bound for p in figures.peers),

@@ -32,7 +32,7 @@ from protocol.test_record import TestRecord
 from reports.history import FIGURES, Run, facts_of, run_of
 from reports.history import distribution_from as _distribution
 from reports.paths import result_dirs
-from reports.run_facts import inspected_version
+from reports.run_facts import inspected_version, started_utc
 from reports.summary import read_test_record
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ def index_row(record: TestRecord, test_dir: Path, size: int, mtime_ns: int) -> J
         "name": record.name or None,
         "phase_of": record.phase_of,
         "finished": run is not None,
-        "started": (record.started or "")[:40],
+        "started": started_utc(record),
         "ended": (record.end or "")[:40] or None,
         "kind": record.kind or None,
         "outcome": record.outcome,

@@ -86,6 +86,7 @@ from reports.paths import (
 )
 from reports.report_queue import BuildState, ReportQueue
 from reports.results_index import ResultsIndex, ResultsIndexError
+from reports.run_facts import started_utc
 from reports.summary import read_peers, read_test_record, receive_seconds, summarize
 
 __all__ = ["create_app"]
@@ -378,7 +379,7 @@ def compare_with_previous(test_id: str, request: Request) -> RedirectResponse:
     record = read_test_record(directory)
     if record is None or not record.name:
         raise HTTPException(404, f"test {test_id} has no name, so no previous run")
-    previous = previous_in(_runs_named(request, record.name), test_id, record.started or "")
+    previous = previous_in(_runs_named(request, record.name), test_id, started_utc(record))
     if previous is None:
         raise HTTPException(404, f"no run named {record.name!r} started before {test_id}")
     ids = ",".join(urllib.parse.quote(t, safe="") for t in (previous, test_id))

@@ -334,3 +334,27 @@ def test_a_long_history_analyses_its_newest_runs_and_says_how_many_it_left(
     with pytest.raises(SystemExit) as refused:
         reports_main(["history", NAME, "--results", str(tmp_path), "--last", "1"])
     assert refused.value.code == 2 and "at least 2" in capsys.readouterr().err
+
+
+def test_runs_are_in_the_order_they_started_whatever_the_offset_they_were_written_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """#39: the history sorted `started` as text: a run written at +02:00 sorted two hours late,
+    and one with no start sorted first, where the gate took the night before for the newest."""
+    _write_run(tmp_path, NAME, 0, 10_000.0, started="2026-10-01T23:30:00.000+00:00")
+    _write_run(tmp_path, NAME, 1, 10_000.0, started="2026-10-02T01:00:00.000+02:00")  # 23:00 UTC: the first
+    late = _write_run(tmp_path, NAME, 2, 10_000.0, started="2026-10-02T00:00:00.000+00:00")
+    record = json.loads((tmp_path / late / "test.json").read_text())
+    record["started"], record["ended"] = None, "2026-10-02T00:10:00.000+00:00"  # no start: its end
+    (tmp_path / late / "test.json").write_text(json.dumps(record))
+    runs = read_runs(tmp_path, NAME)
+    assert [r.test_id for r in runs] == ["nightly-rabbitmq-001", "nightly-rabbitmq-000", "nightly-rabbitmq-002"]
+    assert [r.started for r in runs] == [
+        "2026-10-01T23:00:00.000+00:00",
+        "2026-10-01T23:30:00.000+00:00",
+        "2026-10-02T00:10:00.000+00:00",
+    ]
+    # The results index (SQLite here) orders them alike.
+    assert reports_main(["history", NAME, "--results", str(tmp_path), "--json"]) == 0
+    indexed = json.loads(capsys.readouterr().out)["runs"]
+    assert [r["test_id"] for r in indexed] == [r.test_id for r in runs]
