@@ -33,7 +33,7 @@ import numpy as np
 
 from protocol.test_record import TestRecord
 from reports.data_server_client import get_json
-from reports.history import COUNTED, FIGURES, Figure, how_worse, worse_by
+from reports.history import COUNTED, FIGURES, Figure, how_worse, n_runs, worse_by
 from reports.paths import check_test_id, resolve_inside
 from reports.summary import read_test_record
 from reports.verdict import NOISE_FLOOR, Findings, GateRules, GateVerdict, Noise, Threshold, Verdict
@@ -92,7 +92,7 @@ def judge_aba(legs: Legs, rules: GateRules, max_drift: Threshold | None = None) 
                 Verdict.REGRESSION, f"the candidate's run {failed[0].test_id} {failed[0].not_measured or 'failed'}"
             )
         if len(runs) < 2:
-            return GateVerdict(Verdict.INCONCLUSIVE, f"the {_leg(leg)} has {len(runs)} runs, 2 needed")
+            return GateVerdict(Verdict.INCONCLUSIVE, f"the {_leg(leg)} has {n_runs(len(runs))}, 2 needed")
         if unmeasured := [r for r in runs if r.not_measured]:
             return GateVerdict(
                 Verdict.INCONCLUSIVE, f"{unmeasured[0].test_id} ({_leg(leg)}) {unmeasured[0].not_measured}"
@@ -115,7 +115,10 @@ def _judge_figure(
     if not any(values.values()):
         return None
     if (short := next((leg for leg in LEGS if len(values[leg]) < 2), None)) is not None:
-        return Verdict.INCONCLUSIVE, f"{fig.title}: the {_leg(short)} has {len(values[short])} runs with it, 2 needed"
+        return (
+            Verdict.INCONCLUSIVE,
+            f"{fig.title}: the {_leg(short)} has {n_runs(len(values[short]))} with it, 2 needed",
+        )
     means = {leg: statistics.fmean(v) for leg, v in values.items()}
     base = statistics.fmean(values["first"] + values["second"])
     threshold = rules.threshold(fig)
@@ -156,11 +159,11 @@ def _judge_figure(
         moved = how_worse(fig, base, means["candidate"], limit, threshold.stated)
         return Verdict.REGRESSION, (
             f"{fig.title} {moved}: the candidate's mean against both "
-            f"baselines' ({_shown(fig, means)}; noise band ±{100 * band:.1f} % over {noise.runs} runs)"
+            f"baselines' ({_shown(fig, means)}; noise band ±{100 * band:.1f} % over {n_runs(noise.runs)})"
         )
     if band > limit:
         return Verdict.INCONCLUSIVE, (
-            f"{fig.title}: noise band ±{100 * band:.1f} % over {noise.runs} runs, threshold {threshold}: "
+            f"{fig.title}: noise band ±{100 * band:.1f} % over {n_runs(noise.runs)}, threshold {threshold}: "
             f"more runs a leg would tell"
         )
     return noise

@@ -22,7 +22,7 @@ from protocol.figures import TestFigures
 from protocol.json_value import JsonObject
 from protocol.test_record import TestRecord
 from protocol.testbed import testbed_fingerprint
-from reports.history import COUNTED, FIGURES, Figure, Run, analyse, run_of, worse_by
+from reports.history import COUNTED, FIGURES, Figure, Run, analyse, n_runs, run_of, worse_by
 from reports.run_facts import workload_hash
 from reports.verdict import Noise, noise_of
 
@@ -89,8 +89,8 @@ class NoiseBand:
 
     def text(self, fig: Figure) -> str:
         if self.noise is None:
-            return f"unknown ({self.runs} runs)"
-        how = f"({self.noise.band_sigmas:.1f} sigma of {self.noise.runs} runs)"
+            return f"unknown ({n_runs(self.runs)})"
+        how = f"({self.noise.band_sigmas:.1f} sigma of {n_runs(self.noise.runs)})"
         if fig.key in COUNTED:
             return f"±{100 * self.noise.band:.4f} points {how}"
         return f"±{100 * self.noise.band:.1f} % {how}"

@@ -44,6 +44,7 @@ __all__ = [
     "gate",
     "history_page",
     "history_table",
+    "n_runs",
     "read_runs",
     "run_of",
     "runs_from_dicts",
@@ -303,6 +304,11 @@ def analyse(name: str, runs: list[Run], max_p: float = DEFAULT_MAX_P, last: int 
     return history
 
 
+def n_runs(count: int) -> str:
+    """ "1 run", "12 runs": a count of runs as a sentence says it ("1 runs" read in the gate's lines)."""
+    return f"{count:,} run" + ("" if count == 1 else "s")
+
+
 def older_note(history: History) -> str:
     """What a history of more runs than it analyses says of the rest."""
     if not history.older:
@@ -451,7 +457,7 @@ def history_page(
 <html><head><meta charset="utf-8"><title>{title}</title>
 {ERRORS_JS}<script src="{html.escape(plotly_src)}"></script><style>{STYLE}</style></head><body>
 <h1>{title}</h1>
-<p>{len(history.runs)} runs. Change points by E-divisive means with a permutation test at p &le; {history.max_p};
+<p>{n_runs(len(history.runs))}. Change points by E-divisive means with a permutation test at p &le; {history.max_p};
 failed and generator-bound runs, and runs of another workload or testbed than the newest (marked &times;), are
 left out of the detection. A point opens its run's report.</p>
 {f"<p id='older'>{html.escape(older_note(history))}.</p>" if history.older else ""}

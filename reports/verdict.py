@@ -44,7 +44,7 @@ import numpy as np
 
 from protocol.codes import ExitCode
 from protocol.json_value import JsonObject
-from reports.history import COUNTED, FIGURES, Figure, History, Run, analyse, gate, how_worse, worse_by
+from reports.history import COUNTED, FIGURES, Figure, History, Run, analyse, gate, how_worse, n_runs, worse_by
 
 _P999 = next(fig for fig in FIGURES if fig.key == "latency_p999_us")  # a latency: higher is worse
 
@@ -333,7 +333,8 @@ def judge(history: History, rules: GateRules) -> GateVerdict:
     if len(before) < rules.min_runs:
         return GateVerdict(
             Verdict.INCONCLUSIVE,
-            f"{len(before)} comparable runs, {rules.min_runs} needed (same name, workload and testbed as "
+            f"{len(before)} comparable {'run' if len(before) == 1 else 'runs'}, {rules.min_runs} needed (same name, "
+            "workload and testbed as "
             f"{newest.test_id})",
         )
     found = Findings()
@@ -349,7 +350,9 @@ def judge(history: History, rules: GateRules) -> GateVerdict:
         if fig.key in news and (limit := _change_limit(fig, before, found.noise, rules)) is not None
     }
     found.regressions += [f"{why} (a change point)" for why in gate(history, limits)]
-    return GateVerdict.of(found, f"{newest.test_id} is within every threshold of {len(before)} comparable runs")
+    return GateVerdict.of(
+        found, f"{newest.test_id} is within every threshold of {len(before)} comparable runs"
+    )  # 5 at least
 
 
 def _change_limit(fig: Figure, before: list[Run], noise: dict[str, Noise], rules: GateRules) -> float | None:
@@ -415,7 +418,8 @@ def _judge_figure(
     if len(values) < rules.min_runs:
         return (
             Verdict.INCONCLUSIVE,
-            f"{fig.title}: {len(values)} comparable runs since its last change point, {rules.min_runs} needed",
+            f"{fig.title}: {len(values)} comparable {'run' if len(values) == 1 else 'runs'} since its last change "
+            f"point, {rules.min_runs} needed",
         )
     noise = noise_of(values, relative=fig.key not in COUNTED)
     if not noise.median and (fig.is_latency or fig.key == "receive_rate"):  # a change relative to 0 is none
@@ -480,7 +484,7 @@ def _distribution_finding(history: History, before: list[Run], rules: GateRules)
         if worse > band:
             why = (
                 f"Latency p{p:g} rose {100 * worse:.1f} % ({value / 1000:.3f} ms against {noise.median / 1000:.3f} ms;"
-                f" threshold {rules.latency_rise}, noise band ±{100 * reach:.1f} % of {noise.runs} runs):"
+                f" threshold {rules.latency_rise}, noise band ±{100 * reach:.1f} % of {n_runs(noise.runs)}):"
                 f" {newest.test_id}'s latency curve against their median"
             )
             beyond.append((worse / band, f"p{p:g}", why))
@@ -517,7 +521,7 @@ def noise_table(history: History, rules: GateRules) -> str:
         if threshold.in_sigmas:
             judged = f"yes: ±{100 * band:.1f} %"
         elif len(values) < rules.min_runs:
-            judged = f"no: {rules.min_runs} runs needed"
+            judged = f"no: {n_runs(rules.min_runs)} needed"
         else:
             judged = "yes" if band <= threshold.value else "no: INCONCLUSIVE, the band is wider"
         shown = f"±{100 * noise.band:.1f} % ({noise.band_sigmas:.1f} sigma)"
@@ -529,7 +533,7 @@ def noise_table(history: History, rules: GateRules) -> str:
 
 def _band(noise: Noise, band: float) -> str:
     sigmas = band / max(noise.sigma, NOISE_FLOOR)
-    return f"{100 * band:.1f} % ({sigmas:.1f} sigma of {noise.runs} runs)"
+    return f"{100 * band:.1f} % ({sigmas:.1f} sigma of {n_runs(noise.runs)})"
 
 
 def _since_last_change(history: History, fig: Figure, before: list[Run]) -> list[Run]:

@@ -119,7 +119,7 @@ def test_loss_a_failed_candidate_and_an_unmeasured_baseline() -> None:
     found = judge_aba(unmeasured, GateRules())
     assert (found.verdict, found.why) == (Verdict.INCONCLUSIVE, "t.a2-03 (second baseline) is invalid: why")
     short = Legs(legs.first[:1], legs.candidate, legs.second)
-    assert judge_aba(short, GateRules()).why == "the first baseline has 1 runs, 2 needed"
+    assert judge_aba(short, GateRules()).why == "the first baseline has 1 run, 2 needed"
 
 
 def test_a_candidate_that_failed_where_the_baselines_failed_too_tells_nothing() -> None:

@@ -168,7 +168,7 @@ def test_a_regression_keeps_its_doubts_apart() -> None:
     base[3] = _run(3, BASE[3], latency_p99_us=1000.0)
     found = judge(analyse("t", [*base, _run(9, 90.0, latency_p99_us=1010.0)]), GateRules())
     assert found.verdict is Verdict.REGRESSION and found.why.startswith("Receive rate fell 10.0 %")
-    assert found.doubts == ["Latency p99: 1 comparable runs since its last change point, 5 needed"]
+    assert found.doubts == ["Latency p99: 1 comparable run since its last change point, 5 needed"]
     assert found.findings == [found.findings[0], *found.doubts] and found.findings[0].startswith("Receive rate")
 
 
