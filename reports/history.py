@@ -314,8 +314,8 @@ def older_note(history: History) -> str:
     if not history.older:
         return ""
     return (
-        f"{history.older:,} older run(s) neither analysed nor shown: the newest {len(history.runs):,} are "
-        "(maestro history --last)"
+        f"{n_runs(history.older)} older than these {len(history.runs):,} left out: only the newest are analysed "
+        "and shown (--last)"
     )
 
 
@@ -433,7 +433,9 @@ def history_page(
         }
         for i, r in enumerate(history.runs, start=1)
     ]
-    columns = ["run", "test", "started", "outcome", *[f.headed for f in FIGURES], "marks"]
+    columns = ["run", "test", "started (UTC)", "outcome", *[f.headed for f in FIGURES], "marks"]
+    for row in rows:
+        row["started (UTC)"] = row.pop("started")
     shifts = [
         {
             "figure": fig.headed,

@@ -135,7 +135,7 @@ def _add_test(commands: Any) -> None:
 
 def _add_request_reply_flags(p: argparse.ArgumentParser) -> None:
     rr = p.add_argument_group("request-reply (a closed system: senders request, receivers reply)")
-    rr.add_argument("--request-url", help="SUT URL requests go to (instead of --send-url)")
+    rr.add_argument("--request-url", help="SUT URL requests go to (a request-reply test needs it; no default)")
     rr.add_argument("--reply-url", help="the reply address on the same broker, e.g. amqp://h/amq.rabbitmq.reply-to")
     rr.add_argument("--clients", type=int, help="requesting clients per sender (default: --parallel)")
     rr.add_argument("--outstanding", type=int, help="requests a client waits on at once (default: 1)")

@@ -165,7 +165,7 @@ def test_a_search_over_simulated_peers_finds_the_limit_they_have() -> None:
 
     client, _ = memory_client([SimulatedPeer("s1", Role.SENDER, verdict=verdict), SimulatedPeer("r1", Role.RECEIVER)])
     search = SearchTest(base=TEST, low_rate=100, high_rate=1000, resolution=0.02, max_steps=12)
-    store = MemoryStore()
+    store = _Unmeasured()
     result = run_series(client, search, store, "t-4", progress=False)
 
     assert result.record.max_sustainable is not None
@@ -180,7 +180,16 @@ def test_a_search_over_simulated_peers_finds_the_limit_they_have() -> None:
     assert result.record.phase_of is None and "phase_of" not in result.record.to_json()
 
 
-class _CopiesAbove(MemoryStore):
+class _Unmeasured(MemoryStore):
+    """Figures with no send rate: a step or probe is judged by its peers' verdict alone (the
+    store's 100 msg/s would read as a SUT that took 100 of any rate asked)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        del self.figures["send_rate"]
+
+
+class _CopiesAbove(_Unmeasured):
     """Figures whose every message arrived twice from `phase` on: a phase that measured the
     test's own reading (a stream read whole by each client), not the SUT."""
 
@@ -217,6 +226,29 @@ def test_a_series_that_stops_at_a_phase_that_measured_no_sut_found_no_limit(inva
     assert result.reason is not None and result.reason.startswith(f"t-9.{invalid_from} did not measure the SUT (every")
     assert result.reason.endswith("the SUT's limit was not found")
     assert [r.test_id.split(".")[-1] for r in result.steps][-1] == invalid_from  # it stopped there
+
+
+def test_a_step_the_sut_held_back_below_its_rate_is_no_sustained_rate() -> None:
+    """A hostile pass: a step that sent 54 % of 300,050 msg/s passed (no rate bound) and was
+    named the maximum sustainable rate. The store's senders send 100 msg/s whatever is asked."""
+    client, _ = memory_client([SimulatedPeer("s1", Role.SENDER), SimulatedPeer("r1", Role.RECEIVER)])
+    stepped = IncrementalTest(base=TEST, initial_rate=100, ceiling_rate=300, rate_step=100)
+    result = run_series(client, stepped, MemoryStore(), "t-10", progress=False)
+    assert result.outcome == "success" and len(result.steps) == 2
+    assert result.record.max_sustainable is not None and result.record.max_sustainable.rate_per_client == 100
+    assert result.record.stopped_by == (
+        "step 2: it sent 100.0 msg/s of the 200 asked (50%): the SUT did not take the load"
+    )
+    search = SearchTest(base=TEST, low_rate=100, high_rate=1000, resolution=0.1, max_steps=12)
+    found = run_series(client, search, MemoryStore(), "t-11", progress=False)
+    assert found.record.max_sustainable is not None and found.record.max_sustainable.rate_per_client == 100
+    # Every step passes: the ceiling is no limit, and says so.
+    client, _ = memory_client([SimulatedPeer("s1", Role.SENDER), SimulatedPeer("r1", Role.RECEIVER)])
+    low = IncrementalTest(base=TEST, initial_rate=50, ceiling_rate=100, rate_step=50)
+    ceiling = run_series(client, low, _Unmeasured(), "t-12", progress=False)
+    assert (
+        ceiling.record.stopped_by == "the ceiling, 100 msg/s per client x 1 clients, passes: raise it to find the limit"
+    )
 
 
 def test_every_request_of_a_phase_waits_only_for_its_cast() -> None:

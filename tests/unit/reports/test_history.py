@@ -327,10 +327,10 @@ def test_a_long_history_analyses_its_newest_runs_and_says_how_many_it_left(
     table = capsys.readouterr().out
     assert (
         table.splitlines()[-1]
-        == "15 older run(s) neither analysed nor shown: the newest 15 are (maestro history --last)"
+        == "15 runs older than these 15 left out: only the newest are analysed and shown (--last)"
     )
     history = analyse(NAME, read_runs(tmp_path, NAME), last=15)
-    assert "15 older run(s) neither analysed nor shown" in history_page(history, "/p.js")
+    assert "15 runs older than these 15 left out" in history_page(history, "/p.js")
     with pytest.raises(SystemExit) as refused:
         reports_main(["history", NAME, "--results", str(tmp_path), "--last", "1"])
     assert refused.value.code == 2 and "at least 2" in capsys.readouterr().err
