@@ -259,7 +259,9 @@ def run_series(
         if len(phases) < _planned(test):
             reason = reason or "a peer was lost before every phase ran"
     else:
-        reason = None if best is not None else f"no passing step: {phases[-1].reason}"
+        # Why it stopped: the last phase's own reason is a success's where the SUT held it back.
+        why = found.stopped_by if isinstance(found.stopped_by, str) else phases[-1].reason
+        reason = None if best is not None else f"no passing step: {why}"
     outcome = "success" if reason is None else "failure"
     if found.invalid:  # it stopped at a phase that measured its generator, not the SUT
         outcome, reason = "invalid", found.invalid

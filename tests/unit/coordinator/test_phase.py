@@ -242,6 +242,13 @@ def test_a_step_the_sut_held_back_below_its_rate_is_no_sustained_rate() -> None:
     search = SearchTest(base=TEST, low_rate=100, high_rate=1000, resolution=0.1, max_steps=12)
     found = run_series(client, search, MemoryStore(), "t-11", progress=False)
     assert found.record.max_sustainable is not None and found.record.max_sustainable.rate_per_client == 100
+    # The first step held back: no passing step, and the reason is the shortfall, not its success's.
+    held = IncrementalTest(base=TEST, initial_rate=200, ceiling_rate=300, rate_step=100)
+    none = run_series(client, held, MemoryStore(), "t-13", progress=False)
+    assert (none.outcome, none.reason) == (
+        "failure",
+        "no passing step: step 1: it sent 100.0 msg/s of the 200 asked (50%): the SUT did not take the load",
+    )
     # Every step passes: the ceiling is no limit, and says so.
     client, _ = memory_client([SimulatedPeer("s1", Role.SENDER), SimulatedPeer("r1", Role.RECEIVER)])
     low = IncrementalTest(base=TEST, initial_rate=50, ceiling_rate=100, rate_step=50)
