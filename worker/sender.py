@@ -153,8 +153,7 @@ class SenderPlan:
         end, or before `stopped_ns` where the run was stopped first (a test stopped 5 s into 30
         read 12,000 intended beside 2,254 sent: slots never due are owed by no one); None where
         a step it sends in is unbounded and no count bounds it (no schedule to count by) or the
-        run has no end. The steps' schedules are made as
-        `SenderRun._send_loop` makes them."""
+        run has no end. The steps' schedules are made as `SenderRun._send_loop` makes them."""
         limit = self.messages_for(client)
         ends = [started_ns + int(self.duration.seconds * 1e9)] if self.duration.seconds is not None else []
         ends += [stopped_ns] if stopped_ns is not None else []
