@@ -133,10 +133,27 @@ def _add_test(commands: Any) -> None:
     p.set_defaults(run=cmd_test)
 
 
+class _Once(argparse.Action):
+    """A flag that takes one value: a second was kept over the first without a word, and a
+    request/reply test given two request URLs ran on the last alone."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, *_: Any) -> None:
+        if getattr(namespace, self.dest) is not None:
+            parser.error(f"{'/'.join(self.option_strings)} is given twice: a request/reply test takes one")
+        setattr(namespace, self.dest, values)
+
+
 def _add_request_reply_flags(p: argparse.ArgumentParser) -> None:
     rr = p.add_argument_group("request-reply (a closed system: senders request, receivers reply)")
-    rr.add_argument("--request-url", help="SUT URL requests go to (a request-reply test needs it; no default)")
-    rr.add_argument("--reply-url", help="the reply address on the same broker, e.g. amqp://h/amq.rabbitmq.reply-to")
+    rr.add_argument(
+        "--request-url", action=_Once, help="SUT URL requests go to (a request-reply test needs it; no default)"
+    )
+    rr.add_argument(
+        "--reply-url",
+        action=_Once,
+        help="the reply address on the same broker, e.g. amqp://h/amq.rabbitmq.reply-to (default: none: the "
+        "driver's own, for AMQP a server-named queue per client; docs/sut-urls.md)",
+    )
     rr.add_argument("--clients", type=int, help="requesting clients per sender (default: --parallel)")
     rr.add_argument("--outstanding", type=int, help="requests a client waits on at once (default: 1)")
     rr.add_argument("--think-time", help="from a reply to the next request: 10ms, exp:10ms (default: 0)")

@@ -242,6 +242,15 @@ def test_requests_that_time_out_fail_a_test_as_lost_messages_do() -> None:
     assert loss_verdict(TestFigures.from_json({"sent": 100, "lost": 0}), 0.0) is None
 
 
+def test_a_second_request_url_is_refused_not_dropped(capsys: pytest.CaptureFixture[str]) -> None:
+    """A hostile pass: two --request-url ran on the second alone, without a word."""
+    argv = ["test", "request-reply", "--request-url", "nats://h/a", "--request-url", "nats://h/b"]
+    with pytest.raises(SystemExit) as refused:
+        build_parser().parse_args(argv)
+    assert refused.value.code == 2
+    assert "--request-url is given twice: a request/reply test takes one" in capsys.readouterr().err
+
+
 def test_a_closed_system_takes_no_rate() -> None:
     """A hostile pass: `--rate 50` on a request-reply test was dropped without a word."""
     argv = ["test", "request-reply", "--request-url", "amqp://h/r", "--rate", "50"]
