@@ -64,6 +64,11 @@ class LiveTest:
         points = [point.to_json() for point in self.points[since:]]
         bound = [why for peer in self.update.peers if (why := peer.generator_bound())]
         view = self.update.to_json() | {"state": self.state, "version": self.version, "points": points}
+        # Ended: each peer's counts are the summary's, as /metrics' are (its last report's were a
+        # second or so short: 82 sent where the summary counted 100).
+        summary = self.update.summary if self.update.state == "finished" else None
+        final = summary.peers if summary is not None else {}
+        view["peers"] = [peer.to_json() | dict(final.get(peer.name, {})) for peer in self.update.peers]
         return view | {"generator_bound": bound}
 
 

@@ -119,6 +119,9 @@ def test_a_finished_test_counts_what_its_summary_counts() -> None:
     assert _value(s, "maestro_test_lost_messages", test_id="t1") == 2
     assert _value(s, "maestro_peer_messages_sent_total", peer="s1") == 1000
     assert _value(s, "maestro_test_state", test_id="t1", state="finished") == 1
+    # The live page's view says the same counts (it kept the last report's 500 and 480).
+    peers = {p["name"]: p for p in tests.tests["t1"].view()["peers"]}
+    assert (peers["s1"]["sent"], peers["r1"]["received"], peers["r1"]["duplicates"]) == (1000, 998, 1)
     assert _value(s, "maestro_test_outcome", test_id="t1", outcome="success") == 1
     assert [n for n, labels in s if n == "maestro_test_outcome"] == ["maestro_test_outcome"]  # that one only
     assert [p.elapsed_s for p in tests.tests["t1"].points] == [4.0, 5.0]  # the last post had none
