@@ -304,9 +304,10 @@ def analyse(name: str, runs: list[Run], max_p: float = DEFAULT_MAX_P, last: int 
     return history
 
 
-def n_runs(count: int) -> str:
-    """ "1 run", "12 runs": a count of runs as a sentence says it ("1 runs" read in the gate's lines)."""
-    return f"{count:,} run" + ("" if count == 1 else "s")
+def n_runs(count: int, kind: str = "") -> str:
+    """ "1 run", "12 comparable runs": a count of runs as a sentence says it ("1 runs" read in
+    the gate's lines)."""
+    return f"{count:,} {kind + ' ' if kind else ''}run" + ("" if count == 1 else "s")
 
 
 def older_note(history: History) -> str:

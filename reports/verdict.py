@@ -333,7 +333,7 @@ def judge(history: History, rules: GateRules) -> GateVerdict:
     if len(before) < rules.min_runs:
         return GateVerdict(
             Verdict.INCONCLUSIVE,
-            f"{len(before)} comparable {'run' if len(before) == 1 else 'runs'}, {rules.min_runs} needed (same name, "
+            f"{n_runs(len(before), 'comparable')}, {rules.min_runs} needed (same name, "
             "workload and testbed as "
             f"{newest.test_id})",
         )
@@ -418,8 +418,7 @@ def _judge_figure(
     if len(values) < rules.min_runs:
         return (
             Verdict.INCONCLUSIVE,
-            f"{fig.title}: {len(values)} comparable {'run' if len(values) == 1 else 'runs'} since its last change "
-            f"point, {rules.min_runs} needed",
+            f"{fig.title}: {n_runs(len(values), 'comparable')} since its last change point, {rules.min_runs} needed",
         )
     noise = noise_of(values, relative=fig.key not in COUNTED)
     if not noise.median and (fig.is_latency or fig.key == "receive_rate"):  # a change relative to 0 is none

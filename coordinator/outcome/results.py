@@ -40,6 +40,7 @@ __all__ = [
     "peer_record",
     "phase_record",
     "phase_row",
+    "short_of_target",
 ]
 
 
@@ -354,11 +355,17 @@ def copies_of_everything(summary: TestFigures) -> list[str]:
     ]
 
 
+def short_of_target(sent_per_s: float, target_per_s: float, bound: float) -> bool:
+    """Whether senders that sent `sent_per_s` fell more than `bound` (a fraction) short of a
+    target; never where there is none (unbounded, or a closed system)."""
+    return bool(target_per_s) and sent_per_s < (1 - bound) * target_per_s
+
+
 def generator_shortfall(summary: TestFigures, target_per_s: float, bound: float) -> list[str]:
     """Why the run measured its load generator: its senders were the limit (their CPU or event
     loop, `generator_bound` on their rows) and sent more than `bound` short of the target."""
     sent = summary.send_rate.mean
-    if not target_per_s or sent >= (1 - bound) * target_per_s:
+    if not short_of_target(sent, target_per_s, bound):
         return []
     bound_by = [p.generator_bound for p in summary.peers if p.generator_bound]
     if not bound_by:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from coordinator.bus.client import MaestroClient
 from coordinator.definitions import AbaTest, FixedRateTest, IncrementalTest, RepeatedTest, SearchTest, SweepTest
 from coordinator.errors import was_interrupted
-from coordinator.outcome.results import TestResult, now_iso, parent_record, phase_row
+from coordinator.outcome.results import TestResult, now_iso, parent_record, phase_row, short_of_target
 from coordinator.outcome.storage import ResultStore
 from coordinator.running.cast import Cast
 from coordinator.running.phase import Phase
@@ -98,7 +98,7 @@ def _unsustained(phase: TestResult, test: FixedRateTest) -> str | None:
     target, beyond the shortfall the test allows (a step that sent 54 % of 300,050 msg/s, held
     back by the SUT, was named the maximum sustainable rate)."""
     target, sent = test.target_rate(), phase.summary.send_rate.of(phase.summary.sent)
-    if not target or sent is None or sent >= (1 - test.fail.max_generator_shortfall) * target:
+    if sent is None or not short_of_target(sent, target, test.fail.max_generator_shortfall):
         return None
     return f"it sent {sent:,.1f} msg/s of the {target:,.6g} asked ({sent / target:.0%}): the SUT did not take the load"
 
