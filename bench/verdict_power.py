@@ -17,6 +17,11 @@ and at synthetic noise.
    from the same noise: false alarms over A/A/A checks, and how often a candidate 5 % slower
    (receive rate) is a REGRESSION in one check, and in one of two (two nights).
 
+5. History size: a gate's time over 100 to 3,000 runs of 2 % noise with a 10 % drop near the
+   end, as `maestro history --gate` judges (the newest 400 analysed), and with every run analysed
+   up to 1,000 (E-divisive grows with the square of the runs). Target: none set by the issue;
+   a nightly job's gate should not take minutes.
+
 Each under the default rules (a 5 % drop, a 10 % rise) and under noise-unit rules (3sigma for
 both), which adapt to the testbed. Targets (#39): at most 1 false alarm in 100 A/A nights; a 5 %
 step at the measured noise found within 2 nights, by change points or by the A-B-A mode. Prints
@@ -208,8 +213,30 @@ def main() -> int:
                 f"   {rules_name:<32} {runs:>10} {alarms}{aa[Verdict.INCONCLUSIVE]:>12} {100 * one:>9.0f} %"
                 f" {100 * two:>5.0f} %"
             )
+    history_sizes(profiles[2], (100, 500) if args.smoke else (100, 400, 1_000, 3_000), rng)
     print(f"\n({time.monotonic() - started:.0f} s)")
     return 0
+
+
+def history_sizes(noise: Noise, sizes: tuple[int, ...], rng: np.random.Generator) -> None:
+    """Part 5: a gate's time over a history of each size, a 10 % drop on its last 2 nights
+    (news to the gate): as `maestro history --gate` judges it (the newest DEFAULT_LAST_RUNS
+    analysed), and every run analysed where that is within reach (E-divisive grows with the
+    square of the runs)."""
+    print(f"\n5. a gate over a history of N runs ({noise.name}; a 10 % drop on the last 2 runs)")
+    print(f"   {'runs':>6} {'analysed':>9} {'gate s':>8} {'verdict':<13} {'every run analysed, s':>22}")
+    for n in sizes:
+        nights = [_night(i, noise, rng, {"receive_rate": -0.10} if i >= n - 2 else {}) for i in range(n)]
+        began = time.perf_counter()
+        history = analyse("size", nights)
+        verdict = judge(history, GateRules()).verdict
+        gate_s = time.perf_counter() - began
+        whole = ""
+        if n <= 1_000:
+            began = time.perf_counter()
+            analyse("size", nights, last=n)
+            whole = f"{time.perf_counter() - began:.1f}"
+        print(f"   {n:>6} {len(history.runs):>9} {gate_s:>8.1f} {verdict.name:<13} {whole or 'not run':>22}")
 
 
 def _median_nights(found: list[int | None]) -> str:
