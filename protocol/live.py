@@ -86,6 +86,11 @@ def _list(value: Any) -> list[Any]:
     return value
 
 
+def _bucket_counts(value: Any) -> tuple[int, ...] | None:
+    """Counts at the histogram bucket bounds (a latency's, a response time's), or none."""
+    return None if value is None else tuple(_int_or_none(n) or 0 for n in _list(value))
+
+
 def _text(value: Any, default: str) -> str:
     if value is None:
         return default
@@ -159,7 +164,6 @@ class LiveCounters:
         if not isinstance(data, Mapping):
             raise ValueError(f"live counters must be a JSON object, not {type(data).__name__}")
         try:
-            le, response_le = data.get("latency_le_us"), data.get("response_le_us")
             number, count = (lambda n: _float_or_none(data.get(n))), (lambda n: _int_or_none(data.get(n)))
             return cls(
                 sent=count("sent"),
@@ -172,7 +176,7 @@ class LiveCounters:
                 timed_out=count("timed_out"),
                 response_p50_us=number("response_p50_us"),
                 response_p99_us=number("response_p99_us"),
-                response_le_us=None if response_le is None else tuple(_int_or_none(n) or 0 for n in _list(response_le)),
+                response_le_us=_bucket_counts(data.get("response_le_us")),
                 response_count=count("response_count"),
                 response_sum_us=count("response_sum_us"),
                 received=count("received"),
@@ -182,7 +186,7 @@ class LiveCounters:
                 latency_p50_us=number("latency_p50_us"),
                 latency_p99_us=number("latency_p99_us"),
                 latency_max_us=number("latency_max_us"),
-                latency_le_us=None if le is None else tuple(_int_or_none(n) or 0 for n in _list(le)),
+                latency_le_us=_bucket_counts(data.get("latency_le_us")),
                 latency_count=count("latency_count"),
                 latency_sum_us=count("latency_sum_us"),
                 processes=count("processes"),

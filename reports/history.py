@@ -427,7 +427,7 @@ def history_page(
         {
             "run": i,
             "test": f'<a href="{results_url}/{html.escape(r.test_id)}">{html.escape(r.test_id)}</a>',
-            "started": r.started[:19],
+            "started (UTC)": r.started[:19],
             "outcome": r.outcome,
             **{f.headed: _value(f, r.figures.get(f.key)) for f in FIGURES},
             "marks": history.left_out(r) or "",
@@ -435,8 +435,6 @@ def history_page(
         for i, r in enumerate(history.runs, start=1)
     ]
     columns = ["run", "test", "started (UTC)", "outcome", *[f.headed for f in FIGURES], "marks"]
-    for row in rows:
-        row["started (UTC)"] = row.pop("started")
     shifts = [
         {
             "figure": fig.headed,

@@ -15,6 +15,7 @@ from coordinator.cli.support import EXIT_CANNOT_RUN, EXIT_FAILED, connected, rep
 from coordinator.outcome.results import TestResult, now_iso
 from coordinator.outcome.storage import DataServer
 from coordinator.running.collection import collect
+from protocol.broker_url import DEFAULT_BROKER_URL
 from protocol.results import PeerRecord
 from protocol.test_record import TestRecord
 from protocol.topics import DEFAULT_PREFIX
@@ -31,7 +32,7 @@ def add_collect(commands: Any) -> None:
         "and write the report.",
     )
     p.add_argument("test_id", metavar="TEST-ID", help="the test whose files to gather (its folder's name)")
-    p.add_argument("--broker", help="control broker URL (default: $MAESTRO_BROKER, or mqtt://127.0.0.1:1883)")
+    p.add_argument("--broker", help=f"control broker URL (default: $MAESTRO_BROKER, or {DEFAULT_BROKER_URL})")
     p.add_argument("--topic-prefix", default=DEFAULT_PREFIX, help="MQTT topic prefix (default: %(default)s)")
     p.add_argument("--data-server", help="data server URL (default: $MAESTRO_DATA_SERVER, or one started here)")
     p.add_argument(

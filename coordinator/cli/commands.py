@@ -36,7 +36,7 @@ from coordinator.outcome.results import new_test_id
 from coordinator.outcome.storage import DATA_SERVER_ENV
 from coordinator.running.runner import FINISHED
 from coordinator.topology.cli import add_topology_command
-from protocol.broker_url import BROKER_ENV
+from protocol.broker_url import BROKER_ENV, DEFAULT_BROKER_URL
 from protocol.secrets import redact_text
 from protocol.upload import UploadError, upload_bytes
 
@@ -304,7 +304,7 @@ def _add_run(commands: Any) -> None:
     )
     p.add_argument("script", type=Path, help="the script; options for maestro go before it")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script (after it)")
-    p.add_argument("--broker", help="control broker URL (default: $MAESTRO_BROKER, or mqtt://127.0.0.1:1883)")
+    p.add_argument("--broker", help=f"control broker URL (default: $MAESTRO_BROKER, or {DEFAULT_BROKER_URL})")
     p.add_argument(
         "--data-server", help="data server URL (default: $MAESTRO_DATA_SERVER, or one the script's Maestro starts)"
     )

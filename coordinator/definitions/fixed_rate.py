@@ -159,7 +159,7 @@ class FixedRateTest:
     def _each_url_has_a_client(self) -> None:
         """Each worker's clients take its URLs round robin: a URL past the clients' number got no
         load, or was never read, while the workload line named it."""
-        clients = max((int(step[2]) for step in self.profile), default=0) if self.profile else 0
+        clients = max((int(step[2]) for step in self.profile), default=0)  # a profile's most, else the flow's
         for flow in self.all_flows():
             for side, urls in zip(("send", "receive"), flow.urls(), strict=True):
                 most = clients or flow.parallel

@@ -289,7 +289,9 @@ class Phase:
 
     def _finish(self) -> TestResult:
         self.actions.take_events()
-        peers = tuple(replace(self._record_of(p), lost=p not in self.maestro.not_lost([p])) for p in self.cast.everyone)
+        kept = {p.peer_id for p in self.maestro.not_lost(self.cast.everyone)}
+        lost = {p.peer_id for p in self.cast.everyone} - kept  # as the record says them, and the live page
+        peers = tuple(replace(self._record_of(p), lost=p.peer_id in lost) for p in self.cast.everyone)
         # With the clocks: the result, junit.xml and the loss verdict carry the latency the
         # report shows, corrected where senders and receivers run on different hosts.
         figures = self.store.summary(self.test_id, peers, self.actions.events)
@@ -320,7 +322,6 @@ class Phase:
         )
         result = TestResult(self.test_id, outcome, reason, summary, record, self.store.url)
         self.store.store(result, [result])
-        lost = {p.peer_id for p in self.cast.everyone} - {p.peer_id for p in self.maestro.not_lost(self.cast.everyone)}
         self.live.end(outcome, reason, summary, lost)
         return result
 
